@@ -1,0 +1,101 @@
+"""Argument validation shared by every operator, layer and loss.
+
+Every check raises a ``ValueError`` whose message names the argument and the
+allowed range, so that a bad call fails at trace time with a clear message
+instead of silently returning garbage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+DIRECTIONS = ("ASCENDING", "DESCENDING")
+
+
+def check_direction(direction: str) -> str:
+    """Returns `direction` upper-cased; raises if it is not a sort direction."""
+    if not isinstance(direction, str) or direction.upper() not in DIRECTIONS:
+        raise ValueError(
+            f"`direction` must be 'ASCENDING' or 'DESCENDING' (as in tf.sort), got {direction!r}."
+        )
+    return direction.upper()
+
+
+def check_positive(name: str, value, *, allow_none: bool = False) -> float | None:
+    """Checks that `value` is a finite number > 0."""
+    if value is None and allow_none:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
+    return v
+
+
+def check_in_open_interval(name: str, value, low: float, high: float) -> float:
+    """Checks that `low < value < high`."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in ({low}, {high}), got {value!r}.") from None
+    if not (low < v < high):
+        raise ValueError(f"`{name}` must be in the open interval ({low}, {high}), got {value!r}.")
+    return v
+
+
+def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
+    """Checks that `value` is an integer >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def check_quantiles(quantiles) -> tuple[np.ndarray, bool]:
+    """Validates quantile levels.
+
+    Returns:
+      A float64 array of shape `[q]` and whether the input was a scalar.
+    """
+    arr = np.asarray(quantiles, dtype=np.float64)
+    scalar = arr.ndim == 0
+    arr = np.atleast_1d(arr)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(
+            f"`quantiles` must be a scalar or a non-empty 1-D sequence, got shape {arr.shape}."
+        )
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0.0) or np.any(arr >= 1.0):
+        raise ValueError(f"`quantiles` must lie in the open interval (0, 1), got {arr.tolist()}.")
+    if np.any(np.diff(arr) <= 0.0):
+        raise ValueError(f"`quantiles` must be strictly increasing, got {arr.tolist()}.")
+    return arr, scalar
+
+
+def check_axis(axis: int, rank: int) -> int:
+    """Returns the non-negative axis; raises for rank-0 inputs or out-of-range axes."""
+    if rank is None:
+        raise ValueError("The input must have a known rank (>= 1).")
+    if rank == 0:
+        raise ValueError("The input `x` must have rank >= 1; got a scalar (rank 0).")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ValueError(f"`axis` must be an integer, got {axis!r}.")
+    if not -rank <= axis < rank:
+        raise ValueError(f"`axis` must be in [{-rank}, {rank - 1}] for an input of rank {rank}, "
+                         f"got {axis}.")
+    return int(axis) % rank
+
+
+def check_k(k, n: int, name: str = "k") -> int:
+    """Checks 1 <= k < n."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < n:
+        raise ValueError(f"`{name}` must be an integer in [1, n) = [1, {n}), got {k!r}.")
+    return int(k)
+
+
+def check_length(name: str, seq: Sequence | None, expected: int) -> None:
+    if seq is not None and len(seq) != expected:
+        raise ValueError(f"`{name}` must have length {expected}, got {len(seq)}.")

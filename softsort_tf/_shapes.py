@@ -1,0 +1,133 @@
+"""Axis and dtype plumbing shared by the operators.
+
+Every operator works internally on a `[batch, n]` matrix in float32 or float64.
+`to_batch` moves the chosen axis last, flattens the other axes into one batch axis
+and casts reduced-precision inputs (float16, bfloat16) to float32; `from_batch`
+undoes both on the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from softsort_tf import _checks
+
+_REDUCED = (tf.float16, tf.bfloat16)
+
+
+def compute_dtype(dtype: tf.DType) -> tf.DType:
+    """The dtype an operator computes in: float32 for float16/bfloat16 inputs."""
+    dtype = tf.as_dtype(dtype)
+    if dtype in _REDUCED:
+        return tf.float32
+    if dtype in (tf.float32, tf.float64):
+        return dtype
+    if dtype.is_integer:
+        return tf.float32
+    raise ValueError(f"Inputs must be floating point (float16, bfloat16, float32 or float64), "
+                     f"got {dtype.name}.")
+
+
+@dataclasses.dataclass
+class BatchView:
+    """How a `[..., n, ...]` tensor was turned into `[batch, n]`."""
+
+    axis: int
+    rank: int
+    perm: list
+    moved_shape: tf.Tensor  # dynamic shape of the tensor with `axis` moved last
+    static_moved_shape: tf.TensorShape
+    input_dtype: tf.DType
+    n: int
+
+
+def to_batch(x, axis: int = -1, name: str = "x"):
+    """Moves `axis` last, flattens the rest into a batch axis, casts to the compute dtype.
+
+    Args:
+      x: a tensor of rank >= 1.
+      axis: the axis to operate along.
+      name: the argument name used in error messages.
+
+    Returns:
+      `(x2d, view)` with `x2d` of shape `[batch, n]`.
+    """
+    x = tf.convert_to_tensor(x)
+    if not x.dtype.is_floating and not x.dtype.is_integer:
+        raise ValueError(f"`{name}` must be a real tensor, got dtype {x.dtype.name}.")
+    rank = x.shape.rank
+    axis = _checks.check_axis(axis, rank)
+    n = x.shape[axis]
+    if n is None:
+        raise ValueError(f"The size of `{name}` along `axis` must be known statically.")
+    if n == 0:
+        raise ValueError(f"`{name}` must have at least one element along `axis` (n >= 1), got n = 0.")
+    perm = [i for i in range(rank) if i != axis] + [axis]
+    moved = tf.transpose(x, perm) if axis != rank - 1 else x
+    view = BatchView(
+        axis=axis,
+        rank=rank,
+        perm=perm,
+        moved_shape=tf.shape(moved),
+        static_moved_shape=moved.shape,
+        input_dtype=x.dtype,
+        n=int(n),
+    )
+    x2d = tf.reshape(moved, [-1, n])
+    x2d = tf.cast(x2d, compute_dtype(x.dtype))
+    return x2d, view
+
+
+def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
+    """Inverse of `to_batch` for a result of shape `[batch, m]` (or `[batch]`).
+
+    Args:
+      y2d: `[batch, m]` result, or `[batch]` when `keep_axis=False`.
+      view: the `BatchView` returned by `to_batch`.
+      keep_axis: when False the operated axis is removed from the output.
+      cast: cast back to the input dtype (when the input was floating point).
+    """
+    lead = view.moved_shape[:-1]
+    static_lead = view.static_moved_shape[:-1]
+    if keep_axis:
+        m = y2d.shape[-1]
+        out = tf.reshape(y2d, tf.concat([lead, [tf.shape(y2d)[-1]]], axis=0))
+        out.set_shape(static_lead.concatenate([m]))
+        if view.axis != view.rank - 1:
+            inv = [0] * view.rank
+            for i, p in enumerate(view.perm):
+                inv[p] = i
+            out = tf.transpose(out, inv)
+    else:
+        out = tf.reshape(y2d, lead)
+        out.set_shape(static_lead)
+    if cast and view.input_dtype.is_floating:
+        out = tf.cast(out, view.input_dtype)
+    return out
+
+
+def weights_to_batch(weights, view: BatchView, dtype, name: str = "weights"):
+    """Broadcasts per-element weights to `[batch, n]` and normalises them to sum to 1.
+
+    `weights` may have shape `[n]` or the full shape of `x`. Weights must be positive.
+    """
+    n = view.n
+    if weights is None:
+        return None
+    w = tf.convert_to_tensor(weights)
+    if w.shape.rank == 1:
+        if w.shape[0] is not None and w.shape[0] != n:
+            raise ValueError(f"`{name}` of rank 1 must have length n = {n}, got {w.shape[0]}.")
+        w = tf.cast(w, dtype)
+        batch = tf.reduce_prod(view.moved_shape[:-1])
+        w = tf.broadcast_to(w[tf.newaxis, :], tf.stack([batch, n]))
+    else:
+        if w.shape.rank != view.rank:
+            raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got rank "
+                             f"{w.shape.rank} for an input of rank {view.rank}.")
+        if view.axis != view.rank - 1:
+            w = tf.transpose(w, view.perm)
+        w = tf.reshape(tf.cast(w, dtype), [-1, n])
+    return w / tf.reduce_sum(w, axis=-1, keepdims=True)
