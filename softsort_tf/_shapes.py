@@ -63,7 +63,8 @@ def to_batch(x, axis: int = -1, name: str = "x"):
     if n is None:
         raise ValueError(f"The size of `{name}` along `axis` must be known statically.")
     if n == 0:
-        raise ValueError(f"`{name}` must have at least one element along `axis` (n >= 1), got n = 0.")
+        raise ValueError(
+            f"`{name}` must have at least one element along `axis` (n >= 1), got n = 0.")
     perm = [i for i in range(rank) if i != axis] + [axis]
     moved = tf.transpose(x, perm) if axis != rank - 1 else x
     view = BatchView(
