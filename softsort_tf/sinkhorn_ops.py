@@ -305,7 +305,32 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
     return _finish(t.output(t.sorted_values()), t, return_info)
 
 
-def quantile_target_weights(quantiles, width: float | None = None) -> tuple[np.ndarray, float]:
+def default_quantile_width(taus: np.ndarray, n: int | None = None) -> float:
+    """The default width t of the bin around each quantile level.
+
+    Without n: min(0.1, half the smallest gap), counting 2τ_1 and 2(1 − τ_q) as gaps.
+    With n (uniform input weights), t is also capped so that, for every level, the
+    window [τ − t/2, τ + t/2] stays inside the cell [(i − 1)/n, i/n] of the input that
+    holds τ, or straddles the boundary symmetrically when τ·n is an integer. The hard
+    limit (ε → 0) then is exactly numpy's `np.quantile(x, τ,
+    method='averaged_inverted_cdf')`: the order statistic holding level τ, or the mean
+    of the two neighbours when τ falls on a boundary.
+    """
+    gaps = np.concatenate([[2 * taus[0]], np.diff(taus), [2 * (1 - taus[-1])]])
+    width = min(0.1, 0.5 * float(gaps.min()))
+    if n is not None:
+        pos = taus * n
+        nearest = np.round(pos)
+        on_boundary = np.abs(pos - nearest) < 1e-9
+        # Distance from τ to its cell's nearer edge, in units of mass.
+        to_edge = np.abs(pos - nearest) / n
+        cell = np.where(on_boundary, 1.0 / n, 2.0 * to_edge)
+        width = min(width, float(cell.min()))
+    return width
+
+
+def quantile_target_weights(quantiles, width: float | None = None,
+                            n: int | None = None) -> tuple[np.ndarray, float]:
     """Target weights b of the S-quantile operator for levels τ_1 < … < τ_q.
 
     Eq. (4) of the paper transports onto three bins, b = [τ(1 − t), t, (1 − τ)(1 − t)],
@@ -315,13 +340,14 @@ def quantile_target_weights(quantiles, width: float | None = None) -> tuple[np.n
         b = [τ_1 − t/2, t, τ_2 − τ_1 − t, t, …, t, 1 − τ_q − t/2]   (2q + 1 bins).
 
     Centring makes the hard limit exact: the output is the mean of the values whose
-    cumulative mass lies in [τ_k − t/2, τ_k + t/2], which for t ≤ 1/n is the
-    (averaged) inverse empirical CDF, numpy's `method='averaged_inverted_cdf'`.
+    cumulative mass lies in [τ_k − t/2, τ_k + t/2]; with the default width for n inputs
+    (see `default_quantile_width`) that is numpy's `method='averaged_inverted_cdf'`.
 
     Args:
       quantiles: levels in (0, 1), strictly increasing.
-      width: t; default min(0.1, half the smallest gap, with 2τ_1 and 2(1 − τ_q)
-        counted as gaps). Must satisfy t < 2τ_1, t < 2(1 − τ_q) and t < τ_{k+1} − τ_k.
+      width: t; default `default_quantile_width(quantiles, n)`. Must satisfy t < 2τ_1,
+        t < 2(1 − τ_q) and t < τ_{k+1} − τ_k.
+      n: the number of (uniformly weighted) inputs, used only for the default width.
 
     Returns:
       `(b, t)` with b of shape `[2q + 1]`.
@@ -329,14 +355,14 @@ def quantile_target_weights(quantiles, width: float | None = None) -> tuple[np.n
     taus, _ = _checks.check_quantiles(quantiles)
     gaps = np.concatenate([[2 * taus[0]], np.diff(taus), [2 * (1 - taus[-1])]])
     if width is None:
-        width = float(min(0.1, 0.5 * gaps.min()))
+        width = default_quantile_width(taus, n)
     width = _checks.check_positive("width", width)
     if width >= gaps.min():
         raise ValueError(
             f"`width` = {width} is too large for quantiles {taus.tolist()}: it must be smaller "
             f"than 2·min(q), 2·(1 − max(q)) and every gap between consecutive quantiles "
             f"(here < {gaps.min():.6g}).")
-    fillers = gaps.copy()
+    fillers = np.empty(taus.size + 1)
     fillers[0] = taus[0] - width / 2
     fillers[-1] = 1 - taus[-1] - width / 2
     fillers[1:-1] = np.diff(taus) - width
@@ -361,9 +387,11 @@ def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
     Args:
       x: `[..., n, ...]` real tensor.
       quantiles: a level or a strictly increasing sequence of q levels in (0, 1).
-      width: mass t of the bin around each level (default min(0.1, half the smallest
-        gap)); larger widths average more values (a smoother, trimmed-mean-like
-        estimate), smaller ones approach the exact quantile.
+      width: mass t of the bin around each level. The default (see
+        `default_quantile_width`) is min(0.1, half the smallest gap between levels),
+        further capped so that the hard limit is numpy's
+        `np.quantile(x, τ, method='averaged_inverted_cdf')` for uniform weights.
+        Larger widths average more values (a smoother, trimmed-mean-like estimate).
 {common}
 
     Returns:
@@ -375,7 +403,8 @@ def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
     3.0
     """
     _, scalar = _checks.check_quantiles(quantiles)
-    b, _ = quantile_target_weights(quantiles, width)
+    n = _static_n(x, axis)
+    b, _ = quantile_target_weights(quantiles, width, n=None if weights is not None else n)
     t = _Transport(x, targets=(b.size, b),
                    **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
                          check_numerics, solver_options, axis, direction))

@@ -1,0 +1,234 @@
+"""Keras layers over the Sinkhorn operators of `softsort_tf.sinkhorn_ops`.
+
+Each layer is a thin, serialisable wrapper: it validates its arguments at
+construction, forwards them to the functional operator in `call`, and reports its
+output shape. All Sinkhorn arguments keep the defaults and meaning documented in
+`softsort_tf.sinkhorn_ops` (ε = 1e-2, p = 2, threshold = 1e-3, 1000 iterations,
+implicit gradients, logistic squashing).
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks, sinkhorn_ops
+from softsort_tf.squash import check_squash
+
+_PACKAGE = "softsort_tf"
+
+
+class _SinkhornLayer(keras.layers.Layer):
+    """Common arguments and config of the Sinkhorn layers.
+
+    Args:
+      axis: the axis to operate along (of the full input, batch axis included).
+      direction: 'ASCENDING' or 'DESCENDING'.
+      epsilon: entropic regularisation ε > 0.
+      power: exponent p of the cost |x̃ − y|^p.
+      threshold: L1 marginal error at which the Sinkhorn loop stops.
+      max_iterations: bound on Sinkhorn iterations.
+      implicit: implicit differentiation (default) or unrolled backpropagation.
+      squash: 'logistic', 'atan' or None.
+      **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+    """
+
+    def __init__(self, axis: int = -1, direction: str = "ASCENDING",
+                 epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
+                 power: float = sinkhorn_ops.DEFAULT_POWER,
+                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                 implicit: bool = True, squash: str | None = "logistic", **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise ValueError(f"`axis` must be an integer, got {axis!r}.")
+        self.axis = int(axis)
+        self.direction = _checks.check_direction(direction)
+        self.epsilon = _checks.check_positive("epsilon", epsilon)
+        self.power = _checks.check_positive("power", power)
+        self.threshold = _checks.check_positive("threshold", threshold)
+        self.max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
+        self.implicit = bool(implicit)
+        self.squash = check_squash(squash)
+
+    def _op_kwargs(self) -> dict:
+        return dict(axis=self.axis, direction=self.direction, epsilon=self.epsilon,
+                    power=self.power, threshold=self.threshold,
+                    max_iterations=self.max_iterations, implicit=self.implicit,
+                    squash=self.squash)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(self._op_kwargs())
+        return config
+
+    def _replace_axis(self, input_shape, new_size):
+        shape = list(input_shape)
+        axis = _checks.check_axis(self.axis, len(shape))
+        if new_size is None:
+            del shape[axis]
+        else:
+            shape[axis] = new_size
+        return tuple(shape)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinkhornRank(_SinkhornLayer):
+    """Soft ranks in [1, n] (or [0, n − 1]) along `axis`; see `sinkhorn_rank`.
+
+    Input shape `[batch, n]` (any rank), output the same shape.
+
+    Args:
+      zero_based: ranks in [0, n − 1] instead of [1, n].
+      **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+
+    Example:
+    >>> layer = SinkhornRank(epsilon=1e-3)
+    >>> np.round(layer(np.array([[0.3, -1.0, 2.0]])).numpy())
+    array([[2., 1., 3.]], dtype=float32)
+    """
+
+    def __init__(self, zero_based: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.zero_based = bool(zero_based)
+
+    def call(self, inputs):
+        return sinkhorn_ops.sinkhorn_rank(inputs, zero_based=self.zero_based,
+                                          **self._op_kwargs())
+
+    def get_config(self):
+        return {**super().get_config(), "zero_based": self.zero_based}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinkhornCDF(_SinkhornLayer):
+    """The S-CDF in [0, 1] along `axis`; see `sinkhorn_cdf`.
+
+    Input shape `[batch, n]` (any rank), output the same shape.
+    """
+
+    def call(self, inputs):
+        return sinkhorn_ops.sinkhorn_cdf(inputs, **self._op_kwargs())
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinkhornSort(_SinkhornLayer):
+    """Soft-sorted values along `axis`; see `sinkhorn_sort`.
+
+    Input `[batch, n]`; output `[batch, m]` (m = `num_targets`, default n) or
+    `[batch, k]` with `topk=k`.
+
+    Args:
+      topk: return only the first k values in `direction` order.
+      num_targets: number of output values m.
+      **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+    """
+
+    def __init__(self, topk: int | None = None, num_targets: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if topk is not None:
+            topk = _checks.check_positive_int("topk", topk)
+        if num_targets is not None:
+            num_targets = _checks.check_positive_int("num_targets", num_targets)
+        if topk is not None and num_targets is not None:
+            raise ValueError("`topk` and `num_targets` cannot both be set.")
+        self.topk = topk
+        self.num_targets = num_targets
+
+    def call(self, inputs):
+        return sinkhorn_ops.sinkhorn_sort(inputs, topk=self.topk, num_targets=self.num_targets,
+                                          **self._op_kwargs())
+
+    def compute_output_shape(self, input_shape):
+        size = self.topk or self.num_targets
+        if size is None:
+            return tuple(input_shape)
+        return self._replace_axis(input_shape, size)
+
+    def get_config(self):
+        return {**super().get_config(), "topk": self.topk, "num_targets": self.num_targets}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinkhornQuantile(_SinkhornLayer):
+    """τ-S-quantiles along `axis` (paper eq. 4); see `sinkhorn_quantile`.
+
+    Input `[batch, n]`; output `[batch, q]`, or `[batch]` for a scalar `quantiles`.
+
+    Args:
+      quantiles: a level or an increasing sequence of levels in (0, 1).
+      width: mass of the bin around each level (default: see `quantile_target_weights`).
+      **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+    """
+
+    def __init__(self, quantiles=0.5, width: float | None = None, **kwargs):
+        super().__init__(**kwargs)
+        levels, scalar = _checks.check_quantiles(quantiles)
+        sinkhorn_ops.quantile_target_weights(levels, width)  # validates width
+        self.quantiles = float(levels[0]) if scalar else [float(q) for q in levels]
+        self.width = None if width is None else float(width)
+
+    def call(self, inputs):
+        return sinkhorn_ops.sinkhorn_quantile(inputs, self.quantiles, width=self.width,
+                                              **self._op_kwargs())
+
+    def compute_output_shape(self, input_shape):
+        if isinstance(self.quantiles, float):
+            return self._replace_axis(input_shape, None)
+        return self._replace_axis(input_shape, len(self.quantiles))
+
+    def get_config(self):
+        return {**super().get_config(), "quantiles": self.quantiles, "width": self.width}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinkhornQuantileNormalization(_SinkhornLayer):
+    """Soft quantile normalisation onto m learned, sorted target values (SUQUAN).
+
+    Supervised quantile normalisation (Le Morvan & Vert; Cuturi et al. 2019 §4 "Soft
+    quantile instance normalization"): each input row keeps its order and takes its
+    values from a target quantile function f learned by backpropagation. f is kept
+    sorted by the cumulative-softmax parameterisation of the paper,
+
+        f = offset + scale · cumsum(softmax(h)),   h ∈ R^m,
+
+    which starts at the uniform grid (1/m, 2/m, …, 1). With `learn_range=True` the
+    offset and the (log-)scale are trained too; otherwise f stays in (0, 1].
+
+    Input `[batch, n]` (any rank), output the same shape.
+
+    Args:
+      num_targets: m, the number of target values (default 16, as in the paper).
+      learn_range: also learn the offset and scale of f.
+      **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+    """
+
+    def __init__(self, num_targets: int = 16, learn_range: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_targets = _checks.check_positive_int("num_targets", num_targets)
+        self.learn_range = bool(learn_range)
+
+    def build(self, input_shape):
+        self.logits = self.add_weight(name="logits", shape=(self.num_targets,),
+                                      initializer="zeros", trainable=True)
+        self.offset = self.add_weight(name="offset", shape=(), initializer="zeros",
+                                      trainable=self.learn_range)
+        self.log_scale = self.add_weight(name="log_scale", shape=(), initializer="zeros",
+                                         trainable=self.learn_range)
+
+    def target_values(self):
+        """The current sorted target values f, shape `[m]`."""
+        steps = tf.cumsum(tf.nn.softmax(self.logits))
+        return self.offset + tf.exp(self.log_scale) * steps
+
+    def call(self, inputs):
+        f = tf.cast(self.target_values(), inputs.dtype)
+        return sinkhorn_ops.sinkhorn_quantile_normalization(inputs, f, **self._op_kwargs())
+
+    def get_config(self):
+        return {**super().get_config(), "num_targets": self.num_targets,
+                "learn_range": self.learn_range}

@@ -1,0 +1,459 @@
+"""Property tests of the Sinkhorn operators against exact numpy/scipy references."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import softsort_tf as ss
+from softsort_tf import sinkhorn_solver
+
+HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
+SETTINGS = settings(max_examples=15, deadline=None)
+
+
+def separated(seed, shape, axis):
+    """Random inputs whose entries along `axis` are well separated (a clear hard sort)."""
+    rng = np.random.RandomState(seed)
+    n = shape[axis]
+    base = rng.rand(*shape).argsort(axis=axis).argsort(axis=axis).astype(np.float64)
+    return base + rng.uniform(-0.3, 0.3, size=shape)
+
+
+def np_rank(x, axis, direction):
+    sign = -1.0 if direction == "DESCENDING" else 1.0
+    return scipy.stats.rankdata(sign * x, axis=axis)
+
+
+shapes_axes = st.sampled_from([((7,), 0), ((3, 6), -1), ((5, 4), 0), ((2, 5, 3), 1),
+                               ((2, 3, 4), 0), ((2, 2, 3, 5), -1)])
+directions = st.sampled_from(["ASCENDING", "DESCENDING"])
+seeds = st.integers(0, 10_000)
+
+
+# ---------------------------------------------------------------------------------
+# Hard limit: small ε gives the exact values.
+# ---------------------------------------------------------------------------------
+@SETTINGS
+@given(shapes_axes, directions, seeds)
+def test_rank_cdf_hard_limit(shape_axis, direction, seed):
+    shape, axis = shape_axis
+    x = separated(seed, shape, axis)
+    n = shape[axis]
+    expected = np_rank(x, axis, direction)
+    ranks = ss.sinkhorn_rank(x, axis=axis, direction=direction, **HARD).numpy()
+    np.testing.assert_allclose(ranks, expected, atol=1e-3)
+    zero = ss.sinkhorn_rank(x, axis=axis, direction=direction, zero_based=True, **HARD)
+    np.testing.assert_allclose(zero.numpy(), expected - 1, atol=1e-3)
+    cdf = ss.sinkhorn_cdf(x, axis=axis, direction=direction, **HARD).numpy()
+    np.testing.assert_allclose(cdf, expected / n, atol=1e-3)
+
+
+@SETTINGS
+@given(shapes_axes, directions, seeds)
+def test_sort_and_topk_hard_limit(shape_axis, direction, seed):
+    shape, axis = shape_axis
+    x = separated(seed, shape, axis)
+    expected = np.sort(x, axis=axis)
+    if direction == "DESCENDING":
+        expected = np.flip(expected, axis=axis)
+    out = ss.sinkhorn_sort(x, axis=axis, direction=direction, **HARD).numpy()
+    np.testing.assert_allclose(out, expected, atol=1e-4)
+    n = shape[axis]
+    k = max(1, n // 2)
+    top = ss.sinkhorn_sort(x, axis=axis, direction=direction, topk=k, **HARD).numpy()
+    np.testing.assert_allclose(top, np.take(expected, np.arange(k), axis=axis), atol=1e-4)
+    mask = ss.sinkhorn_topk_mask(x, k, axis=axis, direction=direction, **HARD).numpy()
+    np.testing.assert_allclose(mask, (np_rank(x, axis, direction) <= k).astype(float),
+                               atol=1e-3)
+
+
+def window_quantile(x, tau, width):
+    """Exact K-quantile: mean of the values whose cumulative mass is in τ ± width/2."""
+    xs = np.sort(x)
+    n = xs.size
+    lo, hi = tau - width / 2, tau + width / 2
+    edges = np.arange(n + 1) / n
+    overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+    return float(overlap @ xs / overlap.sum())
+
+
+@SETTINGS
+@given(st.integers(3, 12), seeds, st.lists(st.floats(0.05, 0.95), min_size=1, max_size=3))
+def test_quantile_hard_limit(n, seed, levels):
+    levels = np.unique(np.round(levels, 2))
+    if levels.size > 1 and np.diff(levels).min() < 0.05:
+        levels = levels[:1]
+    x = separated(seed, (n,), 0)
+    _, width = ss.quantile_target_weights(levels, width=min(0.1, 0.5 / n))
+    out = ss.sinkhorn_quantile(x, levels, width=width, **HARD).numpy()
+    expected = [window_quantile(x, t, width) for t in levels]
+    np.testing.assert_allclose(out, expected, atol=1e-3)
+    # The default width makes the hard limit numpy's averaged inverted CDF.
+    out = ss.sinkhorn_quantile(x, levels, **HARD).numpy()
+    np.testing.assert_allclose(
+        out, np.quantile(x, levels, method="averaged_inverted_cdf"), atol=1e-3)
+    # A window inside one input's mass (or centred on a boundary between two) gives
+    # numpy's averaged inverted CDF.
+    for tau in levels:
+        dist = abs(tau * n - np.round(tau * n)) / n
+        small = 0.5 / n if dist < 1e-9 else min(0.5 / n, 1.8 * dist)
+        out = ss.sinkhorn_quantile(x, tau, width=small, **HARD).numpy()
+        np.testing.assert_allclose(
+            out, np.quantile(x, tau, method="averaged_inverted_cdf"), atol=1e-3)
+
+
+def test_scalar_quantile_removes_axis_and_descending():
+    x = separated(1, (4, 9), 1)
+    q = ss.sinkhorn_quantile(x, 0.5, axis=1, **HARD)
+    assert q.shape == (4,)
+    np.testing.assert_allclose(q.numpy(), np.median(x, axis=1), atol=1e-4)
+    q = ss.sinkhorn_quantile(x.T, [0.3, 0.5], axis=0, **HARD)
+    assert q.shape == (2, 4)
+    top = ss.sinkhorn_quantile(x, 0.2, direction="DESCENDING", width=0.04, **HARD).numpy()
+    np.testing.assert_allclose(top, np.quantile(x, 0.8, axis=1,
+                                                method="averaged_inverted_cdf"), atol=1e-3)
+
+
+@SETTINGS
+@given(shapes_axes, seeds, st.integers(2, 9))
+def test_quantile_normalization_hard_limit(shape_axis, seed, m):
+    shape, axis = shape_axis
+    x = separated(seed, shape, axis)
+    n = shape[axis]
+    targets = np.random.RandomState(seed).randn(n) * 10
+    out = ss.sinkhorn_quantile_normalization(x, targets, axis=axis, **HARD).numpy()
+    ranks = np_rank(x, axis, "ASCENDING").astype(int) - 1
+    np.testing.assert_allclose(out, np.sort(targets)[ranks], atol=1e-3)
+    # m ≠ n: with m dividing n each target value is given to n/m consecutive inputs.
+    x = separated(seed, (2, 3 * m), 1)
+    targets = np.arange(m, dtype=float)[::-1]
+    out = ss.sinkhorn_quantile_normalization(x, targets, **HARD).numpy()
+    ranks = np_rank(x, 1, "ASCENDING").astype(int) - 1
+    np.testing.assert_allclose(out, ranks // 3, atol=1e-3)
+
+
+def test_permutation_matrix_hard_limit_and_orientation():
+    x = separated(3, (3, 6), 1)
+    for direction in ("ASCENDING", "DESCENDING"):
+        p = ss.sinkhorn_permutation_matrix(x, direction=direction, **HARD).numpy()
+        order = np.argsort(x if direction == "ASCENDING" else -x, axis=1)
+        np.testing.assert_allclose(p, np.eye(6)[order], atol=1e-3)
+        np.testing.assert_allclose(np.einsum("bij,bj->bi", p, x),
+                                   np.take_along_axis(x, order, axis=1), atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------
+# Marginals, equivariance, monotonicity, ties.
+# ---------------------------------------------------------------------------------
+@SETTINGS
+@given(st.integers(2, 20), st.integers(1, 12), st.floats(1e-3, 1.0), seeds,
+       st.sampled_from([0.5, 1.0, 2.0, 3.0]))
+def test_plan_marginals(n, m, eps, seed, power):
+    rng = np.random.RandomState(seed)
+    x = rng.rand(3, n)
+    a = rng.uniform(0.2, 1.0, (3, n))
+    a /= a.sum(-1, keepdims=True)
+    b = rng.uniform(0.2, 1.0, m)
+    b /= b.sum()
+    y = np.sort(rng.rand(m))
+    threshold = 1e-4
+    res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, power=power, threshold=threshold,
+                                max_iterations=20000)
+    plan = res.plan().numpy()
+    row_err = np.abs(plan.sum(2) - a).sum(-1)
+    np.testing.assert_array_less(row_err, threshold)
+    np.testing.assert_allclose(plan.sum(1), np.broadcast_to(b, (3, m)), atol=1e-9)
+    np.testing.assert_allclose(res.error.numpy(), row_err, rtol=1e-6, atol=1e-12)
+    assert np.all(res.num_iterations.numpy() <= 20000)
+
+
+def test_weights_and_target_weights_marginals_through_operators():
+    rng = np.random.RandomState(0)
+    x = rng.randn(2, 8)
+    w = rng.uniform(0.5, 2.0, (2, 8))
+    # With weights, the hard CDF of x_i is the weight of the entries <= x_i.
+    cdf = ss.sinkhorn_cdf(x, weights=w, **HARD).numpy()
+    wn = w / w.sum(1, keepdims=True)
+    expected = np.array([[wn[b][x[b] <= v].sum() for v in x[b]] for b in range(2)])
+    # Bins of the uniform grid are 1/8 wide, the CDF is read at bin ends: agree to 1/8.
+    assert np.abs(cdf - expected).max() <= 1 / 8 + 1e-6
+    tw = np.array([0.5, 0.25, 0.25])
+    s = ss.sinkhorn_sort(x, target_weights=tw, **HARD).numpy()
+    xs = np.sort(x, axis=1)
+    np.testing.assert_allclose(s, np.stack([xs[:, :4].mean(1), xs[:, 4:6].mean(1),
+                                            xs[:, 6:].mean(1)], 1), atol=1e-4)
+
+
+@SETTINGS
+@given(st.integers(2, 15), seeds, st.floats(1e-3, 0.5), directions)
+def test_rank_equivariance(n, seed, eps, direction):
+    rng = np.random.RandomState(seed)
+    x = rng.randn(2, n)
+    perm = rng.permutation(n)
+    kw = dict(epsilon=eps, direction=direction, threshold=1e-8, max_iterations=5000)
+    r = ss.sinkhorn_rank(x, **kw).numpy()
+    r_perm = ss.sinkhorn_rank(x[:, perm], **kw).numpy()
+    np.testing.assert_allclose(r_perm, r[:, perm], atol=1e-6)
+    s = ss.sinkhorn_sort(x, **kw).numpy()
+    np.testing.assert_allclose(ss.sinkhorn_sort(x[:, perm], **kw).numpy(), s, atol=1e-6)
+
+
+@SETTINGS
+@given(st.integers(2, 30), seeds, st.floats(1e-3, 1.0), directions,
+       st.sampled_from(["logistic", "atan"]))
+def test_sort_is_monotone(n, seed, eps, direction, squash):
+    x = np.random.RandomState(seed).randn(3, n) * 5
+    s = ss.sinkhorn_sort(x, epsilon=eps, direction=direction, squash=squash).numpy()
+    d = np.diff(s, axis=1)
+    if direction == "DESCENDING":
+        d = -d
+    assert np.all(d >= -1e-9)
+    # Outputs are convex combinations of the inputs.
+    assert np.all(s >= x.min(1, keepdims=True) - 1e-9)
+    assert np.all(s <= x.max(1, keepdims=True) + 1e-9)
+
+
+def test_ties_give_equal_ranks_and_constant_rows_are_finite():
+    x = tf.constant([[1.0, 2.0, 1.0, 3.0, 2.0], [4.0, 4.0, 4.0, 4.0, 4.0]], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        r = ss.sinkhorn_rank(x, epsilon=1e-2)
+        loss = tf.reduce_sum(r * tf.range(5, dtype=tf.float64))
+    g = tape.gradient(loss, x)
+    r = r.numpy()
+    assert r[0, 0] == pytest.approx(r[0, 2], abs=1e-9)
+    assert r[0, 1] == pytest.approx(r[0, 4], abs=1e-9)
+    np.testing.assert_allclose(r[1], 3.0, atol=1e-6)  # a constant row: all tied, mid rank
+    assert np.all(np.isfinite(g.numpy()))
+    hard = ss.sinkhorn_rank(x[:1], **HARD).numpy()
+    np.testing.assert_allclose(hard, [[1.5, 3.5, 1.5, 5.0, 3.5]], atol=1e-3)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-10, 1.0, 1e10, 1e30])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_extreme_magnitudes_are_finite(scale, dtype):
+    x = tf.constant(np.random.RandomState(0).randn(2, 6) * scale, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outs = [ss.sinkhorn_rank(x), ss.sinkhorn_sort(x), ss.sinkhorn_quantile(x, 0.5),
+                ss.sinkhorn_cdf(x), ss.sinkhorn_topk_mask(x, 2)]
+        loss = tf.add_n([tf.reduce_sum(o) for o in outs[::2]])
+    for o in outs:
+        assert np.all(np.isfinite(o.numpy()))
+    assert np.all(np.isfinite(tape.gradient(loss, x).numpy()))
+    r = outs[0].numpy()
+    np.testing.assert_array_equal(np.argsort(r, 1), np.argsort(x.numpy(), 1))
+
+
+# ---------------------------------------------------------------------------------
+# Gradients.
+# ---------------------------------------------------------------------------------
+GRAD_KW = dict(epsilon=0.05, threshold=1e-13, max_iterations=20000)
+
+
+@pytest.mark.parametrize("implicit", [True, False])
+@pytest.mark.parametrize("op", ["rank", "sort", "quantile", "qnorm", "topk"])
+def test_gradients_match_finite_differences(op, implicit):
+    x = tf.constant(np.random.RandomState(1).randn(2, 5), tf.float64)
+    fns = {
+        "rank": lambda v: ss.sinkhorn_rank(v, implicit=implicit, **GRAD_KW),
+        "sort": lambda v: ss.sinkhorn_sort(v, implicit=implicit, direction="DESCENDING",
+                                           **GRAD_KW),
+        "quantile": lambda v: ss.sinkhorn_quantile(v, [0.3, 0.7], implicit=implicit, **GRAD_KW),
+        "qnorm": lambda v: ss.sinkhorn_quantile_normalization(
+            v, [0.0, 1.0, 5.0], implicit=implicit, power=1.5, **GRAD_KW),
+        "topk": lambda v: ss.sinkhorn_topk_mask(v, 2, implicit=implicit, **GRAD_KW),
+    }
+    theoretical, numerical = tf.test.compute_gradient(fns[op], [x], delta=1e-5)
+    assert np.abs(theoretical[0]).max() > 1e-3  # a real, non-zero Jacobian
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("implicit", [True, False])
+def test_gradients_wrt_weights_match_finite_differences(implicit):
+    rng = np.random.RandomState(2)
+    x = tf.constant(rng.randn(2, 5), tf.float64)
+    w = tf.constant(rng.uniform(0.5, 1.5, (2, 5)), tf.float64)
+    tw = tf.constant([0.2, 0.5, 0.3], tf.float64)
+
+    def f_a(w_):
+        return ss.sinkhorn_cdf(x, weights=w_, num_targets=3, implicit=implicit, **GRAD_KW)
+
+    def f_b(tw_):
+        return ss.sinkhorn_sort(x, target_weights=tw_, implicit=implicit, **GRAD_KW)
+
+    for f, arg in [(f_a, w), (f_b, tw)]:
+        theoretical, numerical = tf.test.compute_gradient(f, [arg], delta=1e-5)
+        assert np.abs(theoretical[0]).max() > 1e-3
+        np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("solver", ["cg", "dense"])
+def test_implicit_and_unrolled_gradients_agree(solver):
+    x = tf.constant(np.random.RandomState(3).randn(4, 40), tf.float64)
+    weights = tf.constant(np.random.RandomState(4).randn(4, 40), tf.float64)
+
+    def grad(implicit):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            r = ss.sinkhorn_rank(x, epsilon=1e-2, threshold=1e-12, max_iterations=20000,
+                                 implicit=implicit, implicit_solver=solver)
+            loss = tf.reduce_sum(r * weights)
+        return tape.gradient(loss, x).numpy()
+
+    g_imp, g_unr = grad(True), grad(False)
+    assert np.abs(g_imp).max() > 1e-2
+    np.testing.assert_allclose(g_imp, g_unr, atol=1e-6 * np.abs(g_unr).max())
+
+
+def test_cg_and_dense_implicit_solvers_agree_float32():
+    x = tf.constant(np.random.RandomState(5).rand(8, 50), tf.float32)
+    v = tf.constant(np.random.RandomState(6).randn(8, 50), tf.float32)
+
+    def grad(solver):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            s = ss.sinkhorn_sort(x, epsilon=1e-2, squash=None, implicit_solver=solver)
+            loss = tf.reduce_sum(s * v)
+        return tape.gradient(loss, x).numpy()
+
+    np.testing.assert_allclose(grad("cg"), grad("dense"), atol=2e-3 * np.abs(grad("dense")).max())
+
+
+# ---------------------------------------------------------------------------------
+# Solver behaviour: warm start, annealing, frozen rows, info, XLA.
+# ---------------------------------------------------------------------------------
+def test_speedups_do_not_change_the_answer_and_warm_start_saves_iterations():
+    x = np.random.RandomState(7).rand(6, 100)
+    kw = dict(epsilon=1e-3, squash=None, threshold=1e-6, max_iterations=20000,
+              return_info=True)
+    ref, info_cold = ss.sinkhorn_rank(x, warm_start=False, check_every=1, **kw)
+    warm, info_warm = ss.sinkhorn_rank(x, **kw)
+    anneal, _ = ss.sinkhorn_rank(x, warm_start=False, epsilon_start=1.0, epsilon_decay=0.8,
+                                 **kw)
+    np.testing.assert_allclose(warm.numpy(), ref.numpy(), atol=1e-3)
+    np.testing.assert_allclose(anneal.numpy(), ref.numpy(), atol=1e-3)
+    assert info_warm.num_iterations.numpy().max() < info_cold.num_iterations.numpy().min()
+
+
+def test_converged_rows_do_not_drift():
+    rng = np.random.RandomState(8)
+    easy = rng.randn(1, 30)
+    hard = rng.rand(1, 30) * 1e-3  # nearly tied values: many iterations at small ε
+    kw = dict(epsilon=1e-3, threshold=1e-4, max_iterations=3000, squash=None,
+              warm_start=False, return_info=True)
+    alone, info_alone = ss.sinkhorn_sort(np.tanh(easy) * 0.5 + 0.5, **kw)
+    both, info_both = ss.sinkhorn_sort(np.concatenate([np.tanh(easy) * 0.5 + 0.5, hard]), **kw)
+    assert info_both.num_iterations.numpy()[1] > info_both.num_iterations.numpy()[0]
+    assert info_both.num_iterations.numpy()[0] == info_alone.num_iterations.numpy()[0]
+    np.testing.assert_array_equal(both.numpy()[0], alone.numpy()[0])
+
+
+def test_info_reports_iterations_and_error_with_batch_shape():
+    x = np.random.RandomState(9).randn(2, 3, 10)
+    r, info = ss.sinkhorn_rank(x, axis=1, return_info=True, threshold=1e-4)
+    assert r.shape == (2, 3, 10)
+    assert info.num_iterations.shape == (2, 10) and info.error.shape == (2, 10)
+    assert np.all(info.error.numpy() < 1e-4)
+    _, info = ss.sinkhorn_rank(x, return_info=True, epsilon=1e-4, max_iterations=7,
+                               warm_start=False, threshold=1e-12)
+    assert np.all(info.num_iterations.numpy() <= 10)  # rounded up to check_every = 5
+    assert np.all(info.error.numpy() > 1e-12)
+
+
+@pytest.mark.parametrize("op", ["rank", "sort", "cdf", "quantile", "qnorm", "topk", "perm"])
+def test_xla_matches_eager(op):
+    x = tf.constant(np.random.RandomState(10).randn(3, 4, 9), tf.float32)
+    fns = {
+        "rank": lambda v: ss.sinkhorn_rank(v, axis=1),
+        "sort": lambda v: ss.sinkhorn_sort(v, topk=3, direction="DESCENDING"),
+        "cdf": lambda v: ss.sinkhorn_cdf(v, axis=0),
+        "quantile": lambda v: ss.sinkhorn_quantile(v, [0.25, 0.5]),
+        "qnorm": lambda v: ss.sinkhorn_quantile_normalization(v, [1.0, 2.0, 4.0]),
+        "topk": lambda v: ss.sinkhorn_topk_mask(v, 3, implicit=False),
+        "perm": lambda v: ss.sinkhorn_permutation_matrix(v),
+    }
+    f = fns[op]
+
+    def with_grad(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            out = f(v)
+            loss = tf.reduce_sum(tf.sin(out))
+        return out, tape.gradient(loss, v)
+
+    eager_out, eager_grad = with_grad(x)
+    xla_out, xla_grad = tf.function(with_grad, jit_compile=True)(x)
+    np.testing.assert_allclose(xla_out.numpy(), eager_out.numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(xla_grad.numpy(), eager_grad.numpy(), atol=1e-3, rtol=1e-3)
+
+
+# ---------------------------------------------------------------------------------
+# Dtypes and bad input.
+# ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
+def test_dtypes(dtype):
+    x32 = np.random.RandomState(11).randn(2, 6).astype(np.float32)
+    x = tf.cast(x32, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        r = ss.sinkhorn_rank(x)
+        loss = tf.reduce_sum(tf.cast(r, tf.float32) * tf.range(6, dtype=tf.float32))
+    g = tape.gradient(loss, x)
+    assert r.dtype == dtype and g.dtype == dtype
+    ref = ss.sinkhorn_rank(tf.cast(x, tf.float32)).numpy()
+    tol = {tf.float16: 1e-2, tf.bfloat16: 5e-2}.get(dtype, 1e-5)
+    np.testing.assert_allclose(tf.cast(r, tf.float32).numpy(), ref, rtol=tol, atol=tol * 6)
+    assert np.all(np.isfinite(tf.cast(g, tf.float32).numpy()))
+    assert ss.sinkhorn_quantile(x, 0.5).dtype == dtype
+
+
+def test_nan_propagates_without_hanging_and_can_raise():
+    x = np.random.RandomState(12).randn(3, 6)
+    x[1, 2] = np.nan
+    x[2, 0] = np.inf
+    r, info = ss.sinkhorn_rank(x, return_info=True, max_iterations=100_000)
+    r = r.numpy()
+    assert np.all(np.isfinite(r[0]))
+    assert np.all(np.isnan(r[1]))
+    assert not np.all(np.isfinite(r[2]))
+    assert info.num_iterations.numpy().max() < 100
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or Inf"):
+        ss.sinkhorn_rank(x, check_numerics=True)
+
+
+BAD_CALLS = [
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], epsilon=0.0), "epsilon"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], epsilon=-1.0), "epsilon"),
+    (lambda: ss.sinkhorn_sort([1.0, 2.0], power=0.0), "power"),
+    (lambda: ss.sinkhorn_cdf([1.0, 2.0], threshold=0.0), "threshold"),
+    (lambda: ss.sinkhorn_cdf([1.0, 2.0], max_iterations=0), "max_iterations"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], 0.0), "quantiles"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], 1.0), "quantiles"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], [0.6, 0.4]), "increasing"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], [0.4, 0.4]), "increasing"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], 0.5, width=0.5), "width"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], [0.4, 0.5], width=0.2), "width"),
+    (lambda: ss.sinkhorn_quantile([1.0, 2.0, 3.0], 0.05, width=0.2), "width"),
+    (lambda: ss.sinkhorn_topk_mask([1.0, 2.0, 3.0], 0), "`k`"),
+    (lambda: ss.sinkhorn_topk_mask([1.0, 2.0, 3.0], 3), "`k`"),
+    (lambda: ss.sinkhorn_sort([1.0, 2.0, 3.0], topk=3), "topk"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], direction="UP"), "direction"),
+    (lambda: ss.sinkhorn_rank([[1.0, 2.0]], axis=2), "axis"),
+    (lambda: ss.sinkhorn_rank([[1.0, 2.0]], axis=-3), "axis"),
+    (lambda: ss.sinkhorn_rank(3.0), "rank"),
+    (lambda: ss.sinkhorn_rank(np.zeros([2, 0])), "n = 0"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], squash="tanh"), "squash"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], weights=[1.0, 2.0, 3.0]), "weights"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], epsilon_start=1.0, epsilon_decay=1.5),
+     "epsilon_decay"),
+]
+
+
+@pytest.mark.parametrize("call,match", BAD_CALLS)
+def test_bad_input_raises_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
