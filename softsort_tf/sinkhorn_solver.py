@@ -265,17 +265,31 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     rhs_hat = rhs / sqrt_c
     q = sqrt_c / tf.norm(sqrt_c, axis=-1, keepdims=True)
     rhs_hat = rhs_hat - q * tf.reduce_sum(q * rhs_hat, axis=-1, keepdims=True)
-    scaled = plan / sqrt_r[:, :, None] / sqrt_c[:, None, :]  # M
     m = cost.shape[-1]
     use_dense = solver == "dense" or (solver == "auto" and m is not None
                                       and m <= DENSE_SOLVE_MAX_TARGETS)
     if use_dense:
-        gram = tf.linalg.matmul(scaled, scaled, transpose_a=True)
-        eye = tf.eye(tf.shape(gram)[-1], batch_shape=tf.shape(gram)[:1], dtype=gram.dtype)
-        system = eye - gram + q[:, :, None] * q[:, None, :]
+        # The small m×m system is assembled and factorised in float64 from the plan
+        # itself: with r and c recomputed in float64, M has singular value 1 exactly
+        # (along √r, √c), so I − MᵀM + qqᵀ stays positive definite even when the plan
+        # is nearly a hard assignment and float32 rounding would make it indefinite.
+        # A ridge of 1e-12 guards the directions where it is singular up to rounding
+        # (the right-hand side vanishes along them).
+        p64 = tf.cast(plan, tf.float64)
+        r64 = tf.maximum(tf.reduce_sum(p64, axis=2), 1e-300)
+        c64 = tf.maximum(tf.reduce_sum(p64, axis=1), 1e-300)
+        m64 = p64 / tf.sqrt(r64)[:, :, None] / tf.sqrt(c64)[:, None, :]
+        q64 = tf.sqrt(c64) / tf.norm(tf.sqrt(c64), axis=-1, keepdims=True)
+        gram = tf.linalg.matmul(m64, m64, transpose_a=True)
+        eye = tf.eye(tf.shape(gram)[-1], batch_shape=tf.shape(gram)[:1], dtype=tf.float64)
+        system = (1.0 + 1e-12) * eye - gram + q64[:, :, None] * q64[:, None, :]
         system = 0.5 * (system + tf.linalg.matrix_transpose(system))
-        w_hat = tf.linalg.cholesky_solve(tf.linalg.cholesky(system), rhs_hat[:, :, None])[..., 0]
+        rhs64 = tf.cast(rhs_hat, tf.float64)[:, :, None]
+        w_hat = tf.cast(tf.linalg.cholesky_solve(tf.linalg.cholesky(system), rhs64)[..., 0],
+                        cost.dtype)
     else:
+        scaled = plan / sqrt_r[:, :, None] / sqrt_c[:, None, :]  # M
+
         def apply_op(v):
             mv = tf.linalg.matvec(scaled, v)
             return v - tf.linalg.matvec(scaled, mv, transpose_a=True) + q * tf.reduce_sum(
