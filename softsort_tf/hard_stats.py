@@ -1,0 +1,180 @@
+"""Exact (hard) ranks, quantiles, trimmed means and correlations in TensorFlow.
+
+These are the non-differentiable references that the soft losses of
+`softsort_tf.losses` approach as ε → 0, and the statistics that the metrics of
+`softsort_tf.metrics` report. All of them run in graph mode and under XLA.
+
+- `rankdata`: 1-based ranks with ties averaged, as `scipy.stats.rankdata(x)`.
+- `weighted_quantile`: the τ-quantile of a weighted sample, the inverse of its
+  empirical CDF averaged at jumps (numpy's `method='averaged_inverted_cdf'` for
+  uniform weights); the hard limit of the S-quantile of eq. (4) as its bin width → 0.
+- `interval_mean`: the weighted mean of the part of a sample whose cumulative mass lies
+  in [low, high] (a sample straddling a boundary counts with the fraction of its mass
+  inside): the trimmed mean, and the hard (K-transport) limit of reading one target
+  bin of mass high − low out of `sinkhorn_sort`.
+- `pearson_correlation`: Pearson correlation along an axis, 0 (not NaN) for
+  constant inputs.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from softsort_tf import _checks, _shapes
+
+# Cumulative masses within this distance of a quantile level count as equal to it,
+# so that e.g. τ = 0.5 with 4 equal weights averages the 2nd and 3rd values.
+_MASS_TOLERANCE = 1e-9
+
+
+def rankdata(x, axis: int = -1):
+    """1-based ranks along `axis` with ties averaged (`scipy.stats.rankdata`).
+
+    O(n log n): rank_i = (#{x_j < x_i} + #{x_j ≤ x_i} + 1) / 2, with both counts
+    read from a sorted copy by binary search.
+
+    Args:
+      x: `[..., n, ...]` real tensor (no NaN).
+      axis: the axis to rank along.
+
+    Returns:
+      Float ranks in [1, n] with the shape of x (float32 for integer or reduced
+      precision inputs, else the dtype of x).
+
+    Example:
+    >>> rankdata([[10.0, 30.0, 20.0, 20.0]]).numpy()
+    array([[1. , 4. , 2.5, 2.5]], dtype=float32)
+    """
+    x2d, view = _shapes.to_batch(x, axis)
+    sorted_x = tf.sort(x2d, axis=-1)
+    below = tf.searchsorted(sorted_x, x2d, side="left")
+    at_or_below = tf.searchsorted(sorted_x, x2d, side="right")
+    ranks = tf.cast(below + at_or_below + 1, x2d.dtype) / 2.0
+    return _shapes.from_batch(ranks, view, cast=False)
+
+
+def _sorted_with_cumulative_mass(x2d, weights2d):
+    """Sorts each row of x and returns (sorted x, mass before, mass up to) in float64."""
+    order = tf.argsort(x2d, axis=-1, stable=True)
+    xs = tf.gather(x2d, order, batch_dims=1)
+    if weights2d is None:
+        w = tf.ones_like(xs, dtype=tf.float64)
+    else:
+        w = tf.gather(tf.cast(weights2d, tf.float64), order, batch_dims=1)
+    w = w / tf.reduce_sum(w, axis=-1, keepdims=True)
+    upto = tf.cumsum(w, axis=-1)
+    before = upto - w
+    return xs, before, upto
+
+
+def _batch_weights(weights, view):
+    """Weights `[n]` or of the shape of x as `[batch, n]` float64 (None stays None)."""
+    if weights is None:
+        return None
+    return _shapes.weights_to_batch(weights, view, tf.float64)
+
+
+def weighted_quantile(x, quantile: float, axis: int = -1, weights=None):
+    """The τ-quantile of the (weighted) sample along `axis`.
+
+    With cumulative masses W_1 ≤ … ≤ W_n of the sorted values s_1 ≤ … ≤ s_n, the
+    quantile is s_j for the first j with W_j ≥ τ, averaged with s_{j+1} when W_j = τ
+    exactly. For uniform weights this is numpy's `method='averaged_inverted_cdf'`
+    (the median of an even sample is the mean of the two middle values).
+
+    Args:
+      x: `[..., n, ...]` real tensor.
+      quantile: τ in (0, 1).
+      axis: the sample axis.
+      weights: non-negative weights `[n]` or of the shape of x (default uniform),
+        with a positive sum along `axis`.
+
+    Returns:
+      The shape of x without `axis`.
+
+    Example:
+    >>> float(weighted_quantile([4.0, 1.0, 3.0, 2.0], 0.5))
+    2.5
+    """
+    tau = float(_checks.check_in_open_interval("quantile", quantile, 0.0, 1.0))
+    x2d, view = _shapes.to_batch(x, axis)
+    xs, _, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view))
+    n = view.n
+    lower = tf.reduce_sum(tf.cast(upto < tau - _MASS_TOLERANCE, tf.int32), axis=-1)
+    upper = tf.reduce_sum(tf.cast(upto <= tau + _MASS_TOLERANCE, tf.int32), axis=-1)
+    lower = tf.minimum(lower, n - 1)
+    upper = tf.minimum(upper, n - 1)
+    q = 0.5 * (tf.gather(xs, lower, batch_dims=1) + tf.gather(xs, upper, batch_dims=1))
+    return _shapes.from_batch(q, view, keep_axis=False)
+
+
+def interval_mean(x, low: float, high: float, axis: int = -1, weights=None):
+    """Weighted mean of the values whose cumulative mass lies in [low, high].
+
+    Each sorted value s_j owns the mass interval [W_{j−1}, W_j]; it enters the mean
+    with the length of the overlap of that interval with [low, high]. With
+    low = α and high = 1 − α this is the α-trimmed mean; it is also the exact limit of
+    a Sinkhorn transport onto a target bin of mass high − low placed after mass `low`.
+
+    Args:
+      x: `[..., n, ...]` real tensor.
+      low, high: cumulative-mass bounds with 0 ≤ low < high ≤ 1.
+      axis: the sample axis.
+      weights: non-negative weights `[n]` or of the shape of x (default uniform).
+
+    Returns:
+      The shape of x without `axis`.
+
+    Example:
+    >>> float(interval_mean([4.0, 1.0, 3.0, 2.0, 100.0], 0.2, 0.8))
+    3.0
+    """
+    low, high = check_mass_interval(low, high, "low", "high")
+    x2d, view = _shapes.to_batch(x, axis)
+    xs, before, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view))
+    overlap = tf.nn.relu(tf.minimum(upto, high) - tf.maximum(before, low))
+    mean = tf.reduce_sum(overlap * tf.cast(xs, tf.float64), axis=-1) / tf.reduce_sum(
+        overlap, axis=-1)
+    return _shapes.from_batch(tf.cast(mean, x2d.dtype), view, keep_axis=False)
+
+
+def check_mass_interval(low, high, low_name: str, high_name: str) -> tuple[float, float]:
+    """Checks 0 ≤ low < high ≤ 1 and returns them as floats."""
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{low_name}` and `{high_name}` must be numbers with "
+                         f"0 <= {low_name} < {high_name} <= 1, got {low!r}, {high!r}.") from None
+    if not (0.0 <= lo < hi <= 1.0):
+        raise ValueError(f"`{low_name}` and `{high_name}` must satisfy 0 <= {low_name} < "
+                         f"{high_name} <= 1, got {low!r} and {high!r}.")
+    return lo, hi
+
+
+def pearson_correlation(u, v, axis: int = -1):
+    """Pearson correlation of u and v along `axis`, reducing it.
+
+    Computed as the inner product of the centred, unit-normalised vectors; a
+    constant input has no direction and gives correlation 0 (not NaN) with finite
+    (zero) gradients.
+
+    Args:
+      u, v: tensors of the same shape and floating dtype.
+      axis: the axis to correlate along.
+
+    Returns:
+      Correlations in [−1, 1] with the shape of u without `axis`.
+    """
+    u = tf.convert_to_tensor(u)
+    v = tf.cast(tf.convert_to_tensor(v), u.dtype)
+
+    def unit(t):
+        centred = t - tf.reduce_mean(t, axis=axis, keepdims=True)
+        sq = tf.reduce_sum(tf.square(centred), axis=axis, keepdims=True)
+        tiny = tf.constant(1e-30 if t.dtype == tf.float64 else 1e-20, t.dtype)
+        # Where sq ≤ tiny the row is constant: its direction is 0, and so is the gradient.
+        return tf.where(sq > tiny, centred * tf.math.rsqrt(tf.maximum(sq, tiny)),
+                        tf.zeros_like(centred))
+
+    corr = tf.reduce_sum(unit(u) * unit(v), axis=axis)
+    return tf.clip_by_value(corr, -1.0, 1.0)
