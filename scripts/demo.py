@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -29,7 +30,9 @@ import softsort_tf as ss  # noqa: E402
 _SORT_DEMO = flags.DEFINE_bool(
     "sort_demo", True, "Also run the large-MNIST sorting demo (scripts/train_sort.py).")
 _OUTPUT_DIR = flags.DEFINE_string(
-    "output_dir", "runs/demo", "Where the sorting demo writes checkpoints and results.")
+    "output_dir", None,
+    "Where the sorting demo writes checkpoints and results (default: a fresh temporary "
+    "folder; an existing folder would be resumed instead of retrained).")
 
 _EPSILONS = (1.0, 1e-1, 1e-2, 1e-3)
 
@@ -85,10 +88,13 @@ def fit_scorer() -> None:
     print(f"  cosine(learned weights, true weights) = {cos:.3f}")
 
 
-def sorting_demo(output_dir: str) -> None:
-    """Runs the large-MNIST sorting binary on the embedded digits."""
+def sorting_demo(output_dir: str | None) -> None:
+    """Runs the large-MNIST sorting binary (n = 3, 300 steps) on the embedded digits."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_sort.py")
-    cmd = [sys.executable, script, "--demo", f"--output_dir={output_dir}"]
+    output_dir = output_dir or tempfile.mkdtemp(prefix="softsort_tf_demo_")
+    cmd = [sys.executable, script, f"--output_dir={output_dir}", "--dataset=embedded",
+           "--n=3", "--epochs=5", "--steps_per_epoch=60", "--num_val_sequences=200",
+           "--num_test_sequences=1000"]
     print("\nLarge-MNIST sorting on the embedded digits:\n  $", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)
 

@@ -1,0 +1,26 @@
+"""Median regression on large-MNIST sequences (NeuralSort / SoftSort benchmark).
+
+Example (a quick run on the offline digits):
+
+    python scripts/train_median.py --output_dir=/tmp/median --n=3 --epochs=2 \
+        --steps_per_epoch=50
+
+Restarting with the same --output_dir resumes from the last finished epoch.
+"""
+
+from absl import app
+
+from softsort_tf.experiments import flags as experiment_flags
+from softsort_tf.experiments import large_mnist
+
+experiment_flags.define_flags("median")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    large_mnist.run(experiment_flags.config_from_flags("median"))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,194 @@
+"""Models of the large-MNIST experiments: the CNN, learning to sort and median regression.
+
+The CNN is the one of the SoftSort paper (Prillo & Eisenschlos, 2020, App. A.1.1),
+inherited from NeuralSort (Grover et al., 2019, App. D.1):
+
+    Conv 5×5, 32 filters, stride 1, ReLU   -> 112×28×32
+    Max-pool stride 2                      ->  56×14×32
+    Conv 5×5, 64 filters, stride 1, ReLU   ->  56×14×64
+    Max-pool stride 2                      ->  28×7×64
+    Dense 64, ReLU
+    Dense 1 (no activation)                -> one score per 112×28 image
+
+Both models take `{"images": [batch, n, 112, 28, 1], "step": [batch]}` (as produced by
+`softsort_tf.datasets.make_dataset`); `step` seeds the Gumbel noise of the stochastic
+variants, so that the noise of a step is the same after a resume.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+import softsort_tf
+
+__all__ = ["METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
+           "relaxed_permutation"]
+
+METHODS = ("softsort", "neuralsort", "sinkhorn")
+IMAGE_SHAPE = (112, 28, 1)
+
+
+def build_cnn(name: str = "cnn") -> keras.Sequential:
+    """The CNN of SoftSort App. A.1.1: a `[batch, 112, 28, 1]` image -> a `[batch, 1]` score."""
+    layers = keras.layers
+    return keras.Sequential([
+        keras.Input(IMAGE_SHAPE),
+        layers.Conv2D(32, 5, padding="same", activation="relu"),
+        layers.MaxPooling2D(2),
+        layers.Conv2D(64, 5, padding="same", activation="relu"),
+        layers.MaxPooling2D(2),
+        layers.Flatten(),
+        layers.Dense(64, activation="relu"),
+        layers.Dense(1),
+    ], name=name)
+
+
+def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
+    """Applies `cnn` to every image of `[batch, n, 112, 28, 1]`; returns `[batch, n]`."""
+    n = images.shape[1]
+    flat = tf.reshape(images, (-1,) + IMAGE_SHAPE)
+    return tf.reshape(cnn(flat, training=training), (-1, n))
+
+
+def relaxed_permutation(scores: tf.Tensor, method: str, *, tau: float, epsilon: float,
+                        stochastic: bool = False, num_samples: int = 1,
+                        seed=None) -> tf.Tensor:
+    """The relaxed sorting permutation P̂ of `scores` (DESCENDING; row i = i-th largest).
+
+    Args:
+      scores: `[batch, n]` scores.
+      method: `'softsort'` (uses `tau`), `'neuralsort'` (uses `tau`) or `'sinkhorn'`
+        (uses `epsilon`).
+      tau: temperature of SoftSort / NeuralSort, on the raw scores.
+      epsilon: entropic regularisation of the Sinkhorn operator (on squashed scores).
+      stochastic: add Gumbel noise to the scores (reparameterised Plackett–Luce).
+      num_samples: samples drawn when `stochastic`.
+      seed: `[2]` int stateless seed of the noise (required when `stochastic`).
+
+    Returns:
+      `[batch, n, n]`, or `[batch, num_samples, n, n]` when `stochastic`.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+    kwargs = {"epsilon": epsilon} if method == "sinkhorn" else {"tau": tau}
+    if stochastic:
+        if seed is None:
+            raise ValueError("seed is required when stochastic=True.")
+        return softsort_tf.stochastic_permutation_matrix(scores, num_samples, seed, method,
+                                                         **kwargs)
+    return softsort_tf.permutation_matrix(scores, method, **kwargs)
+
+
+class _LargeMnistModel(keras.Model):
+    """Shared set-up: the relaxation hyper-parameters and the noise seed of a step."""
+
+    def __init__(self, method: str = "softsort", tau: float = 1024.0, epsilon: float = 5e-3,
+                 stochastic: bool = False, num_samples: int = 1, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        if tau <= 0 or epsilon <= 0:
+            raise ValueError(f"tau and epsilon must be > 0, got tau={tau}, epsilon={epsilon}.")
+        if int(num_samples) != num_samples or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive int, got {num_samples}.")
+        self.method, self.tau, self.epsilon = method, float(tau), float(epsilon)
+        self.stochastic, self.num_samples, self.seed = bool(stochastic), int(num_samples), seed
+
+    def _permutation(self, scores, inputs, training) -> tf.Tensor:
+        """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training."""
+        stochastic = self.stochastic and bool(training)
+        seed = None
+        if stochastic:
+            step = tf.cast(inputs["step"][0], tf.int64)
+            seed = tf.stack([tf.constant(self.seed, tf.int64), step])
+        return relaxed_permutation(scores, self.method, tau=self.tau, epsilon=self.epsilon,
+                                   stochastic=stochastic, num_samples=self.num_samples,
+                                   seed=seed)
+
+    def build(self, input_shape=None):
+        for cnn in self._cnns():
+            cnn.build((None,) + IMAGE_SHAPE)
+        self.built = True
+
+    def get_config(self):
+        return {**super().get_config(), "method": self.method, "tau": self.tau,
+                "epsilon": self.epsilon, "stochastic": self.stochastic,
+                "num_samples": self.num_samples, "seed": self.seed}
+
+
+@keras.saving.register_keras_serializable(package="softsort_tf")
+class PermutationLearner(_LargeMnistModel):
+    """Learns to sort large-MNIST sequences: CNN scores -> relaxed permutation P̂.
+
+    Args:
+      method: `'softsort'`, `'neuralsort'` or `'sinkhorn'`.
+      tau: SoftSort / NeuralSort temperature on the raw CNN scores.
+      epsilon: Sinkhorn regularisation.
+      stochastic: Gumbel-perturbed scores during training (reparameterised
+        Plackett–Luce); evaluation is always deterministic.
+      num_samples: Gumbel samples per sequence in training.
+      seed: seed of the Gumbel noise (combined with the batch's `step`).
+
+    Call returns P̂ `[batch, n, n]` (row i = the i-th largest number), or
+    `[batch, num_samples, n, n]` when training a stochastic model.
+
+    Example:
+    >>> model = PermutationLearner("softsort", tau=1024.0)
+    >>> model({"images": tf.zeros([2, 3, 112, 28, 1]), "step": tf.zeros([2], tf.int64)}).shape
+    TensorShape([2, 3, 3])
+    """
+
+    def __init__(self, method="softsort", tau=1024.0, epsilon=5e-3, stochastic=False,
+                 num_samples=1, seed=0, **kwargs):
+        super().__init__(method, tau, epsilon, stochastic, num_samples, seed, **kwargs)
+        self.scorer = build_cnn("scorer")
+
+    def _cnns(self):
+        return [self.scorer]
+
+    def call(self, inputs, training=None):
+        scores = _per_image(self.scorer, inputs["images"], training)
+        return self._permutation(scores, inputs, training)
+
+
+@keras.saving.register_keras_serializable(package="softsort_tf")
+class MedianRegressor(_LargeMnistModel):
+    """Median regression (NeuralSort App. E.2, SoftSort App. A.2) with two CNNs.
+
+    A scorer CNN gives the scores whose relaxed permutation P̂ picks the median row
+    P̂[(n - 1) / 2] (n odd); a regressor CNN maps each image to its value; the prediction
+    is that row times the regressed values, ŷ = P̂[(n-1)/2] · r(images), trained with an
+    ℓ2 loss to the true median (values scaled to [0, 1) by 1/10⁴).
+
+    Arguments are those of `PermutationLearner`.
+
+    Call returns `[batch]` predictions, or `[batch, num_samples]` when training a
+    stochastic model.
+
+    Example:
+    >>> model = MedianRegressor("neuralsort", tau=1024.0)
+    >>> model({"images": tf.zeros([2, 5, 112, 28, 1]), "step": tf.zeros([2], tf.int64)}).shape
+    TensorShape([2])
+    """
+
+    def __init__(self, method="softsort", tau=1024.0, epsilon=5e-3, stochastic=False,
+                 num_samples=1, seed=0, **kwargs):
+        super().__init__(method, tau, epsilon, stochastic, num_samples, seed, **kwargs)
+        self.scorer = build_cnn("scorer")
+        self.regressor = build_cnn("regressor")
+
+    def _cnns(self):
+        return [self.scorer, self.regressor]
+
+    def call(self, inputs, training=None):
+        images = inputs["images"]
+        n = images.shape[1]
+        if n % 2 != 1:
+            raise ValueError(f"median regression needs an odd n, got n={n}.")
+        perm = self._permutation(_per_image(self.scorer, images, training), inputs, training)
+        values = _per_image(self.regressor, images, training)  # [batch, n]
+        middle = perm[..., (n - 1) // 2, :]  # [batch, (S,) n]
+        if middle.shape.rank == 3:
+            values = values[:, None, :]
+        return tf.reduce_sum(middle * values, axis=-1)

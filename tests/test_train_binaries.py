@@ -1,0 +1,173 @@
+"""Smoke, resume and strategy tests of the training binaries (train_sort, train_median).
+
+Runs are tiny (a few steps of batch 4): they check the plumbing, not accuracy.
+"""
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from softsort_tf.experiments import large_mnist as experiment
+from softsort_tf.experiments.large_mnist import ExperimentConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NPZ = os.path.join(ROOT, "..", "shared", "data", "mnist.npz")
+needs_npz = pytest.mark.skipif(not os.path.exists(NPZ), reason="../shared/data/mnist.npz absent")
+TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=4,
+            num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
+
+
+def _weights(path):
+    """All arrays of a `.weights.h5` file (model and optimizer), by their h5 path."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def _assert_finite_metrics(results, keys):
+    for key in keys:
+        assert math.isfinite(results["metrics"][key]), (key, results["metrics"])
+
+
+def _check_outputs(output_dir, results):
+    with open(os.path.join(output_dir, "results.json")) as f:
+        saved = json.load(f)
+    assert saved["metrics"] == pytest.approx(results["metrics"])
+    assert saved["flags"]["output_dir"] == output_dir and saved["wall_time_s"] > 0
+    assert saved["machine"]["tensorflow"] == tf.__version__
+    assert glob.glob(os.path.join(output_dir, "tensorboard", "train", "events.out.tfevents*"))
+    assert glob.glob(os.path.join(output_dir, "tensorboard", "validation", "events.out*"))
+    assert os.path.exists(os.path.join(output_dir, "checkpoints", "best.weights.h5"))
+    return saved
+
+
+def test_resume_after_interruption_continues_with_the_same_weights(tmp_path):
+    # Stochastic SoftSort: the Gumbel noise of a step must also be the same after resume.
+    config = dict(TINY, task="sort", n=3, epochs=2, stochastic=True, num_samples=2)
+    stopped = str(tmp_path / "stopped")
+    first = experiment.run(ExperimentConfig(output_dir=stopped, stop_after_epochs=1, **config))
+    assert not first["finished"] and first["epochs_completed"] == 1 and "metrics" not in first
+    after_epoch_1 = _weights(os.path.join(stopped, "checkpoints", "epoch-1.weights.h5"))
+
+    resumed = experiment.run(ExperimentConfig(output_dir=stopped, **config))
+    assert resumed["resumed_from_epoch"] == 1 and resumed["epochs_completed"] == 2
+    assert len(resumed["history"]["loss"]) == 2
+
+    reference_dir = str(tmp_path / "reference")
+    reference = experiment.run(ExperimentConfig(output_dir=reference_dir, **config))
+    assert reference["resumed_from_epoch"] == 0
+    # Epoch 1 of the uninterrupted run matches the checkpoint the resumed run started from,
+    # and every later epoch matches too: nothing was lost or repeated.
+    for key, values in reference["history"].items():
+        if key != "epoch_seconds":
+            assert resumed["history"][key] == pytest.approx(values, rel=1e-5), key
+    final = _weights(os.path.join(stopped, "checkpoints", "epoch-2.weights.h5"))
+    final_ref = _weights(os.path.join(reference_dir, "checkpoints", "epoch-2.weights.h5"))
+    assert final.keys() == final_ref.keys() and len(final) > 8
+    for key in final:
+        np.testing.assert_allclose(final[key], final_ref[key], rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+    assert any(not np.array_equal(after_epoch_1[k], final[k]) for k in final)  # it trained
+    # The untrained numbers come from the first session and survive the restart.
+    assert resumed["metrics"]["untrained_test_exact_accuracy"] == pytest.approx(
+        reference["metrics"]["untrained_test_exact_accuracy"])
+    saved = _check_outputs(stopped, resumed)
+    best = int(np.argmax(saved["history"]["val_exact_accuracy"])) + 1
+    assert saved["best_epoch"] == best
+    assert saved["metrics"]["best_val_exact_accuracy"] == max(
+        saved["history"]["val_exact_accuracy"])
+
+
+@needs_npz
+@pytest.mark.parametrize("task, method", [("sort", "sinkhorn"), ("median", "neuralsort")])
+def test_smoke_on_a_slice_of_real_mnist(tmp_path, task, method):
+    out = str(tmp_path / task)
+    results = experiment.run(ExperimentConfig(
+        task=task, method=method, n=3, dataset="npz", mnist_npz=NPZ, output_dir=out, **TINY))
+    assert results["flags"]["dataset"] == "npz" and results["finished"]
+    if task == "sort":
+        _assert_finite_metrics(results, ["test_exact_accuracy", "test_elementwise_accuracy",
+                                         "untrained_test_exact_accuracy"])
+        assert 0.0 <= results["metrics"]["test_exact_accuracy"] <= 1.0
+    else:
+        _assert_finite_metrics(results, ["test_mse_1e-4", "test_r2", "test_spearman",
+                                         "untrained_test_mse_1e-4"])
+    _check_outputs(out, results)
+
+
+def _run_binary(script, tmp_path, *args):
+    out = str(tmp_path / "run")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", script), f"--output_dir={out}",
+         "--batch_size=4", "--steps_per_epoch=2", "--epochs=1", "--num_val_sequences=4",
+         "--num_test_sequences=8", "--digits_per_class=10", "--verbose=2", *args],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f), proc.stdout
+
+
+def test_train_sort_binary_mirrored_on_two_logical_cpus(tmp_path):
+    results, stdout = _run_binary("train_sort.py", tmp_path, "--n=3", "--strategy=mirrored",
+                                  "--num_cpu_devices=2")
+    cpus = [d for d in results["machine"]["devices"] if "CPU" in d]
+    assert len(cpus) == 2 and results["flags"]["strategy"] == "mirrored"
+    _assert_finite_metrics(results, ["test_exact_accuracy", "test_elementwise_accuracy",
+                                     "untrained_test_exact_accuracy",
+                                     "untrained_test_elementwise_accuracy"])
+    assert "exact_accuracy" in stdout and "untrained" in stdout  # the printed comparison
+    # Published defaults that were not overridden.
+    assert results["flags"]["learning_rate"] == 0.005 and results["flags"]["tau"] == 1024.0
+
+
+def test_train_median_binary_on_embedded_digits(tmp_path):
+    results, _ = _run_binary("train_median.py", tmp_path, "--n=3", "--stochastic",
+                             "--num_samples=2", "--method=softsort")
+    assert results["flags"]["dataset"] == "embedded" and results["task"] == "median"
+    _assert_finite_metrics(results, ["test_mse_1e-4", "test_r2", "test_spearman"])
+    assert results["flags"]["learning_rate"] == 0.001
+
+
+def test_median_prediction_is_the_middle_row_times_the_regressed_values():
+    import softsort_tf
+    from softsort_tf.experiments.models import MedianRegressor, _per_image
+
+    images = tf.random.stateless_uniform([2, 5, 112, 28, 1], seed=[0, 1])
+    inputs = {"images": images, "step": tf.zeros([2], tf.int64)}
+    for tau in (0.01, 1e-9):
+        model = MedianRegressor("softsort", tau=tau)
+        pred = model(inputs).numpy()
+        scores = _per_image(model.scorer, images, False)
+        values = _per_image(model.regressor, images, False).numpy()
+        middle = softsort_tf.soft_sort_matrix(scores, tau=tau).numpy()[:, 2, :]
+        np.testing.assert_allclose(pred, np.sum(middle * values, axis=1), rtol=1e-5, atol=1e-7)
+    # With a vanishing τ, the middle row is one-hot on the image with the median score.
+    median_item = np.argsort(-scores.numpy(), axis=1, kind="stable")[:, 2]
+    np.testing.assert_allclose(pred, values[np.arange(2), median_item], rtol=1e-5, atol=1e-7)
+
+
+def test_spearman_and_bad_configs():
+    assert experiment._spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert experiment._spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert experiment._spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833)
+    with pytest.raises(ValueError, match="method"):
+        ExperimentConfig(method="bubblesort").finalize()
+    with pytest.raises(ValueError, match="odd"):
+        ExperimentConfig(task="median", n=4).finalize()
+    with pytest.raises(ValueError, match="strategy"):
+        ExperimentConfig(strategy="tpu").finalize()
+    config = ExperimentConfig(task="sort", n=9).finalize()
+    assert (config.tau, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
+    config = ExperimentConfig(task="median").finalize()
+    assert (config.learning_rate, config.batch_size, config.steps_per_epoch) == (1e-3, 5, 2750)
