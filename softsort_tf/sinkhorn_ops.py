@@ -102,7 +102,31 @@ class _Transport:
         self.result = solver_lib.solve(
             squashed, self.y, a, self.b, epsilon=epsilon, power=power, threshold=threshold,
             max_iterations=max_iterations, implicit=implicit, **solver_options)
-        self.plan = self.result.plan()
+        self._plan = None
+        self._row_plan = None
+
+    @property
+    def plan(self):
+        """`[batch, n, m]` transport plan P: column sums b exactly, row sums a up to
+        `threshold` (the solver ends on a column update)."""
+        if self._plan is None:
+            self._plan = self.result.plan()
+        return self._plan
+
+    @property
+    def row_plan(self):
+        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P, with rows summing to 1 exactly.
+
+        Computed from the target potential alone, Q_ij = exp((g_j − C_ij)/ε) / Σ_k
+        exp((g_k − C_ik)/ε) (the row update of eq. 3 divided by a_i), so readouts such
+        as the CDF stay in [0, 1] whatever the residual marginal error, and inputs of
+        zero weight still get a well-defined row.
+        """
+        if self._row_plan is None:
+            r = self.result
+            logits = (r.g[:, None, :] - r.cost) / tf.cast(r.epsilon, r.cost.dtype)
+            self._row_plan = tf.nn.softmax(logits, axis=-1)
+        return self._row_plan
 
     def bcast_b(self):
         b = self.b
@@ -111,7 +135,7 @@ class _Transport:
     def cdf(self):
         """a⁻¹ ∘ (P b̄): `[batch, n]`."""
         cum_b = tf.cumsum(self.bcast_b(), axis=-1)
-        return tf.reduce_sum(self.plan * cum_b[:, None, :], axis=-1) / self.a
+        return tf.reduce_sum(self.row_plan * cum_b[:, None, :], axis=-1)
 
     def sorted_values(self):
         """b⁻¹ ∘ (Pᵀ x) in the units of x, in `direction` order: `[batch, m]`."""
@@ -121,10 +145,8 @@ class _Transport:
     def push(self, f):
         """a⁻¹ ∘ (P f) for f `[m]` or `[batch, m]`: `[batch, n]`."""
         f = tf.cast(f, self.dtype)
-        if f.shape.rank == 1:
-            return tf.linalg.matvec(self.plan, f[None, :] + tf.zeros_like(self.plan[:, 0, :])) \
-                / self.a
-        return tf.linalg.matvec(self.plan, f) / self.a
+        f = f[None, :] if f.shape.rank == 1 else f
+        return tf.reduce_sum(self.row_plan * f[:, None, :], axis=-1)
 
     def output(self, y2d, keep_axis=True):
         return _shapes.from_batch(y2d, self.view, keep_axis=keep_axis)
@@ -493,7 +515,7 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
     t = _Transport(x, targets=(2, tw),
                    **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
                          check_numerics, solver_options, axis, direction))
-    mask = t.plan[:, :, 0] / t.a
+    mask = t.row_plan[:, :, 0]
     return _finish(t.output(mask), t, return_info)
 
 

@@ -20,8 +20,15 @@ Speed-ups, each switchable and measured in `scripts/bench_sinkhorn.py`:
   c(x*, y_j), where x* is the input straddling the boundary between target bins j
   and j + 1);
 - ε annealing (`epsilon_start`, `epsilon_decay`): ε_t = max(ε, ε_start · decay^t);
-- the marginal error is read every `check_every` iterations, for free, from the
-  potential update that the next iteration needs anyway.
+- single-pass updates: each half-step is one pass of exp over the n×m kernel (the
+  log-sum-exp is shifted by the potential it replaces, see `_half_step`), with
+  −C/ε computed once, instead of the two passes (max, then exp) of a stabilised
+  log-sum-exp; the sums of the f update are the row marginal, so the error check is
+  free and `check_every` (iterations between two checks, default 1) only decides how
+  many iterations run between stopping decisions.
+
+`scripts/bench_sinkhorn.py` measures each device (docs/benchmarks.md): at B = 32,
+n = 300, ε = 1e-2 the warm start cuts the iterations from about 95 to 12.
 
 Rows of the batch stop independently: once a row's L1 marginal error is below
 `threshold` its potentials are frozen, so its result does not depend on the rest of
@@ -53,6 +60,7 @@ import tensorflow as tf
 from softsort_tf import _checks
 
 IMPLICIT_SOLVERS = ("auto", "cg", "dense")
+EXACT_MARGINALS = ("target", "input")
 # Below this number of targets the dense Cholesky solve is faster than CG.
 DENSE_SOLVE_MAX_TARGETS = 64
 
@@ -136,78 +144,126 @@ def exact_target_potential(x, a, y, b, power: float):
     return g - tf.reduce_mean(g, axis=-1, keepdims=True)
 
 
-def _f_update(cost, g, log_a, eps):
-    return eps * log_a - eps * tf.reduce_logsumexp((g[:, None, :] - cost) / eps, axis=2)
+def _tiny(dtype):
+    """Smallest marginal sum trusted by the single-pass log-sum-exp (far above denormals)."""
+    return tf.constant(1e-30 if dtype == tf.float32 else 1e-290, dtype)
 
 
-def _g_update(cost, f, log_b, eps):
-    return eps * log_b - eps * tf.reduce_logsumexp((f[:, :, None] - cost) / eps, axis=1)
+def _half_step(log_kernel, u, v, log_w, axis: int, active):
+    """One Sinkhorn half-step in scaled potentials (u = f/ε, v = g/ε), in one pass.
+
+    `axis=2` replaces u by log a − logsumexp_j(v_j + K_ij), `axis=1` replaces v by
+    log b − logsumexp_i(u_i + K_ij), with K = −C/ε. The log-sum-exp is shifted by the
+    potential being replaced, so its summands are the entries of the current plan
+    P_ij = exp(u_i + v_j + K_ij). That plan has the *other* marginal exact (it was
+    just updated), so every entry is at most 1 and the sum cannot overflow: one pass
+    of exp instead of the max pass and the exp pass of a stabilised log-sum-exp. The
+    sums are the current plan's marginal along `axis`, which gives the marginal error
+    for free. Only where a sum underflows (< 1e-30, e.g. an outlier far from every
+    target at a cold start) or is NaN, and only for `active` rows, the stabilised
+    log-sum-exp is recomputed (a `tf.cond`, so it costs nothing when not needed).
+
+    Returns:
+      (new potential, marginal sums of the current plan along `axis`).
+    """
+    old = u if axis == 2 else v
+    sums = tf.reduce_sum(tf.exp(u[:, :, None] + v[:, None, :] + log_kernel), axis=axis)
+    tiny = _tiny(sums.dtype)
+    trusted = sums > tiny  # False for NaN too
+    fast = log_w - tf.math.log(tf.where(trusted, sums, tf.ones_like(sums))) + old
+    redo = tf.logical_and(tf.logical_not(trusted), active[:, None])
+
+    def stabilised():
+        other = v[:, None, :] if axis == 2 else u[:, :, None]
+        full = log_w - tf.reduce_logsumexp(other + log_kernel, axis=axis)
+        return tf.where(redo, full, fast)
+
+    new = tf.cond(tf.reduce_any(redo), stabilised, lambda: fast)
+    return new, sums
 
 
 def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_decay, threshold,
-              max_iterations, check_every):
-    """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error)."""
+              max_iterations, check_every, exact_marginal="target"):
+    """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error).
+
+    One iteration updates g (columns exact), then f (rows exact). The loop works with
+    scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C/ε computed once;
+    under annealing the kernel is used as K·ε/ε_t and u, v are rescaled by ε_{t−1}/ε_t
+    when ε changes (this keeps the single-pass log-sum-exp overflow-free, see
+    `_half_step`). The error of iteration t is Σ_i |(P1)_i − a_i| for the plan after its
+    g update, read off the sums of its f update, so checking it costs no extra pass.
+    """
     dtype = cost.dtype
     a = tf.exp(log_a)
     batch = tf.shape(cost)[0]
-    eps_final = tf.constant(epsilon, dtype)
     num_blocks = -(-max_iterations // check_every)
+    annealing = epsilon_start is not None and epsilon_start > epsilon
+    eps_final = tf.constant(epsilon, dtype)
+    log_kernel = -cost / eps_final
 
     def eps_at(it):
-        if epsilon_start is None or epsilon_start <= epsilon:
+        if not annealing:
             return eps_final
         e = tf.constant(epsilon_start, dtype) * tf.pow(tf.constant(epsilon_decay, dtype),
                                                        tf.cast(it, dtype))
         return tf.maximum(eps_final, e)
 
+    def kernel_at(it):  # K · ε/ε_t
+        return log_kernel * (eps_final / eps_at(it)) if annealing else log_kernel
+
     def annealed_until(it):
-        if epsilon_start is None or epsilon_start <= epsilon:
+        if not annealing:
             return tf.constant(True)
         return eps_at(it) <= eps_final
 
-    f_next0 = _f_update(cost, g_init, log_a, eps_at(0))
+    all_rows = tf.ones([batch], tf.bool)
+    v0 = g_init / eps_at(0)
+    u0 = log_a - tf.reduce_logsumexp(v0[:, None, :] + kernel_at(0), axis=2)
 
-    def cond(it, f, g, f_next, n_it, err, done):
-        del f, g, f_next, n_it, err
+    def cond(it, u_prev, u, v, n_it, err, done):
+        del it, u_prev, u, v, n_it, err
         return tf.logical_not(tf.reduce_all(done))
 
-    def body(it, f, g, f_next, n_it, err, done):
-        f_c = f_next
-        g_c = g
+    def body(it, u_prev, u, v, n_it, err, done):
+        active = tf.logical_not(done)
+        u_c, v_c, sums = u, v, None
         for k in range(check_every):
-            eps_k = eps_at(it + k)
-            if k > 0:
-                f_c = _f_update(cost, g_c, log_a, eps_k)
-            g_c = _g_update(cost, f_c, log_b, eps_k)
+            if annealing:  # rescale from ε_{t−1} to ε_t (no-op once annealed)
+                ratio = eps_at(tf.maximum(it + k - 1, 0)) / eps_at(it + k)
+                u_c, v_c = u_c * ratio, v_c * ratio
+            kernel = kernel_at(it + k)
+            v_c, _ = _half_step(kernel, u_c, v_c, log_b, 1, active)
+            u_prev_c = u_c
+            u_c, sums = _half_step(kernel, u_c, v_c, log_a, 2, active)
         it_new = it + check_every
-        eps_n = eps_at(it_new)
-        f_next_c = _f_update(cost, g_c, log_a, eps_n)
-        # Row sums of the plan (f_c, g_c) are a_i exp((f_c − f_next_c)/ε).
-        err_c = tf.reduce_sum(a * tf.abs(tf.math.expm1((f_c - f_next_c) / eps_n)), axis=-1)
-        at_target = annealed_until(it + check_every - 1)
+        err_c = tf.reduce_sum(tf.abs(sums - a), axis=-1)
+        at_target = annealed_until(it_new - 1)
         newly = tf.logical_and(at_target,
                                tf.logical_or(err_c < threshold,
                                              tf.logical_not(tf.math.is_finite(err_c))))
         keep = done[:, None]
-        f = tf.where(keep, f, f_c)
-        g = tf.where(keep, g, g_c)
-        f_next = tf.where(keep, f_next, f_next_c)
+        u_prev = tf.where(keep, u_prev, u_prev_c)
+        u = tf.where(keep, u, u_c)
+        v = tf.where(keep, v, v_c)
         n_it = tf.where(done, n_it, tf.fill(tf.shape(n_it), it_new))
         err = tf.where(done, err, err_c)
         done = tf.logical_or(done, newly)
-        return it_new, f, g, f_next, n_it, err, done
+        return it_new, u_prev, u, v, n_it, err, done
 
     init = (
         tf.constant(0, tf.int32),
-        f_next0,
-        g_init,
-        f_next0,
+        u0,
+        u0,
+        v0,
         tf.zeros([batch], tf.int32),
         tf.fill([batch], tf.constant(math.inf, dtype)),
-        tf.zeros([batch], tf.bool),
+        tf.logical_not(all_rows),
     )
-    _, f, g, _, n_it, err, _ = tf.while_loop(cond, body, init, maximum_iterations=num_blocks)
-    return f, g, n_it, err
+    it, u_prev, u, v, n_it, err, _ = tf.while_loop(cond, body, init,
+                                                   maximum_iterations=num_blocks)
+    eps_last = eps_at(tf.maximum(it - 1, 0))
+    f = (u if exact_marginal == "input" else u_prev) * eps_last
+    return f, v * eps_last, n_it, err
 
 
 def _conjugate_gradient(apply_op, rhs, max_iterations: int, tol: float):
@@ -259,7 +315,6 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     tiny = tf.constant(1e-30 if cost.dtype == tf.float32 else 1e-300, cost.dtype)
     r = tf.maximum(r, tiny)
     c = tf.maximum(c, tiny)
-    sqrt_r = tf.sqrt(r)
     sqrt_c = tf.sqrt(c)
     rhs = eps * (dg - tf.linalg.matvec(plan, df / r, transpose_a=True))
     rhs_hat = rhs / sqrt_c
@@ -288,12 +343,13 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
         w_hat = tf.cast(tf.linalg.cholesky_solve(tf.linalg.cholesky(system), rhs64)[..., 0],
                         cost.dtype)
     else:
-        scaled = plan / sqrt_r[:, :, None] / sqrt_c[:, None, :]  # M
+        inv_sqrt_c = 1.0 / sqrt_c
+        inv_r = 1.0 / r
 
-        def apply_op(v):
-            mv = tf.linalg.matvec(scaled, v)
-            return v - tf.linalg.matvec(scaled, mv, transpose_a=True) + q * tf.reduce_sum(
-                q * v, axis=-1, keepdims=True)
+        def apply_op(v):  # (I − MᵀM + qqᵀ) v, with M = D_r^{-1/2} P D_c^{-1/2} never formed
+            pv = tf.linalg.matvec(plan, v * inv_sqrt_c) * inv_r
+            mtmv = tf.linalg.matvec(plan, pv, transpose_a=True) * inv_sqrt_c
+            return v - mtmv + q * tf.reduce_sum(q * v, axis=-1, keepdims=True)
 
         if cg_tolerance is None:
             cg_tolerance = 1e-6 if cost.dtype == tf.float32 else 1e-12
@@ -302,6 +358,18 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     w_f = (eps * df - tf.linalg.matvec(plan, w_g)) / r
     d_cost = plan * (w_f[:, :, None] + w_g[:, None, :]) / eps
     return d_cost, w_f, w_g
+
+
+# In eager mode the loops above would run op by op from Python (milliseconds per
+# iteration); these graph versions run them as one call. Inside `tf.function` or XLA
+# the plain functions are used and inlined. Shapes and Python arguments are part of
+# the trace key (static shapes select, e.g., the dense or CG backward solve).
+_run_loop_graph = tf.function(_run_loop)
+_implicit_vjp_graph = tf.function(implicit_vjp)
+
+
+def _eager_or_graph(fn, graph_fn):
+    return graph_fn if tf.executing_eagerly() else fn
 
 
 def solve(
@@ -315,12 +383,13 @@ def solve(
     threshold: float = 1e-3,
     max_iterations: int = 1000,
     implicit: bool = True,
-    warm_start: bool = True,
+    warm_start: bool | None = None,
     epsilon_start: float | None = None,
     epsilon_decay: float = 0.9,
-    check_every: int = 5,
+    check_every: int = 1,
     implicit_solver: str = "auto",
     implicit_max_iterations: int = 200,
+    exact_marginal: str = "target",
 ) -> SinkhornResult:
     """Solves a batch of entropic OT problems from x `[B, n]` onto sorted y.
 
@@ -336,11 +405,22 @@ def solve(
         `check_every`).
       implicit: implicit differentiation (True) or backpropagation through the loop.
       warm_start: start from the exact 1-D dual potential (see module docstring).
+        Default: on with implicit gradients, off with `implicit=False`: the warm start
+        is a constant for autodiff, so the unrolled gradient through the few
+        iterations it leaves would not approach the true one.
       epsilon_start: if set above ε, anneal ε_t = max(ε, ε_start · decay^t).
       epsilon_decay: decay factor of the annealing, in (0, 1).
-      check_every: iterations between two reads of the marginal error.
+      check_every: iterations between two stopping decisions (the error read itself is
+        free; larger values only overshoot the threshold by up to check_every − 1
+        iterations).
       implicit_solver: 'auto' (dense Cholesky for m <= 64, else CG), 'cg' or 'dense'.
       implicit_max_iterations: bound on CG iterations in the backward pass.
+      exact_marginal: which marginal of the returned plan is exact. 'target' (default):
+        Pᵀ1 = b, and `error` is the L1 error of P1; the right choice for read-outs
+        through Pᵀ (sorts, quantiles). 'input': P1 = a (the plan after one more f
+        update, at no extra cost), and the L1 error of Pᵀ1 is at most `error`; the
+        right choice for read-outs through a⁻¹ P (ranks, CDFs), which are then exact
+        convex combinations of the targets.
 
     Returns:
       A `SinkhornResult`.
@@ -355,6 +435,9 @@ def solve(
     if epsilon_start is not None:
         _checks.check_positive("epsilon_start", epsilon_start)
         _checks.check_in_open_interval("epsilon_decay", epsilon_decay, 0.0, 1.0)
+    if exact_marginal not in EXACT_MARGINALS:
+        raise ValueError(f"`exact_marginal` must be one of {EXACT_MARGINALS}, "
+                         f"got {exact_marginal!r}.")
     if implicit_solver not in IMPLICIT_SOLVERS:
         raise ValueError(f"`implicit_solver` must be one of {IMPLICIT_SOLVERS}, "
                          f"got {implicit_solver!r}.")
@@ -382,20 +465,21 @@ def solve(
     cost = cost_matrix(x, y, power)
     loop_kwargs = dict(epsilon=epsilon, epsilon_start=epsilon_start, epsilon_decay=epsilon_decay,
                        threshold=threshold, max_iterations=max_iterations,
-                       check_every=check_every)
+                       check_every=check_every, exact_marginal=exact_marginal)
 
     def init_g(x_, a_, b_):
-        if warm_start:
+        if warm_start if warm_start is not None else implicit:
             return tf.stop_gradient(exact_target_potential(x_, a_, y, b_, power))
         return tf.zeros_like(b_)
 
+    run_loop = _eager_or_graph(_run_loop, _run_loop_graph)
     if not implicit:
-        f, g, n_it, err = _run_loop(cost, tf.math.log(a), tf.math.log(b), init_g(x, a, b),
+        f, g, n_it, err = run_loop(cost, tf.math.log(a), tf.math.log(b), init_g(x, a, b),
                                     **loop_kwargs)
         return SinkhornResult(f, g, cost, epsilon, n_it, err)
 
     cost_s, a_s, b_s = tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b)
-    f0, g0, n_it, err = _run_loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
+    f0, g0, n_it, err = run_loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
                                   init_g(tf.stop_gradient(x), a_s, b_s), **loop_kwargs)
 
     @tf.custom_gradient
@@ -405,8 +489,9 @@ def solve(
                 df = tf.zeros_like(f0)
             if dg is None:
                 dg = tf.zeros_like(g0)
-            return implicit_vjp(cost_, f0, g0, epsilon, df, dg, solver=implicit_solver,
-                                cg_max_iterations=implicit_max_iterations)
+            vjp = _eager_or_graph(implicit_vjp, _implicit_vjp_graph)
+            return vjp(cost_, f0, g0, epsilon, df, dg, solver=implicit_solver,
+                       cg_max_iterations=implicit_max_iterations)
 
         return (tf.identity(f0), tf.identity(g0)), grad
 

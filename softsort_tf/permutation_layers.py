@@ -1,0 +1,218 @@
+"""Keras layers over the relaxed permutation matrices of `softsort_tf.permutation_ops`.
+
+`SoftSort`, `NeuralSort` and `SinkhornPermutation` share one base class: each layer
+validates its arguments at construction and calls `permutation_ops` in `call`.
+Scores are sorted along the last axis, in `direction` order ('DESCENDING' by
+default); the layer returns, by `output_mode`:
+
+- 'matrix' (default): P̂ `[batch, n, n]` (feed it to `PermutationCrossEntropy`);
+- 'sorted': soft-sorted values P̂ @ x `[batch, n]`, of the scores themselves, or of
+  `values` when called on `[scores, values]`;
+- 'ranks': soft ranks P̂ᵀ @ (1..n) `[batch, n]` (rank 1 = first in `direction`).
+
+Stochastic mode (`stochastic=True`): the scores are read as log-scores and perturbed
+with Gumbel noise (reparameterised Plackett–Luce, see `permutation_ops`) when
+`training=True`, or always with `sample_at_inference=True`; otherwise the layer is
+deterministic. Fresh noise is drawn at every call from a
+`keras.random.SeedGenerator(seed)` whose state is saved with the model. With
+`num_samples=S` a sample axis is inserted before the matrix axes (`[batch, S, n, n]`
+or `[batch, S, n]`); it has size 1 when no noise is drawn. With the default
+`num_samples=None` one sample is drawn and no axis is added.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from softsort_tf import _checks, permutation_ops, sinkhorn_ops
+from softsort_tf.squash import check_squash
+
+_PACKAGE = "softsort_tf"
+OUTPUT_MODES = ("matrix", "sorted", "ranks")
+
+
+class _PermutationLayer(keras.layers.Layer):
+    """Common arguments, call and config of the permutation layers.
+
+    Args:
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      hard: straight-through estimator: exact permutation forward, relaxed gradient.
+      output_mode: 'matrix' (default), 'sorted' or 'ranks' (see the module docstring).
+      stochastic: perturb the scores with Gumbel noise when training.
+      num_samples: None (default: one sample, no sample axis) or the number S of
+        Gumbel samples, returned along a new axis.
+      sample_at_inference: also draw noise when `training` is False.
+      seed: int seed of the layer's `keras.random.SeedGenerator` (None: random).
+      **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+    """
+
+    method: str = ""
+
+    def __init__(self, direction: str = "DESCENDING", hard: bool = False,
+                 output_mode: str = "matrix", stochastic: bool = False,
+                 num_samples: int | None = None, sample_at_inference: bool = False,
+                 seed: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.direction = _checks.check_direction(direction)
+        self.hard = permutation_ops._check_hard(hard)
+        if output_mode not in OUTPUT_MODES:
+            raise ValueError(
+                f"`output_mode` must be one of {OUTPUT_MODES}, got {output_mode!r}.")
+        self.output_mode = output_mode
+        self.stochastic = bool(stochastic)
+        self.num_samples = (None if num_samples is None
+                            else _checks.check_positive_int("num_samples", num_samples))
+        if self.num_samples is not None and not self.stochastic:
+            raise ValueError("`num_samples` needs `stochastic=True`.")
+        self.sample_at_inference = bool(sample_at_inference)
+        if seed is not None:
+            seed = _checks.check_positive_int("seed", seed, minimum=0)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.stochastic else None
+
+    def _op_kwargs(self) -> dict:
+        """The operator's own arguments (tau, epsilon, ...)."""
+        raise NotImplementedError
+
+    def _permutation(self, scores, training):
+        kwargs = dict(direction=self.direction, hard=self.hard, **self._op_kwargs())
+        if self.stochastic and (training or self.sample_at_inference):
+            perm = permutation_ops.stochastic_permutation_matrix(
+                scores, self.num_samples or 1, self.seed_generator.next(), self.method,
+                **kwargs)
+            return perm if self.num_samples is not None else perm[..., 0, :, :]
+        perm = permutation_ops.permutation_matrix(scores, self.method, **kwargs)
+        return perm[..., None, :, :] if self.num_samples is not None else perm
+
+    def call(self, inputs, training=None):
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != 2 or self.output_mode != "sorted":
+                raise ValueError("A list input must be [scores, values], with "
+                                 "output_mode='sorted'.")
+            scores, values = inputs
+        else:
+            scores = values = inputs
+        perm = self._permutation(scores, training)
+        if self.output_mode == "sorted":
+            return permutation_ops.permute_values(perm, values)
+        if self.output_mode == "ranks":
+            return permutation_ops.ranks_from_permutation(perm)
+        return perm
+
+    def compute_output_shape(self, input_shape):
+        if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0],
+                                                                        (list, tuple)):
+            input_shape = input_shape[0]
+        shape = tuple(input_shape)
+        lead, n = shape[:-1], shape[-1]
+        if self.num_samples is not None:
+            lead = lead + (None,)
+        return lead + (n, n) if self.output_mode == "matrix" else lead + (n,)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(direction=self.direction, hard=self.hard, output_mode=self.output_mode,
+                      stochastic=self.stochastic, num_samples=self.num_samples,
+                      sample_at_inference=self.sample_at_inference, seed=self.seed,
+                      **self._op_kwargs())
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftSort(_PermutationLayer):
+    """SoftSort relaxed permutation (Prillo & Eisenschlos, 2020); see `soft_sort_matrix`.
+
+    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
+    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
+
+    Args:
+      tau: temperature τ > 0 (default 1.0), in the units of the scores.
+      power: exponent p > 0 of |s_[i] − s_j|^p (default 1).
+      **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
+        `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
+
+    Example:
+    >>> layer = SoftSort(tau=0.1, output_mode="sorted")
+    >>> np.round(layer(np.array([[0.3, 2.0, 1.0]])).numpy(), 2)
+    array([[2. , 1. , 0.3]], dtype=float32)
+    """
+
+    method = "softsort"
+
+    def __init__(self, tau: float = permutation_ops.DEFAULT_TAU,
+                 power: float = permutation_ops.DEFAULT_POWER, **kwargs):
+        super().__init__(**kwargs)
+        self.tau = _checks.check_positive("tau", tau)
+        self.power = _checks.check_positive("power", power)
+
+    def _op_kwargs(self):
+        return dict(tau=self.tau, power=self.power)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class NeuralSort(_PermutationLayer):
+    """NeuralSort relaxed permutation (Grover et al., 2019); see `neural_sort_matrix`.
+
+    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
+    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
+
+    Args:
+      tau: temperature τ > 0 (default 1.0), in the units of the scores.
+      **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
+        `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
+
+    Example:
+    >>> layer = NeuralSort(tau=0.1, output_mode="ranks")
+    >>> np.round(layer(np.array([[0.3, 2.0, 1.0]])).numpy(), 2)
+    array([[3., 1., 2.]], dtype=float32)
+    """
+
+    method = "neuralsort"
+
+    def __init__(self, tau: float = permutation_ops.DEFAULT_TAU, **kwargs):
+        super().__init__(**kwargs)
+        self.tau = _checks.check_positive("tau", tau)
+
+    def _op_kwargs(self):
+        return dict(tau=self.tau)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinkhornPermutation(_PermutationLayer):
+    """Doubly-stochastic Sinkhorn relaxed permutation; see `sinkhorn_permutation_matrix`.
+
+    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
+    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks. The Sinkhorn arguments
+    keep the defaults and meaning of `softsort_tf.sinkhorn_ops` (ε = 1e-2, p = 2,
+    threshold 1e-3, 1000 iterations, implicit gradients, logistic squashing).
+
+    Args:
+      epsilon: entropic regularisation ε > 0.
+      power: exponent p of the transport cost.
+      threshold: L1 marginal error at which the Sinkhorn loop stops.
+      max_iterations: bound on Sinkhorn iterations.
+      implicit: implicit differentiation (default) or unrolled backpropagation.
+      squash: 'logistic', 'atan' or None.
+      **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
+        `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
+    """
+
+    method = "sinkhorn"
+
+    def __init__(self, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
+                 power: float = sinkhorn_ops.DEFAULT_POWER,
+                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                 implicit: bool = True, squash: str | None = "logistic", **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = _checks.check_positive("epsilon", epsilon)
+        self.power = _checks.check_positive("power", power)
+        self.threshold = _checks.check_positive("threshold", threshold)
+        self.max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
+        self.implicit = bool(implicit)
+        self.squash = check_squash(squash)
+
+    def _op_kwargs(self):
+        return dict(epsilon=self.epsilon, power=self.power, threshold=self.threshold,
+                    max_iterations=self.max_iterations, implicit=self.implicit,
+                    squash=self.squash)

@@ -1,0 +1,674 @@
+"""Relaxed permutation matrices: SoftSort, NeuralSort and the Sinkhorn plan.
+
+All three operators map scores s ∈ Rⁿ to an n × n matrix P̂ whose row i is a
+distribution over the inputs that may occupy position i of the sort, in
+`direction` order ('DESCENDING' by default, as in both papers). So
+
+    P̂ @ x          soft-sorts any values x by the scores  (`permute_values`),
+    P̂ᵀ @ (1..n)    gives soft ranks of the scores           (`ranks_from_permutation`),
+
+and the row-wise argmax of P̂ is the sorting permutation. The operators:
+
+- SoftSort (Prillo & Eisenschlos, 2020, eq. 4): row i of P̂ is
+  softmax_j(−|s_[i] − s_j|^p / τ), where s_[i] is the i-th score in `direction` order.
+- NeuralSort (Grover et al., 2019, eq. 3 of the SoftSort paper): row i of P̂ is
+  softmax(((n + 1 − 2i)·s − A_s·1) / τ) with A_s[i, j] = |s_i − s_j|. A_s·1 is
+  computed as a vector, so time and memory are O(n²) (never the O(n³) product
+  A_s·(1·1ᵀ) of the original code, SoftSort paper App. A.4.5).
+- Sinkhorn (Cuturi et al., 2019): `softsort_tf.sinkhorn_permutation_matrix`, the
+  n × n transport plan scaled to a doubly-stochastic matrix with the same
+  orientation. `permutation_matrix(method='sinkhorn', ...)` adds `hard=` and the
+  stochastic variant to it.
+
+SoftSort and NeuralSort are unimodal row-stochastic (URS): non-negative, rows sum
+to 1, and the row-wise argmax is the argsort; columns do not sum to 1. Both tend to
+the exact permutation matrix as τ → 0.
+
+The temperature τ (default 1.0) is in the units of the scores: SoftSort rows are
+sharp when neighbouring sorted scores differ by much more than τ (for p = 1),
+NeuralSort rows when they differ by much more than τ / 2 — so rescale τ with the
+scale of your scores (the SoftSort paper uses τ ∈ [128, 4096] on raw CNN scores,
+and τ ≈ 0.03 for scores in [0, 1] with n up to 4000).
+
+Straight-through (`hard=True`): the forward value is the exact permutation matrix
+(one-hot rows of `tf.argsort(scores, direction)`, stable), the backward pass uses
+the gradient of the relaxed matrix.
+
+Stochastic variants (reparameterised Plackett–Luce, Grover et al. §4.1): the scores
+are read as log-scores, perturbed with i.i.d. standard Gumbel noise,
+s̃ = s + g, g = −log(−log u), u ~ U(0, 1), and the operator is applied to s̃. Sorting
+s̃ exactly draws a permutation from the Plackett–Luce distribution with weights
+exp(s); the relaxation makes it differentiable. `num_samples` samples are drawn
+along a new axis inserted before the last one, with a stateless counter-based
+generator (`stateless_uniform`) seeded by `seed`: an int or an int32/int64 tensor of
+shape [2]. The same seed gives bit-identical samples in eager mode, under
+`tf.function` and with XLA; pass a different seed per step (e.g. from a
+`keras.random.SeedGenerator`, as the layers do) to draw fresh noise.
+
+Shapes: scores `[..., n]` (any number of leading batch dims, sorted along the last
+axis); P̂ `[..., n, n]`; stochastic P̂ `[..., num_samples, n, n]`. float16/bfloat16
+scores are computed in float32 and the result is returned in the input dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks, _shapes
+from softsort_tf.sinkhorn_ops import sinkhorn_permutation_matrix
+from softsort_tf.sinkhorn_solver import pair_cost
+
+DEFAULT_TAU = 1.0
+DEFAULT_POWER = 1.0
+METHODS = ("softsort", "neuralsort", "sinkhorn")
+
+# The operators have no tensor-dependent Python control flow: inside `tf.function`,
+# skipping AutoGraph's source conversion saves seconds of tracing.
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
+# ---------------------------------------------------------------------------------
+# Shared plumbing.
+# ---------------------------------------------------------------------------------
+def _check_hard(hard) -> bool:
+    if not isinstance(hard, (bool, np.bool_)):
+        raise ValueError(f"`hard` must be a bool, got {hard!r}.")
+    return bool(hard)
+
+
+def _to_matrix_output(perm2d, view: _shapes.BatchView):
+    """`[batch, n, n]` → `[..., n, n]` in the input dtype."""
+    n = view.n
+    out = tf.reshape(perm2d, tf.concat([view.moved_shape[:-1], [n, n]], axis=0))
+    out.set_shape(view.static_moved_shape[:-1].concatenate([n, n]))
+    if view.input_dtype.is_floating:
+        out = tf.cast(out, view.input_dtype)
+    return out
+
+
+def _descending_scores(s2d, direction: str):
+    """Scores whose DESCENDING order is the `direction` order of `s2d`."""
+    return -s2d if direction == "ASCENDING" else s2d
+
+
+def _exact_permutation_2d(s2d, direction: str):
+    """`[batch, n, n]` one-hot rows of the stable argsort of `s2d` in `direction` order."""
+    order = tf.argsort(s2d, axis=-1, direction=direction, stable=True)
+    return tf.one_hot(order, s2d.shape[-1], dtype=s2d.dtype)
+
+
+@_not_converted
+def straight_through(hard, soft):
+    """Straight-through estimator: the value of `hard`, the gradient of `soft`.
+
+    Computed as `hard + (soft − stop_gradient(soft))`: the bracket is exactly zero,
+    so the forward value is bit-for-bit `hard` (an exact permutation matrix stays
+    exact), and the gradient w.r.t. `soft` is the identity.
+
+    Args:
+      hard: the forward value, e.g. `hard_permutation_matrix(scores)` `[..., n, n]`.
+      soft: a differentiable tensor of the same shape, e.g. a relaxed P̂.
+
+    Returns:
+      A tensor equal to `hard` whose gradient flows into `soft`.
+
+    Example:
+    >>> s = tf.constant([[0.3, 2.0, 1.0]])
+    >>> P = straight_through(hard_permutation_matrix(s), soft_sort_matrix(s))
+    >>> P.numpy()[0]
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    soft = tf.convert_to_tensor(soft)
+    hard = tf.cast(hard, soft.dtype)
+    return hard + (soft - tf.stop_gradient(soft))
+
+
+@_not_converted
+def hard_permutation_matrix(scores, direction: str = "DESCENDING"):
+    """The exact sorting permutation matrix of `scores` (no gradient).
+
+    Row i is the one-hot vector of the index of the i-th score in `direction` order
+    (a stable sort: ties keep their input order), so `P @ scores` is
+    `tf.sort(scores, direction=direction)`.
+
+    Args:
+      scores: `[..., n]` real tensor.
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+
+    Returns:
+      `[..., n, n]` 0/1 matrix in the dtype of `scores` (float32 for integers).
+
+    Example:
+    >>> hard_permutation_matrix([[0.3, 2.0, 1.0]]).numpy()[0]
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    direction = _checks.check_direction(direction)
+    s2d, view = _shapes.to_batch(scores, -1, "scores")
+    return _to_matrix_output(_exact_permutation_2d(tf.stop_gradient(s2d), direction), view)
+
+
+def _relaxed(scores, core, direction: str, hard: bool):
+    """Flattens `scores`, applies `core` (a DESCENDING `[batch, n]` → `[batch, n, n]`
+    relaxation) in the `direction` order, adds straight-through and restores shapes."""
+    direction = _checks.check_direction(direction)
+    hard = _check_hard(hard)
+    s2d, view = _shapes.to_batch(scores, -1, "scores")
+    perm = core(_descending_scores(s2d, direction))
+    if hard:
+        perm = straight_through(_exact_permutation_2d(tf.stop_gradient(s2d), direction), perm)
+    return _to_matrix_output(perm, view)
+
+
+# ---------------------------------------------------------------------------------
+# The deterministic operators.
+# ---------------------------------------------------------------------------------
+def _in_xla_context() -> bool:
+    """Whether the op is being traced for XLA (`jit_compile=True`), to pick the faster
+    of two equivalent formulations; False if TensorFlow cannot tell."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+        return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+    except (ImportError, AttributeError):  # pragma: no cover - private API moved
+        return False
+
+
+def _soft_sort_rows(top, s, power: float):
+    """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p) for `[batch, n]` `top` and `s`.
+
+    The gradient is written by hand. Autodiff would take the sign of
+    top_i − s_j from a recomputed difference; under XLA the diagonal entry
+    (top_i and s_j the same score, difference exactly 0 in the forward pass) can be
+    recomputed with a fused multiply-add upstream as ±1 ulp, with opposite signs in
+    the two reductions, which corrupts the gradient. Here the sign comes from an exact
+    comparison, and the diagonal pairs, whose difference is identically zero, get
+    the same sign (or slope 0) on both paths so that they cancel.
+    """
+    xla = _in_xla_context()
+
+    @tf.custom_gradient
+    def rows(top, s):
+        t, u = top[:, :, None], s[:, None, :]
+        if power == 2.0:
+            cost = tf.math.squared_difference(t, u)
+        else:
+            cost = pair_cost(t, u, power)
+        if xla:
+            # Row i contains s_[i] itself (`top` holds copies of the entries of `s`), so
+            # its largest logit is 0: exp needs no max-shift (no overflow, and the row
+            # sum is >= 1). XLA fuses this into fewer passes than a softmax.
+            weights = tf.exp(-cost)
+            perm = weights / tf.reduce_sum(weights, axis=-1, keepdims=True)
+        else:
+            perm = tf.nn.softmax(-cost, axis=-1)
+
+        def grad(upstream):
+            # ∂L/∂logits of a row-wise softmax; its rows sum to 0.
+            h = perm * (upstream - tf.reduce_sum(upstream * perm, axis=-1, keepdims=True))
+            if power == 1.0:
+                # logits = −|d|, d = t_i − s_j: ∂L/∂d = −σ h with σ = sign(d) read as
+                # 1 − 2·[t_i < s_j] (+1 on ties), so Σ_j σ h = −2 Σ_j [t_i < s_j] h.
+                below = tf.where(t < u, h, tf.zeros([], h.dtype))
+                return (2.0 * tf.reduce_sum(below, axis=-1),
+                        tf.reduce_sum(h, axis=-2) - 2.0 * tf.reduce_sum(below, axis=-2))
+            d = t - u
+            if power == 2.0:
+                slope = 2.0 * d
+            else:
+                a = tf.abs(d)
+                valid = tf.logical_and(a > 0, tf.not_equal(t, u))
+                safe = tf.where(valid, a, tf.ones_like(a))
+                slope = tf.where(valid, power * tf.pow(safe, power - 1.0) * tf.sign(d),
+                                 tf.zeros_like(a))
+            d_grad = -h * slope  # ∂L/∂d = ∂L/∂logits · (−∂cost/∂d)
+            return tf.reduce_sum(d_grad, axis=-1), -tf.reduce_sum(d_grad, axis=-2)
+
+        return perm, grad
+
+    return rows(top, s)
+
+
+def _soft_sort_core(s, tau: float, power: float):
+    """SoftSort on `[batch, n]` scores, DESCENDING: softmax_j(−|s_[i] − s_j|^p / τ)."""
+    # |a − b|^p / τ = |a/τ^{1/p} − b/τ^{1/p}|^p: scaling the n scores instead of the
+    # n² distances saves one full pass over the matrix.
+    s = s * tf.constant(tau ** (-1.0 / power), s.dtype)
+    return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power)
+
+
+@_not_converted
+def soft_sort_matrix(scores, tau: float = DEFAULT_TAU, power: float = DEFAULT_POWER,
+                     direction: str = "DESCENDING", hard: bool = False):
+    """SoftSort relaxed permutation matrix (Prillo & Eisenschlos, 2020, eq. 4).
+
+    P̂[i, :] = softmax(−|s_[i] − s|^p / τ), with s_[i] the i-th score in `direction`
+    order: row i is a softmax over the inputs of their distance to the i-th sorted
+    score. Cost O(n log n) for the sort plus O(n²) time and memory for P̂.
+
+    Args:
+      scores: `[..., n]` real tensor; sorted along the last axis.
+      tau: temperature τ > 0 (default 1.0), in the units of the scores: rows are
+        nearly one-hot when neighbouring sorted scores differ by much more than
+        τ^{1/p}. As τ → 0, P̂ tends to the exact permutation matrix.
+      power: exponent p > 0 of the distance |s_[i] − s_j|^p (default 1, the absolute
+        value preferred in the paper; p = 2 is the squared distance).
+      direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
+      hard: straight-through: return the exact permutation matrix in the forward
+        pass and use the gradient of the relaxation in the backward pass.
+
+    Returns:
+      P̂ `[..., n, n]` in the dtype of `scores`: non-negative, rows sum to 1, and
+      `P̂ @ x` soft-sorts x.
+
+    Example:
+    >>> P = soft_sort_matrix([[1.0, 3.0, 2.0]], tau=0.1)
+    >>> np.round(P.numpy()[0], 3)
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    tau = _checks.check_positive("tau", tau)
+    power = _checks.check_positive("power", power)
+    return _relaxed(scores, lambda s: _soft_sort_core(s, tau, power), direction, hard)
+
+
+@tf.custom_gradient
+def _abs_row_sums(s):
+    """(A_s·1)_j = Σ_k |s_j − s_k| for `[batch, n]` scores, in O(n²) time and memory.
+
+    The gradient, ∂/∂s_m = g_m Σ_k σ_mk + Σ_j σ_mj g_j with σ_jk = sign(s_j − s_k),
+    takes σ from exact comparisons (see `_soft_sort_rows` for why not autodiff), and
+    needs two matrix-vector products, O(n²).
+    """
+    a_sum = tf.reduce_sum(tf.abs(s[:, :, None] - s[:, None, :]), axis=-1)
+
+    def grad(upstream):
+        greater = tf.cast(s[:, :, None] > s[:, None, :], s.dtype)  # σ = greater − greaterᵀ
+        sign_sums = tf.reduce_sum(greater, axis=-1) - tf.reduce_sum(greater, axis=-2)
+        return (upstream * sign_sums + tf.linalg.matvec(greater, upstream)
+                - tf.linalg.matvec(greater, upstream, transpose_a=True))
+
+    return a_sum, grad
+
+
+def _neural_sort_core(s, tau: float):
+    """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory."""
+    n = s.shape[-1]
+    s = s / tf.constant(tau, s.dtype)  # the logits are linear in s: scale the n scores once
+    a_sum = _abs_row_sums(s)  # A_s·1 as a [batch, n] vector
+    coeff = tf.cast(n + 1 - 2 * tf.range(1, n + 1), s.dtype)  # n + 1 − 2i, i = 1..n
+    logits = coeff[None, :, None] * s[:, None, :] - a_sum[:, None, :]
+    return tf.nn.softmax(logits, axis=-1)
+
+
+@_not_converted
+def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCENDING",
+                       hard: bool = False):
+    """NeuralSort relaxed permutation matrix (Grover et al., 2019).
+
+    P̂[i, :] = softmax(((n + 1 − 2i)·s − A_s·1) / τ), i = 1..n, with
+    A_s[j, k] = |s_j − s_k| (eq. 3 of the SoftSort paper). A_s·1 is a vector, so the
+    cost is O(n²) time and memory; no n × n × n tensor is ever built. 'ASCENDING'
+    applies the formula to −s.
+
+    Args:
+      scores: `[..., n]` real tensor; sorted along the last axis.
+      tau: temperature τ > 0 (default 1.0), in the units of the scores: entry
+        (i, j) of the logits changes by 2(s_[i] − s_j)/τ between neighbouring rows,
+        so rows are sharp when sorted neighbours differ by much more than τ / 2.
+        As τ → 0, P̂ tends to the exact permutation matrix.
+      direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
+      hard: straight-through (see `soft_sort_matrix`).
+
+    Returns:
+      P̂ `[..., n, n]` in the dtype of `scores`, unimodal row-stochastic.
+
+    Example:
+    >>> P = neural_sort_matrix([[1.0, 3.0, 2.0]], tau=0.1)
+    >>> np.round(P.numpy()[0], 3)
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    tau = _checks.check_positive("tau", tau)
+    return _relaxed(scores, lambda s: _neural_sort_core(s, tau), direction, hard)
+
+
+@_not_converted
+def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
+                       hard: bool = False, **kwargs):
+    """Any of the three relaxed permutation matrices, chosen by name.
+
+    Args:
+      scores: `[..., n]` real tensor.
+      method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`) or
+        'sinkhorn' (`softsort_tf.sinkhorn_permutation_matrix`).
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      hard: straight-through (see `soft_sort_matrix`); for 'sinkhorn' it adds the
+        straight-through estimator around the Sinkhorn plan.
+      **kwargs: the operator's own arguments: `tau`, `power` (SoftSort); `tau`
+        (NeuralSort); `epsilon`, `power`, `threshold`, `max_iterations`, `implicit`,
+        `squash`, ... (Sinkhorn, with the defaults of `softsort_tf.sinkhorn_ops`).
+
+    Returns:
+      P̂ `[..., n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = permutation_matrix([[1.0, 3.0, 2.0]], "sinkhorn", hard=True)
+    >>> P.numpy()[0]
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    if method == "softsort":
+        return soft_sort_matrix(scores, direction=direction, hard=hard, **kwargs)
+    if method == "neuralsort":
+        return neural_sort_matrix(scores, direction=direction, hard=hard, **kwargs)
+    if method == "sinkhorn":
+        hard = _check_hard(hard)
+        if "axis" in kwargs or "return_info" in kwargs:
+            raise ValueError("`axis` and `return_info` are not supported here: scores are "
+                             "sorted along their last axis; call "
+                             "`sinkhorn_permutation_matrix` directly for them.")
+        perm = sinkhorn_permutation_matrix(scores, direction=direction, **kwargs)
+        if hard:
+            perm = straight_through(hard_permutation_matrix(scores, direction), perm)
+        return perm
+    raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.")
+
+
+# ---------------------------------------------------------------------------------
+# Stochastic variants: reparameterised Plackett–Luce.
+# ---------------------------------------------------------------------------------
+def _as_seed(seed):
+    """An int or a shape-[2] integer tensor → an int64 seed of shape [2]."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return tf.constant([int(seed), 0], tf.int64)
+    if isinstance(seed, bool) or seed is None:
+        raise ValueError(f"`seed` must be an int or an integer tensor of shape [2], got {seed!r}.")
+    seed = tf.convert_to_tensor(seed)
+    if not seed.dtype.is_integer or (seed.shape.rank is not None
+                                     and seed.shape.as_list() not in ([2], [None])):
+        raise ValueError("`seed` must be an int or an integer tensor of shape [2], got "
+                         f"dtype {seed.dtype.name} and shape {seed.shape}.")
+    if seed.dtype not in (tf.int32, tf.int64):
+        seed = tf.cast(seed, tf.int64)
+    return seed
+
+
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+_MIX_MULTIPLIERS = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+_SEED_SALT = 0x632BE59BD9B4E019
+
+
+def _mix64(z):
+    """The splitmix64 finaliser on uint64 (multiplications wrap modulo 2⁶⁴)."""
+    for shift, multiplier in zip((30, 27), _MIX_MULTIPLIERS, strict=True):
+        z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(shift, tf.uint64)))
+        z = z * tf.constant(multiplier, tf.uint64)
+    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(31, tf.uint64)))
+
+
+@_not_converted
+def stateless_uniform(shape, seed, dtype=tf.float32):
+    """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
+
+    Element k (in row-major order) is splitmix64(k·γ + key) with γ the golden-ratio
+    increment and key = seed[0] ⊕ splitmix64(seed[1] + salt), its top 24 (float32) or
+    53 (float64) bits mapped to (m + 1/2)·2⁻ᵇ. Integer arithmetic only, so the samples
+    are bit-identical in eager mode, under `tf.function` and with XLA, on any device
+    (`tf.random.stateless_uniform` draws different streams on the CPU kernel and
+    under XLA).
+
+    Args:
+      shape: 1-D int tensor or list, the output shape.
+      seed: an int or an int32/int64 tensor of shape [2].
+      dtype: float32 (default) or float64 (float16/bfloat16 are drawn in float32).
+
+    Returns:
+      A tensor of `shape` with values in (2⁻ᵇ⁻¹, 1 − 2⁻ᵇ⁻¹).
+    """
+    seed = tf.bitcast(tf.cast(_as_seed(seed), tf.int64), tf.uint64)
+    dtype = _shapes.compute_dtype(dtype)
+    bits = 53 if dtype == tf.float64 else 24
+    key = tf.bitwise.bitwise_xor(seed[0], _mix64(seed[1] + tf.constant(_SEED_SALT, tf.uint64)))
+    shape = tf.cast(shape, tf.int64)
+    counter = tf.cast(tf.range(tf.reduce_prod(shape)), tf.uint64)
+    hashed = _mix64(counter * tf.constant(_GOLDEN_GAMMA, tf.uint64) + key)
+    top = tf.bitwise.right_shift(hashed, tf.constant(64 - bits, tf.uint64))
+    uniform = (tf.cast(top, dtype) + 0.5) * tf.constant(2.0 ** -bits, dtype)
+    return tf.reshape(uniform, shape)
+
+
+@_not_converted
+def gumbel_perturb(scores, num_samples: int, seed):
+    """Plackett–Luce samples of log-scores: s̃ = s + g, g i.i.d. standard Gumbel.
+
+    Sorting each row of s̃ draws a permutation from the Plackett–Luce distribution
+    with item weights exp(s) (Grover et al., 2019, §4.1); any relaxation applied to
+    s̃ makes the draw differentiable in s (the reparameterisation trick). The noise
+    g = −log(−log u) comes from `stateless_uniform`, so a given seed gives
+    bit-identical samples eagerly, under `tf.function` and with XLA.
+
+    Args:
+      scores: `[..., n]` real tensor of log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int, or an int32/int64 tensor of shape [2] (e.g. from
+        `keras.random.SeedGenerator.next()`).
+
+    Returns:
+      `[..., S, n]` perturbed scores, in the dtype of `scores` (noise drawn in float32
+      for float16/bfloat16 inputs).
+
+    Example:
+    >>> s = gumbel_perturb([[0.0, 1.0, 2.0]], num_samples=4, seed=0)
+    >>> s.shape
+    TensorShape([1, 4, 3])
+    """
+    num_samples = _checks.check_positive_int("num_samples", num_samples)
+    seed = _as_seed(seed)
+    scores = tf.convert_to_tensor(scores)
+    if scores.shape.rank is None or scores.shape.rank == 0:
+        raise ValueError("`scores` must have rank >= 1 (shape [..., n]).")
+    dtype = _shapes.compute_dtype(scores.dtype)
+    s = tf.cast(scores, dtype)[..., None, :]
+    shape = tf.concat([tf.shape(s)[:-2], [num_samples], tf.shape(s)[-1:]], axis=0)
+    gumbel = -tf.math.log(-tf.math.log(stateless_uniform(shape, seed, dtype)))
+    out = s + gumbel
+    return tf.cast(out, scores.dtype) if scores.dtype.is_floating else out
+
+
+@_not_converted
+def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = "softsort",
+                                  direction: str = "DESCENDING", hard: bool = False, **kwargs):
+    """A relaxed permutation matrix of Gumbel-perturbed scores (stochastic variant).
+
+    `permutation_matrix(gumbel_perturb(scores, num_samples, seed), method, ...)`:
+    each of the S matrices relaxes a Plackett–Luce sample of permutations with
+    log-scores `scores` (stochastic NeuralSort / SoftSort; for 'sinkhorn', Sinkhorn
+    applied to perturbed scores). With `hard=True` the forward value is the exact
+    permutation matrix of each perturbed sample.
+
+    Args:
+      scores: `[..., n]` real tensor of log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      method: 'softsort', 'neuralsort' or 'sinkhorn'.
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      hard: straight-through estimator.
+      **kwargs: the operator's own arguments (see `permutation_matrix`).
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = stochastic_permutation_matrix([[0.0, 1.0, 2.0]], 5, seed=[1, 2])
+    >>> P.shape
+    TensorShape([1, 5, 3, 3])
+    """
+    scores = tf.convert_to_tensor(scores)
+    dtype = _shapes.compute_dtype(scores.dtype)
+    perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed)
+    perm = permutation_matrix(perturbed, method, direction=direction, hard=hard, **kwargs)
+    return tf.cast(perm, scores.dtype) if scores.dtype.is_floating else perm
+
+
+@_not_converted
+def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
+                                power: float = DEFAULT_POWER, direction: str = "DESCENDING",
+                                hard: bool = False):
+    """Stochastic SoftSort: `soft_sort_matrix` of Gumbel-perturbed log-scores.
+
+    Args:
+      scores: `[..., n]` log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      tau, power, direction, hard: as in `soft_sort_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = stochastic_soft_sort_matrix([[0.0, 1.0, 2.0]], num_samples=2, seed=7)
+    >>> P.shape
+    TensorShape([1, 2, 3, 3])
+    """
+    return stochastic_permutation_matrix(scores, num_samples, seed, "softsort",
+                                         direction=direction, hard=hard, tau=tau, power=power)
+
+
+@_not_converted
+def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
+                                  direction: str = "DESCENDING", hard: bool = False):
+    """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neural_sort_matrix` of
+    Gumbel-perturbed log-scores.
+
+    Args:
+      scores: `[..., n]` log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      tau, direction, hard: as in `neural_sort_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+    """
+    return stochastic_permutation_matrix(scores, num_samples, seed, "neuralsort",
+                                         direction=direction, hard=hard, tau=tau)
+
+
+@_not_converted
+def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
+                                           direction: str = "DESCENDING", hard: bool = False,
+                                           **sinkhorn_kwargs):
+    """`sinkhorn_permutation_matrix` of Gumbel-perturbed log-scores.
+
+    Args:
+      scores: `[..., n]` log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      direction, hard: as in `permutation_matrix`.
+      **sinkhorn_kwargs: `epsilon`, `power`, `max_iterations`, ... of
+        `sinkhorn_permutation_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+    """
+    return stochastic_permutation_matrix(scores, num_samples, seed, "sinkhorn",
+                                         direction=direction, hard=hard, **sinkhorn_kwargs)
+
+
+# ---------------------------------------------------------------------------------
+# Reading a relaxed permutation matrix.
+# ---------------------------------------------------------------------------------
+def _align_values(perm, values):
+    """Casts both to one compute dtype and inserts sample axes into `values`.
+
+    `values` of shape `[..., n]` may have fewer leading axes than `perm[..., :, 0]`
+    (e.g. `[batch, n]` against a stochastic `[batch, S, n, n]`): the missing axes are
+    inserted just before its last axis.
+    """
+    perm = tf.convert_to_tensor(perm)
+    values = tf.convert_to_tensor(values)
+    if perm.shape.rank is None or perm.shape.rank < 2 or perm.shape[-1] != perm.shape[-2]:
+        raise ValueError(f"`perm` must have shape [..., n, n], got {perm.shape}.")
+    n = perm.shape[-1]
+    if values.shape.rank is None or values.shape.rank < 1 or (
+            n is not None and values.shape[-1] is not None and values.shape[-1] != n):
+        raise ValueError(f"`values` must have shape [..., n] with n = {n}, got {values.shape}.")
+    extra = perm.shape.rank - 1 - values.shape.rank
+    if extra < 0:
+        raise ValueError(f"`values` of shape {values.shape} has more leading axes than "
+                         f"`perm` of shape {perm.shape}.")
+    for _ in range(extra):
+        values = values[..., None, :]
+    out_dtype = values.dtype if values.dtype.is_floating else perm.dtype
+    if not out_dtype.is_floating:
+        out_dtype = tf.float32
+    dtype = _shapes.compute_dtype(out_dtype)
+    if perm.dtype == tf.float64 or values.dtype == tf.float64:
+        dtype = tf.float64
+    return tf.cast(perm, dtype), tf.cast(values, dtype), out_dtype
+
+
+@_not_converted
+def permute_values(perm, values):
+    """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂.
+
+    Entry i is the P̂[i]-weighted average of `values`: in the hard limit, the value
+    of the item at position i of the sort.
+
+    Args:
+      perm: `[..., n, n]` relaxed permutation matrix (rows = sorted positions).
+      values: `[..., n]` values to sort; leading axes broadcast against those of
+        `perm`, and missing sample axes are inserted before the last axis (so
+        `[batch, n]` values go with a stochastic `[batch, S, n, n]`).
+
+    Returns:
+      `[..., n]` (the broadcast leading shape), in the floating dtype of `values`
+      (that of `perm` for integer values).
+
+    Example:
+    >>> P = hard_permutation_matrix([[0.3, 2.0, 1.0]])
+    >>> permute_values(P, [[10.0, 20.0, 30.0]]).numpy()
+    array([[20., 30., 10.]], dtype=float32)
+    """
+    perm, values, out_dtype = _align_values(perm, values)
+    return tf.cast(tf.linalg.matvec(perm, values), out_dtype)
+
+
+@_not_converted
+def ranks_from_permutation(perm, zero_based: bool = False):
+    """Soft ranks P̂ᵀ @ (1, …, n) for any relaxed permutation matrix P̂.
+
+    Entry j is Σ_i i·P̂[i, j]: the rank of item j in the operator's `direction`
+    (rank 1 = first position, i.e. the largest score for 'DESCENDING'). Exact for a
+    hard permutation. For a doubly-stochastic P̂ (Sinkhorn) it is a weighted average
+    of positions; for the URS matrices of SoftSort/NeuralSort the columns need not
+    sum to 1, so soft ranks of nearly tied items can leave [1, n] slightly.
+
+    Args:
+      perm: `[..., n, n]` relaxed permutation matrix.
+      zero_based: ranks in 0..n − 1 instead of 1..n.
+
+    Returns:
+      `[..., n]` ranks in the dtype of `perm` (float32 for integer inputs).
+
+    Example:
+    >>> ranks_from_permutation(hard_permutation_matrix([[0.3, 2.0, 1.0]])).numpy()
+    array([[3., 1., 2.]], dtype=float32)
+    """
+    perm = tf.convert_to_tensor(perm)
+    if (perm.shape.rank is None or perm.shape.rank < 2 or perm.shape[-1] is None
+            or perm.shape[-1] != perm.shape[-2]):
+        raise ValueError(f"`perm` must have a static shape [..., n, n], got {perm.shape}.")
+    out_dtype = perm.dtype if perm.dtype.is_floating else tf.float32
+    dtype = _shapes.compute_dtype(out_dtype)
+    p = tf.cast(perm, dtype)
+    start = 0 if zero_based else 1
+    positions = tf.range(start, start + perm.shape[-1], dtype=dtype)
+    ranks = tf.reduce_sum(p * positions[:, None], axis=-2)
+    return tf.cast(ranks, out_dtype)

@@ -1,0 +1,201 @@
+"""PermutationCrossEntropy and the permutation accuracy metrics on hand-made cases,
+and a small learning-to-sort problem trained with model.fit."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import softsort_tf as ss
+
+EPS = 1e-7
+P2 = np.array([[0.5, 0.5], [0.0, 1.0]], np.float32)  # row 0 split, row 1 certain
+
+
+def test_cross_entropy_hand_made_values():
+    # Perfect prediction: zero loss.
+    assert float(ss.permutation_cross_entropy([[2, 0, 1]], np.eye(3)[[[2, 0, 1]]])[0]) == 0.0
+    # Uniform rows: log n per row.
+    np.testing.assert_allclose(ss.permutation_cross_entropy([[0, 1, 2]], np.full([1, 3, 3], 1 / 3)),
+                               [np.log(3.0)], rtol=1e-6)
+    # (−log 0.5 − log 1) / 2.
+    np.testing.assert_allclose(ss.permutation_cross_entropy([[0, 1]], P2[None]),
+                               [np.log(2.0) / 2], rtol=1e-6)
+    # The true item of row 1 has probability 0: that row costs −log ε, not inf.
+    loss = ss.permutation_cross_entropy([[1, 0]], P2[None]).numpy()
+    np.testing.assert_allclose(loss, [(np.log(2.0) - np.log(EPS)) / 2], rtol=1e-5)
+    loss = ss.permutation_cross_entropy([[1, 0]], P2[None], epsilon=1e-3).numpy()
+    np.testing.assert_allclose(loss, [(-np.log(1e-3 + (1 - 1e-3) * 0.5) - np.log(1e-3)) / 2],
+                               rtol=1e-5)
+
+
+def test_orderings_and_matrices_give_the_same_loss():
+    rng = np.random.RandomState(0)
+    logits = rng.randn(4, 5, 5)
+    perm = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    order = np.stack([rng.permutation(5) for _ in range(4)])
+    matrix = np.eye(5)[order]
+    by_index = ss.permutation_cross_entropy(order, perm).numpy()
+    expected = -np.log(EPS + (1 - EPS) * np.take_along_axis(perm, order[..., None], -1)[..., 0])
+    np.testing.assert_allclose(by_index, expected.mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(ss.permutation_cross_entropy(matrix, perm).numpy(), by_index,
+                               rtol=1e-6)
+    # Keras casts y_true to float: float orderings are still orderings.
+    np.testing.assert_allclose(
+        ss.permutation_cross_entropy(order.astype(np.float32), perm).numpy(), by_index,
+        rtol=1e-6)
+    # Leading batch dims.
+    np.testing.assert_allclose(
+        ss.permutation_cross_entropy(order.reshape(2, 2, 5), perm.reshape(2, 2, 5, 5)).numpy(),
+        by_index.reshape(2, 2), rtol=1e-6)
+
+
+def test_soft_target_matrices_use_the_full_cross_entropy():
+    target = np.array([[[0.75, 0.25], [0.25, 0.75]]])
+    loss = ss.permutation_cross_entropy(target, P2[None], epsilon=1e-6).numpy()
+    log_p = np.log(1e-6 + (1 - 1e-6) * P2)
+    np.testing.assert_allclose(loss, [-(target[0] * log_p).sum(-1).mean()], rtol=1e-6)
+
+
+def test_sample_axes_are_averaged():
+    # Two samples per example: one perfect (loss 0), one with uniform rows (log 3).
+    perm = np.stack([np.eye(3), np.full([3, 3], 1 / 3)])[None]  # [1, S=2, 3, 3]
+    np.testing.assert_allclose(ss.permutation_cross_entropy([[0, 1, 2]], perm),
+                               [np.log(3) / 2], rtol=1e-6)
+    with pytest.raises(ValueError, match="y_true_format"):  # auto: a float matrix of lower
+        ss.permutation_cross_entropy(np.eye(3)[None], perm)  # rank is read as an ordering
+    np.testing.assert_allclose(
+        ss.permutation_cross_entropy(np.eye(3)[None], perm, y_true_format="matrix"),
+        [np.log(3) / 2], rtol=1e-6)
+    # The uniform sample's row-wise argmax is [0, 0, 0]: one of two samples is right.
+    np.testing.assert_allclose(ss.exact_permutation_accuracy([[0, 1, 2]], perm), [0.5])
+    stochastic = np.stack([np.eye(2), np.eye(2)[::-1]])[None]
+    np.testing.assert_allclose(ss.exact_permutation_accuracy([[0, 1]], stochastic), [0.5])
+    np.testing.assert_allclose(ss.elementwise_permutation_accuracy([[0, 1]], stochastic), [0.5])
+
+
+def test_loss_class_reduction_and_sample_weight():
+    order = np.array([[0, 1], [1, 0]])
+    perm = np.stack([P2, P2])
+    per_example = ss.permutation_cross_entropy(order, perm).numpy()
+    assert per_example[1] > per_example[0] > 0
+    loss = ss.PermutationCrossEntropy()
+    np.testing.assert_allclose(float(loss(order, perm)), per_example.mean(), rtol=1e-6)
+    np.testing.assert_allclose(float(loss(order, perm, sample_weight=[1.0, 0.0])),
+                               per_example[0] / 2, rtol=1e-6)
+    np.testing.assert_allclose(float(loss(order, perm, sample_weight=[0.5, 2.0])),
+                               (0.5 * per_example[0] + 2.0 * per_example[1]) / 2, rtol=1e-6)
+    total = ss.PermutationCrossEntropy(reduction="sum")
+    np.testing.assert_allclose(float(total(order, perm)), per_example.sum(), rtol=1e-6)
+
+
+def test_loss_gradient_is_finite_where_the_true_entry_is_zero():
+    perm = tf.Variable(P2[None])
+    with tf.GradientTape() as tape:
+        loss = ss.PermutationCrossEntropy()([[1, 0]], perm)
+    grad = tape.gradient(loss, perm).numpy()
+    assert np.all(np.isfinite(grad))
+    assert grad[0, 1, 0] < -1e3  # pushes the missing true entry up, strongly but finitely
+    assert grad[0, 0, 0] == 0.0  # entries off the true item get no gradient
+
+
+def test_loss_under_xla_matches_eager():
+    order = tf.constant([[2, 0, 1, 3], [3, 2, 1, 0]])
+    perm = ss.soft_sort_matrix(tf.random.normal([2, 4]), tau=0.5)
+    eager = ss.permutation_cross_entropy(order, perm)
+    xla = tf.function(ss.permutation_cross_entropy, jit_compile=True)(order, perm)
+    np.testing.assert_allclose(xla.numpy(), eager.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: ss.permutation_cross_entropy([[0, 1]], P2[None], y_true_format="csv"),
+     "y_true_format"),
+    (lambda: ss.permutation_cross_entropy([[0, 1, 2]], P2[None]), "n = 2"),
+    (lambda: ss.permutation_cross_entropy([[0, 1]], P2[None], epsilon=1.0), "epsilon"),
+    (lambda: ss.permutation_cross_entropy(np.zeros([1, 1, 2, 2]), P2[None]), "y_true"),
+    (lambda: ss.permutation_cross_entropy([[0, 1]], np.zeros([1, 2, 3])), "y_pred"),
+    (lambda: ss.PermutationCrossEntropy(epsilon=0.0), "epsilon"),
+    (lambda: ss.ExactPermutationAccuracy(y_true_format="rows"), "y_true_format"),
+])
+def test_bad_arguments_raise_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def hand_made_batch():
+    """Three examples whose row-wise argmax gives [0, 1, 2] (right), [0, 2, 1] (two
+    positions wrong) and [1, 1, 2] (not a permutation; one position wrong)."""
+    argmax = np.array([[0, 1, 2], [0, 2, 1], [1, 1, 2]])
+    perm = 0.1 + 0.7 * np.eye(3)[argmax]  # rows 0.8 / 0.1 / 0.1
+    return np.array([[0, 1, 2]] * 3), perm.astype(np.float32)
+
+
+def test_metrics_on_hand_made_cases():
+    order, perm = hand_made_batch()
+    np.testing.assert_allclose(ss.exact_permutation_accuracy(order, perm), [1, 0, 0])
+    np.testing.assert_allclose(ss.elementwise_permutation_accuracy(order, perm),
+                               [1, 1 / 3, 2 / 3], rtol=1e-6)
+    for y_true in (order, np.eye(3)[order], order.astype(np.float32)):
+        exact, elementwise = ss.ExactPermutationAccuracy(), ss.ElementwisePermutationAccuracy()
+        exact.update_state(y_true, perm)
+        elementwise.update_state(y_true, perm)
+        np.testing.assert_allclose(float(exact.result()), 1 / 3, rtol=1e-6)
+        np.testing.assert_allclose(float(elementwise.result()), 6 / 9, rtol=1e-6)
+    exact, elementwise = ss.ExactPermutationAccuracy(), ss.ElementwisePermutationAccuracy()
+    weights = np.array([1.0, 2.0, 0.0])
+    exact.update_state(order, perm, sample_weight=weights)
+    elementwise.update_state(order, perm, sample_weight=weights)
+    np.testing.assert_allclose(float(exact.result()), 1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(float(elementwise.result()), (1 + 2 / 3) / 3, rtol=1e-6)
+    # States accumulate over batches and reset.
+    exact.update_state(order[:1], perm[:1])
+    np.testing.assert_allclose(float(exact.result()), 2 / 4, rtol=1e-6)
+    exact.reset_state()
+    exact.update_state(order[1:], perm[1:])
+    assert float(exact.result()) == 0.0
+
+
+def test_loss_and_metrics_serialise():
+    loss = ss.PermutationCrossEntropy(epsilon=1e-4, y_true_format="indices", name="pce")
+    restored = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert isinstance(restored, ss.PermutationCrossEntropy)
+    assert restored.get_config() == loss.get_config()
+    for cls in (ss.ExactPermutationAccuracy, ss.ElementwisePermutationAccuracy):
+        metric = cls(name="acc", y_true_format="matrix")
+        restored = keras.metrics.deserialize(keras.metrics.serialize(metric))
+        assert type(restored) is cls and restored.get_config() == metric.get_config()
+        order, perm = hand_made_batch()
+        restored.update_state(np.eye(3)[order], perm)
+        metric.update_state(np.eye(3)[order], perm)
+        assert float(restored.result()) == float(metric.result())
+
+
+def sorting_data(seed, num, n=5, features=3):
+    rng = np.random.RandomState(seed)
+    x = rng.randn(num, n, features).astype(np.float32)
+    values = x @ np.array([1.0, -2.0, 0.5], np.float32)
+    return x, np.argsort(-values, axis=-1, kind="stable")
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: ss.SoftSort(tau=0.3),
+    lambda: ss.NeuralSort(tau=0.3, stochastic=True, num_samples=2, seed=3),
+])
+def test_model_fit_learns_to_sort(layer):
+    """A shared linear scorer learns from permutations alone to sort items whose
+    hidden value is linear in their features."""
+    keras.utils.set_random_seed(0)
+    x, order = sorting_data(0, 384)
+    x_test, order_test = sorting_data(1, 256)
+    items = keras.Input((5, 3))
+    scores = keras.layers.Reshape((5,))(keras.layers.Dense(1, use_bias=False)(items))
+    model = keras.Model(items, layer()(scores))
+    model.compile(keras.optimizers.Adam(0.05), loss=ss.PermutationCrossEntropy(),
+                  metrics=[ss.ExactPermutationAccuracy(), ss.ElementwisePermutationAccuracy()])
+    before = model.evaluate(x_test, order_test, verbose=0, return_dict=True)
+    history = model.fit(x, order, batch_size=32, epochs=5, verbose=0)
+    after = model.evaluate(x_test, order_test, verbose=0, return_dict=True)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+    assert before["exact_permutation_accuracy"] < 0.2
+    assert after["exact_permutation_accuracy"] > 0.9
+    assert after["elementwise_permutation_accuracy"] > 0.95
