@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench bench-speed install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_sinkhorn.py
+
+bench-speed: $(STAMP)
+	$(BIN)/python scripts/bench_speed.py --output_dir=docs/speed
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
