@@ -75,8 +75,9 @@ class SinkhornResult:
       cost: `[batch, n, m]` cost matrix.
       epsilon: the regularisation ε.
       num_iterations: `[batch]` int32, Sinkhorn iterations each row used.
-      error: `[batch]` L1 error of the row marginal, Σ_i |(P1)_i − a_i|; the column
-        marginal is exact.
+      error: `[batch]` L1 error of the row marginal, Σ_i |(P1)_i − a_i|, of the
+        column-exact plan; with `exact_marginal='input'` the returned plan is row-exact
+        and its column error Σ_j |(Pᵀ1)_j − b_j| is at most this value.
     """
 
     f: tf.Tensor
