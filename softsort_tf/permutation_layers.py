@@ -25,7 +25,6 @@ from __future__ import annotations
 import keras
 
 from softsort_tf import _checks, permutation_ops, sinkhorn_ops
-from softsort_tf.squash import check_squash
 
 _PACKAGE = "softsort_tf"
 OUTPUT_MODES = ("matrix", "sorted", "ranks")
@@ -205,12 +204,9 @@ class SinkhornPermutation(_PermutationLayer):
                  max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
                  implicit: bool = True, squash: str | None = "logistic", **kwargs):
         super().__init__(**kwargs)
-        self.epsilon = _checks.check_positive("epsilon", epsilon)
-        self.power = _checks.check_positive("power", power)
-        self.threshold = _checks.check_positive("threshold", threshold)
-        self.max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
-        self.implicit = bool(implicit)
-        self.squash = check_squash(squash)
+        for name, value in sinkhorn_ops.check_sinkhorn_args(
+                epsilon, power, threshold, max_iterations, implicit, squash).items():
+            setattr(self, name, value)
 
     def _op_kwargs(self):
         return dict(epsilon=self.epsilon, power=self.power, threshold=self.threshold,

@@ -14,7 +14,6 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, sinkhorn_ops
-from softsort_tf.squash import check_squash
 
 _PACKAGE = "softsort_tf"
 
@@ -45,12 +44,9 @@ class _SinkhornLayer(keras.layers.Layer):
             raise ValueError(f"`axis` must be an integer, got {axis!r}.")
         self.axis = int(axis)
         self.direction = _checks.check_direction(direction)
-        self.epsilon = _checks.check_positive("epsilon", epsilon)
-        self.power = _checks.check_positive("power", power)
-        self.threshold = _checks.check_positive("threshold", threshold)
-        self.max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
-        self.implicit = bool(implicit)
-        self.squash = check_squash(squash)
+        for name, value in sinkhorn_ops.check_sinkhorn_args(
+                epsilon, power, threshold, max_iterations, implicit, squash).items():
+            setattr(self, name, value)
 
     def _op_kwargs(self) -> dict:
         return dict(axis=self.axis, direction=self.direction, epsilon=self.epsilon,

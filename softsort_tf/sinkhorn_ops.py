@@ -158,6 +158,15 @@ class _Transport:
                             tf.reshape(self.result.error, lead))
 
 
+def check_sinkhorn_args(epsilon, power, threshold, max_iterations, implicit, squash) -> dict:
+    """Validates the shared Sinkhorn arguments (as the layers and losses store them)."""
+    return dict(epsilon=_checks.check_positive("epsilon", epsilon),
+                power=_checks.check_positive("power", power),
+                threshold=_checks.check_positive("threshold", threshold),
+                max_iterations=_checks.check_positive_int("max_iterations", max_iterations),
+                implicit=bool(implicit), squash=check_squash(squash))
+
+
 def _finish(out, transport: _Transport, return_info: bool):
     return (out, transport.info()) if return_info else out
 
