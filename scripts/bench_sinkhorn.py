@@ -75,8 +75,13 @@ _MEMORY_ITERATIONS = flags.DEFINE_list(
     "memory_iterations", ["50", "200", "800"], "Forced iteration counts of the memory section.")
 _MARKDOWN = flags.DEFINE_string("markdown", None, "Write the tables to this markdown file.")
 _CSV = flags.DEFINE_string("csv", None, "Write all rows to this CSV file.")
+_OTT_TIMEOUT = flags.DEFINE_integer(
+    "ott_timeout_s", 1800, "Wall-clock bound, in seconds, of each ott-jax variant (its "
+    "process is killed after it; the row then says what had finished).")
 _WORKER = flags.DEFINE_string(
     "worker", None, "Internal: run one memory measurement (JSON spec) and print JSON.")
+_OTT_WORKER = flags.DEFINE_string(
+    "ott_worker", None, "Internal: time one ott-jax variant (JSON spec), print JSON lines.")
 
 
 # ---------------------------------------------------------------------------------
@@ -237,30 +242,22 @@ def ott_functions(m: int, *, epsilon: float, threshold: float, max_iterations: i
     return jax.jit(ranks), jax.jit(jax.value_and_grad(loss, has_aux=True))
 
 
-def x64_context(enabled: bool):
-    """Context in which jax computes in float64 (for the float64 ott-jax variant)."""
-    import contextlib
-
-    import jax
-
-    if not enabled:
-        return contextlib.nullcontext()
-    return jax.enable_x64(True)
-
-
 def time_jax(fn, args, repeats: int):
+    """(first-call seconds, median seconds of the repeats, output as numpy)."""
     import jax
 
+    start = time.perf_counter()
     out = jax.block_until_ready(fn(*args))
+    first = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         out = jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
-    return float(np.median(times)), jax.tree_util.tree_map(np.asarray, out)
+    return first, float(np.median(times)), jax.tree_util.tree_map(np.asarray, out)
 
 
-def ott_iterations(x: np.ndarray, m: int, *, epsilon: float, threshold: float,
+def ott_iterations(x, m: int, *, epsilon: float, threshold: float,
                    max_iterations: int) -> int:
     """Iterations ott-jax's solver uses on the rows of x (max over rows)."""
     import jax
@@ -276,6 +273,74 @@ def ott_iterations(x: np.ndarray, m: int, *, epsilon: float, threshold: float,
         return out.n_iters
 
     return int(np.max(np.asarray(jax.jit(jax.vmap(iters))(jnp.asarray(x)))))
+
+
+def ott_worker(spec: dict) -> None:
+    """Times one ott-jax variant; prints one JSON line per finished stage.
+
+    Runs in its own process (float64 through JAX_ENABLE_X64, set by the parent), so
+    that the parent can bound it by a timeout and still read the stages that finished.
+    Arrays (ranks, gradient) go to `spec["npz"]`.
+    """
+    import jax.numpy as jnp
+
+    batch, n, m = spec["batch"], spec["n"], spec["m"]
+    x, v = make_problem(batch, n, spec["seed"])
+    dt = np.float64 if spec["x64"] else np.float32
+    xj, vj = jnp.asarray(x.astype(dt)), jnp.asarray(v.astype(dt))
+    opts = dict(epsilon=spec["epsilon"], threshold=spec["threshold"],
+                max_iterations=spec["max_iterations"])
+
+    def emit(**fields):
+        print(json.dumps(fields), flush=True)
+
+    emit(stage="iterations", iterations=ott_iterations(xj, m, **opts))
+    fw, fb = ott_functions(m, implicit=spec["implicit"], **opts)
+    first, t_fw, ranks = time_jax(fw, (xj,), spec["repeats"])
+    np.savez(spec["npz"], ranks=ranks)
+    emit(stage="forward", first_s=first, forward_s=t_fw)
+    try:
+        first, t_fb, ((_, _), grad) = time_jax(fb, (xj, vj), spec["repeats"])
+    except Exception as e:  # noqa: BLE001  (lineax raises when its solve fails)
+        emit(stage="backward_failed", error=f"{type(e).__name__}: {str(e)[-1500:]}")
+        return
+    np.savez(spec["npz"], ranks=ranks, grad=grad)
+    emit(stage="backward", first_s=first, forward_backward_s=t_fb,
+         finite=bool(np.all(np.isfinite(grad))))
+
+
+def run_ott_variant(spec: dict, timeout_s: int, log) -> dict:
+    """Runs `ott_worker` in a subprocess bounded by `timeout_s`; returns its stages.
+
+    The result maps each finished stage to its JSON fields, plus "timed_out" and the
+    arrays written by the worker ("ranks", "grad") when present.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = dict(spec, npz=os.path.join(tmp, "ott.npz"))
+        env = dict(os.environ, JAX_ENABLE_X64="1" if spec["x64"] else "0")
+        cmd = [sys.executable, os.path.abspath(__file__), f"--ott_worker={json.dumps(spec)}"]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                                  timeout=timeout_s, check=False)
+            stdout, timed_out = proc.stdout, False
+            if proc.returncode != 0:
+                log(f"  ott-jax worker exited with {proc.returncode}: {proc.stderr[-1500:]}")
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout or ""
+            stdout = out.decode() if isinstance(out, bytes) else out
+            timed_out = True
+        result: dict = {"timed_out": timed_out, "wall_s": time.perf_counter() - start}
+        for line in stdout.splitlines():
+            if line.startswith("{"):
+                fields = json.loads(line)
+                result[fields.pop("stage")] = fields
+        if os.path.exists(spec["npz"]):
+            with np.load(spec["npz"]) as arrays:
+                result.update({k: arrays[k] for k in arrays.files})
+    return result
 
 
 # ---------------------------------------------------------------------------------
@@ -326,6 +391,38 @@ def iteration_summary(iterations) -> str:
 # ---------------------------------------------------------------------------------
 # Sections.
 # ---------------------------------------------------------------------------------
+def summarise_error(error: str) -> str:
+    """One phrase for a failed ott-jax backward pass (lineax's runtime errors)."""
+    for marker in ("returned non-finite", "maximum number of", "max_steps", "singular"):
+        for line in error.splitlines():
+            if marker in line:
+                return line.split("Error: ", 1)[-1].split(". ")[0].strip().rstrip(".")
+    return error.split(":", 1)[0]
+
+
+def ott_row(name: str, batch: int, n: int, m: int, res: dict, ref_ranks: np.ndarray,
+            ref_grad: np.ndarray, timeout_s: int) -> Row:
+    """Table row of one ott-jax variant from `run_ott_variant`'s result."""
+    iters = res.get("iterations", {}).get("iterations")
+    row = Row("compare", name, batch, n, m, "- / " + ("?" if iters is None else str(iters)))
+    if "forward" in res:
+        row.forward_ms = 1e3 * res["forward"]["forward_s"]
+        row.rank_error = float(np.abs(res["ranks"] - ref_ranks).max())
+    if "backward" in res:
+        row.forward_backward_ms = 1e3 * res["backward"]["forward_backward_s"]
+        if res["backward"]["finite"]:
+            row.grad_error = float(np.abs(res["grad"] - ref_grad).max() /
+                                   np.abs(ref_grad).max())
+        else:
+            row.note = "NaN gradient"
+    elif "backward_failed" in res:
+        row.note = "backward failed: " + summarise_error(res["backward_failed"]["error"])
+    if res["timed_out"]:
+        stage = "backward" if "forward" in res else "forward"
+        row.note = f"{stage} did not finish within {timeout_s} s (killed)"
+    return row
+
+
 def run_compare(out: list[Row], log) -> list[str]:
     import tensorflow as tf
 
@@ -367,38 +464,28 @@ def run_compare(out: list[Row], log) -> list[str]:
                 f"grad err {row.grad_error:.2e}")
 
         if with_ott:
-            import jax.numpy as jnp
-
-            ott_iters = ott_iterations(x, m, epsilon=eps, threshold=thr, max_iterations=max_it)
-            for name, implicit, x64 in [("ott-jax jit, implicit (default)", True, False),
-                                        ("ott-jax jit, unrolled", False, False),
-                                        ("ott-jax jit, implicit, float64", True, True)]:
-                if x64 and not _OTT_FLOAT64.value:
-                    continue
-                with x64_context(x64):
-                    fw, fb = ott_functions(m, epsilon=eps, threshold=thr,
-                                           max_iterations=max_it, implicit=implicit)
-                    dt = np.float64 if x64 else np.float32
-                    xj, vj = jnp.asarray(x.astype(dt)), jnp.asarray(v.astype(dt))
-                    t_fw, r = time_jax(fw, (xj,), reps)
-                try:
-                    with x64_context(x64):
-                        t_fb, ((_, _), grad) = time_jax(fb, (xj, vj), reps)
-                    grad_err = float(np.abs(grad - ref_grad).max() / gscale)
-                    note = "" if np.all(np.isfinite(grad)) else "NaN gradient"
-                except Exception as e:  # noqa: BLE001  (lineax raises on a NaN solve)
-                    t_fb, grad_err = None, None
-                    note = f"backward failed: {type(e).__name__} (NaN in the linear solve)"
-                row = Row("compare", name, batch, n, m, f"- / {ott_iters}", 1e3 * t_fw,
-                          None if t_fb is None else 1e3 * t_fb,
-                          float(np.abs(r - ref_ranks).max()), grad_err, note=note)
+            ott_variants = [("ott-jax jit, implicit (default), float32", True, False),
+                            ("ott-jax jit, unrolled, float32", False, False)]
+            if _OTT_FLOAT64.value:
+                ott_variants.append(("ott-jax jit, implicit, float64", True, True))
+            for name, implicit, x64 in ott_variants:
+                spec = dict(batch=batch, n=n, m=m, seed=_SEED.value, epsilon=eps,
+                            threshold=thr, max_iterations=max_it, implicit=implicit, x64=x64,
+                            repeats=reps)
+                res = run_ott_variant(spec, _OTT_TIMEOUT.value, log)
+                row = ott_row(name, batch, n, m, res, ref_ranks, ref_grad,
+                              _OTT_TIMEOUT.value)
                 rows.append(row)
-                if t_fb is not None and np.isfinite(row.grad_error or np.nan):
-                    ratios.append(f"B={batch}, n={n}: {name} fwd+bwd / softsort_tf XLA "
-                                  f"implicit fwd+bwd = {t_fb / ours_fb:.1f}x")
-                log(f"  {name}: fwd {row.forward_ms:.1f} ms, fwd+bwd "
-                    f"{fmt(row.forward_backward_ms, '.1f')} ms, rank err {row.rank_error:.2e},"
-                    f" grad err {fmt(row.grad_error, '.2e')} {note}")
+                head = f"B={batch}, n={n}: {name} fwd+bwd / softsort_tf XLA implicit fwd+bwd"
+                if row.forward_backward_ms is not None and "NaN" not in row.note:
+                    ratios.append(f"{head} = {row.forward_backward_ms / 1e3 / ours_fb:.1f}x")
+                elif "did not finish" in row.note:
+                    ratios.append(f"{head} > {_OTT_TIMEOUT.value / ours_fb:.0f}x "
+                                  f"(no result within {_OTT_TIMEOUT.value} s)")
+                log(f"  {name}: fwd {fmt(row.forward_ms, '.1f')} ms, fwd+bwd "
+                    f"{fmt(row.forward_backward_ms, '.1f')} ms, rank err "
+                    f"{fmt(row.rank_error, '.2e')}, grad err {fmt(row.grad_error, '.2e')} "
+                    f"{row.note} (wall {res['wall_s']:.0f} s)")
         out.extend(rows)
     return ratios
 
@@ -555,6 +642,9 @@ def main(argv):
     del argv
     if _WORKER.value:
         print(json.dumps(memory_worker(json.loads(_WORKER.value))))
+        return
+    if _OTT_WORKER.value:
+        ott_worker(json.loads(_OTT_WORKER.value))
         return
 
     import tensorflow as tf

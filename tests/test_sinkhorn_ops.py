@@ -169,6 +169,32 @@ def test_plan_marginals(n, m, eps, seed, power):
     assert np.all(res.num_iterations.numpy() <= 20000)
 
 
+@SETTINGS
+@given(st.integers(2, 20), st.integers(1, 12), st.floats(1e-3, 1.0), seeds,
+       st.booleans())
+def test_input_exact_plan_marginals(n, m, eps, seed, implicit):
+    """exact_marginal='input': rows equal a, columns are within the reported error."""
+    rng = np.random.RandomState(seed)
+    x = rng.rand(3, n)
+    a = rng.uniform(0.2, 1.0, (3, n))
+    a /= a.sum(-1, keepdims=True)
+    b = rng.uniform(0.2, 1.0, m)
+    b /= b.sum()
+    y = np.sort(rng.rand(m))
+    res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
+                                max_iterations=20000, implicit=implicit,
+                                exact_marginal="input")
+    plan = res.plan().numpy()
+    np.testing.assert_allclose(plan.sum(2), a, atol=1e-9)
+    col_err = np.abs(plan.sum(1) - b).sum(-1)
+    np.testing.assert_array_less(col_err, res.error.numpy() + 1e-12)
+    np.testing.assert_array_less(res.error.numpy(), 1e-4)
+    # Same potentials g as the default plan: both are read from the same iterate.
+    target = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
+                                   max_iterations=20000, implicit=implicit)
+    np.testing.assert_allclose(res.g.numpy(), target.g.numpy(), atol=1e-9)
+
+
 def test_weights_and_target_weights_marginals_through_operators():
     rng = np.random.RandomState(0)
     x = rng.randn(2, 8)
