@@ -128,14 +128,19 @@ def exact_target_potential(x, a, y, b, power: float):
         return tf.zeros_like(y)
     order = tf.argsort(x, axis=-1, stable=True)
     xs = tf.gather(x, order, batch_dims=1)
-    cum_a = tf.cumsum(tf.gather(a, order, batch_dims=1), axis=-1)  # [B, n]
-    bounds = tf.cumsum(b, axis=-1)[:, :-1]  # [B, m - 1]
-    tol = tf.cast(1e-6, x.dtype) if x.dtype == tf.float32 else tf.cast(1e-12, x.dtype)
-    n = x.shape[-1]
+    # Cumulative masses in float64: a float32 running sum drifts by up to n ulps (1e-5
+    # at n = 1000), more than the tie tolerance, so two sums of equal masses computed
+    # differently (e.g. a fill of 1/n constant-folded by XLA and one computed at run
+    # time) would split exact ties at random and spoil the warm start.
+    cum_a = tf.cumsum(tf.cast(tf.gather(a, order, batch_dims=1), tf.float64), axis=-1)
+    bounds = tf.cumsum(tf.cast(b, tf.float64), axis=-1)[:, :-1]  # [B, m - 1]
+    # Ties: boundaries within `tol` of a cumulative input mass (float32 weights are
+    # rounded to ~6e-8 relative, far below 1e-6).
+    tol = tf.constant(1e-12 if x.dtype == tf.float64 else 1e-6, tf.float64)
+    last = tf.shape(x)[-1] - 1
 
-    def first_reaching(level):  # index of the first i with cum_a[i] >= level
-        below = tf.cast(cum_a[:, None, :] < level[:, :, None], tf.int32)
-        return tf.minimum(tf.reduce_sum(below, axis=-1), n - 1)
+    def first_reaching(level):  # index of the first i with cum_a[i] >= level, O(m log n)
+        return tf.minimum(tf.searchsorted(cum_a, level, side="left"), last)
 
     k_lo = first_reaching(bounds - tol)
     k_hi = first_reaching(bounds + tol)
