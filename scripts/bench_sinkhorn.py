@@ -22,11 +22,18 @@ Sections (`--sections`):
   threshold, cold start), each in a fresh subprocess: the implicit backward stays
   flat while the unrolled one grows.
 
-The defaults (`make bench`) are a quick run (a few minutes on 2 cores); the table of
-docs/benchmarks.md was produced by the full run:
+Each ott-jax variant runs in its own subprocess, bounded by `--ott_timeout_s`: its
+default float32 implicit gradient fails (NaN in the linear solve), and at n = 1000 only
+after ~15 minutes of conjugate-gradient steps on 2 cores; the row then records the
+failure, or what finished before the bound.
 
-    python scripts/bench_sinkhorn.py --compare_configs=32x300,8x1000 --repeats=5 \
-        --ott_float64 --memory_graph_mode --markdown=bench.md --csv=bench.csv
+The defaults (`make bench`) are a quick run (a few minutes on 2 cores); the tables of
+docs/benchmarks.md come from the full comparison (about 25 minutes on 2 cores)
+
+    python scripts/bench_sinkhorn.py --sections=compare --compare_configs=32x300,8x1000 \
+        --repeats=5 --ott_float64 --ott_timeout_s=1800 --markdown=bench.md
+
+and `--sections=ablation,scaling,memory --repeats=3 --memory_graph_mode`.
 """
 
 from __future__ import annotations
