@@ -98,7 +98,8 @@ class _Transport:
         self.a = a
         m, target_weights = targets
         self.y, self.b = _target_measure(m, target_weights, self.dtype)
-        squashed = squash_values(self.values, squash)
+        squashed = squash_values(self.values, squash,
+                                 weights=None if self.uniform_a else a)
         self.result = solver_lib.solve(
             squashed, self.y, a, self.b, epsilon=epsilon, power=power, threshold=threshold,
             max_iterations=max_iterations, implicit=implicit, **solver_options)
@@ -181,8 +182,11 @@ _COMMON_ARGS_DOC = """
       max_iterations: hard bound on Sinkhorn iterations (default 1000).
       implicit: implicit differentiation (default, memory independent of the number
         of iterations) or backpropagation through the unrolled loop.
-      squash: 'logistic' (default), 'atan' or None (x already in [0, 1]).
-      weights: positive input weights a, shape `[n]` or the shape of x (default uniform).
+      squash: 'logistic' (default), 'atan' or None (x already in [0, 1]); the
+        standardisation before squashing is weighted by `weights`.
+      weights: non-negative input weights a, shape `[n]` or the shape of x (default
+        uniform); they are the input measure and weight the squashing's mean and
+        standard deviation (a zero-weight outlier does not compress the others).
       check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
         propagating NaN.
       return_info: also return a `SinkhornInfo(num_iterations, error)`.

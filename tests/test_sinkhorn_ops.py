@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import softsort_tf as ss
 from softsort_tf import sinkhorn_ops, sinkhorn_solver
+from softsort_tf import squash as squash_lib
 
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
 SETTINGS = settings(max_examples=15, deadline=None)
@@ -255,6 +256,48 @@ def test_ties_give_equal_ranks_and_constant_rows_are_finite():
     assert np.all(np.isfinite(g.numpy()))
     hard = ss.sinkhorn_rank(x[:1], **HARD).numpy()
     np.testing.assert_allclose(hard, [[1.5, 3.5, 1.5, 5.0, 3.5]], atol=1e-3)
+
+
+@SETTINGS
+@given(st.integers(2, 12), seeds, st.floats(1e-20, 1e20))
+def test_weighted_standardisation(n, seed, scale):
+    """Weighted mean 0 and weighted variance 1; zero-weight entries change nothing."""
+    rng = np.random.RandomState(seed)
+    x = rng.randn(3, n) * scale
+    w = rng.uniform(0.1, 1.0, (3, n))
+    z = squash_lib.standardize(x, weights=w).numpy()
+    wn = w / w.sum(1, keepdims=True)
+    np.testing.assert_allclose((wn * z).sum(1), 0.0, atol=1e-9)
+    np.testing.assert_allclose((wn * z * z).sum(1), 1.0, rtol=1e-9)
+    expected = (x - (wn * x).sum(1, keepdims=True))
+    expected /= np.sqrt((wn * expected**2).sum(1, keepdims=True))
+    np.testing.assert_allclose(z, expected, rtol=1e-7, atol=1e-9)
+    # Uniform weights give the unweighted standardisation.
+    np.testing.assert_allclose(squash_lib.standardize(x, weights=np.ones_like(x)).numpy(),
+                               squash_lib.standardize(x).numpy(), rtol=1e-9, atol=1e-12)
+    # A zero-weight outlier, however large, leaves the squashed values of the others alone.
+    outlier = np.concatenate([x, np.full((3, 1), 1e30 * np.sign(scale))], axis=1)
+    w0 = np.concatenate([w, np.zeros((3, 1))], axis=1)
+    s = squash_lib.squash_values(outlier, weights=w0).numpy()
+    np.testing.assert_allclose(s[:, :n], squash_lib.squash_values(x, weights=w).numpy(),
+                               rtol=1e-9, atol=1e-12)
+    assert np.all(np.isfinite(s)) and np.all(s[:, n] > 0.99)
+
+
+def test_operators_standardise_with_their_weights():
+    """A zero-weight outlier changes nothing: the transport problem is the same."""
+    x = np.array([[1.0, 2.0, 3.0, 4.0, 1e6]])
+    w = np.array([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    kw = dict(epsilon=1e-2, threshold=1e-7, max_iterations=5000, num_targets=4)
+    # Ranks are scaled to [1, n]: n = 5 with the outlier, 4 without.
+    for op, factor in ((ss.sinkhorn_cdf, 1.0), (ss.sinkhorn_rank, 5 / 4)):
+        with_outlier = op(x, weights=w, **kw).numpy()[:, :4]
+        without = op(x[:, :4], **kw).numpy()
+        np.testing.assert_allclose(with_outlier, factor * without, atol=1e-5)
+    # Unweighted, the outlier compresses the other four into nearly one value.
+    cdf = ss.sinkhorn_cdf(x, **kw).numpy()
+    spread = ss.sinkhorn_cdf(x, weights=w, **kw).numpy()
+    assert cdf[0, 3] - cdf[0, 0] < 0.1 and spread[0, 3] - spread[0, 0] > 0.7
 
 
 @pytest.mark.parametrize("scale", [1e-30, 1e-10, 1.0, 1e10, 1e30])
