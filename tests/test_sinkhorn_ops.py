@@ -148,17 +148,22 @@ def test_permutation_matrix_hard_limit_and_orientation():
 # ---------------------------------------------------------------------------------
 # Marginals, equivariance, monotonicity, ties.
 # ---------------------------------------------------------------------------------
-@SETTINGS
-@given(st.integers(2, 20), st.integers(1, 12), st.floats(1e-3, 1.0), seeds,
-       st.sampled_from([0.5, 1.0, 2.0, 3.0]))
-def test_plan_marginals(n, m, eps, seed, power):
+def random_problem(seed, n, m):
+    """A batch of 3 random transport problems: x `[3, n]`, sorted y `[m]`, weights a, b."""
     rng = np.random.RandomState(seed)
     x = rng.rand(3, n)
     a = rng.uniform(0.2, 1.0, (3, n))
     a /= a.sum(-1, keepdims=True)
     b = rng.uniform(0.2, 1.0, m)
     b /= b.sum()
-    y = np.sort(rng.rand(m))
+    return x, np.sort(rng.rand(m)), a, b
+
+
+@SETTINGS
+@given(st.integers(2, 20), st.integers(1, 12), st.floats(1e-3, 1.0), seeds,
+       st.sampled_from([0.5, 1.0, 2.0, 3.0]))
+def test_plan_marginals(n, m, eps, seed, power):
+    x, y, a, b = random_problem(seed, n, m)
     threshold = 1e-4
     res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, power=power, threshold=threshold,
                                 max_iterations=20000)
@@ -175,13 +180,7 @@ def test_plan_marginals(n, m, eps, seed, power):
        st.booleans())
 def test_input_exact_plan_marginals(n, m, eps, seed, implicit):
     """exact_marginal='input': rows equal a, columns are within the reported error."""
-    rng = np.random.RandomState(seed)
-    x = rng.rand(3, n)
-    a = rng.uniform(0.2, 1.0, (3, n))
-    a /= a.sum(-1, keepdims=True)
-    b = rng.uniform(0.2, 1.0, m)
-    b /= b.sum()
-    y = np.sort(rng.rand(m))
+    x, y, a, b = random_problem(seed, n, m)
     res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
                                 max_iterations=20000, implicit=implicit,
                                 exact_marginal="input")
