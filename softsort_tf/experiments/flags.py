@@ -17,25 +17,32 @@ from softsort_tf.experiments.training import STRATEGIES
 __all__ = ["config_from_flags", "define_flags"]
 
 
-def define_flags(task: str) -> None:
-    """Defines the flags of the `task` binary ('sort' or 'median')."""
+def define_flags(task: str | None) -> None:
+    """Defines the flags of the `task` binary ('sort', 'median', or None for both)."""
     sort = task == "sort"
     d = ExperimentConfig()
+
+    def per_task(sort_value, median_value) -> str:
+        if task is None:
+            return f"{sort_value} (sort) / {median_value} (median)"
+        return str(sort_value if sort else median_value)
+
     flags.DEFINE_enum("method", d.method, METHODS, "Relaxed sorting operator.")
     flags.DEFINE_bool("stochastic", d.stochastic,
                       "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce).")
     flags.DEFINE_integer("num_samples", d.num_samples, "Gumbel samples per sequence (stochastic).")
-    flags.DEFINE_integer("n", d.n, "Numbers per sequence" + ("." if sort else " (odd)."))
+    flags.DEFINE_integer("n", d.n, "Numbers per sequence" + ("." if sort else " (odd for the "
+                                                          "median)."))
     flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw CNN scores; "
                        "default 1024 for n <= 7, else 128 (SoftSort paper).")
     flags.DEFINE_float("epsilon", d.epsilon, "Sinkhorn regularisation (Cuturi et al.: 0.005).")
     flags.DEFINE_float("learning_rate", None,
-                       f"Adam learning rate; default {0.005 if sort else 0.001}.")
+                       f"Adam learning rate; default {per_task(0.005, 0.001)}.")
     flags.DEFINE_integer("batch_size", None,
-                         f"Sequences per batch; default {20 if sort else 5}.")
+                         f"Sequences per batch; default {per_task(20, 5)}.")
     flags.DEFINE_integer("epochs", d.epochs, "Epochs (published protocol: 100).")
     flags.DEFINE_integer("steps_per_epoch", None, "Steps per epoch; default 55000 / "
-                         f"(4 * batch_size) = {687 if sort else 2750} with the default batch.")
+                         f"(4 * batch_size) = {per_task(687, 2750)} with the default batch.")
     flags.DEFINE_integer("seed", d.seed, "Seed of initialisation, training data and noise.")
     flags.DEFINE_integer("eval_seed", d.eval_seed,
                          "Seed of the validation and test sequences (fixed across runs).")

@@ -31,7 +31,8 @@ import softsort_tf
 from softsort_tf.datasets import large_mnist
 from softsort_tf.experiments import models, training
 
-__all__ = ["TASKS", "ExperimentConfig", "default_tau", "run"]
+__all__ = ["TASKS", "ExperimentConfig", "build_model", "default_tau", "evaluate",
+           "make_datasets", "objective", "run"]
 
 TASKS = ("sort", "median")
 NUM_TRAIN_DIGITS = 55000
@@ -179,6 +180,50 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
             "spearman": _spearman(pred, true)}
 
 
+def objective(task: str) -> tuple[str, str]:
+    """(monitored validation metric, 'max' or 'min') that picks the best epoch / trial."""
+    return ("val_exact_accuracy", "max") if task == "sort" else ("val_mse", "min")
+
+
+def make_datasets(config: ExperimentConfig):
+    """(train_dataset(start_step), validation dataset, test dataset) of a finalised config.
+
+    The training stream is endless and deterministic given `config.seed`; starting it at
+    `start_step` gives the batches a resumed run would have seen. Validation and test
+    sequences depend on `config.eval_seed` only, so runs and trials are compared on the
+    same sequences.
+    """
+    splits = large_mnist.load_digit_splits(config.dataset, config.mnist_npz,
+                                           config.digits_per_class)
+    train_samples = config.num_samples if config.stochastic else None
+
+    def eval_dataset(split: str, sequences: int) -> tf.data.Dataset:
+        batch = min(EVAL_BATCH_SIZE, sequences)
+        seed = config.eval_seed * 2 + (split == "test")
+        ds = large_mnist.make_dataset(splits.split(split), config.n, batch, seed,
+                                      num_batches=-(-sequences // batch))
+        return ds.map(_to_example(config.task))
+
+    def train_dataset(start_step: int) -> tf.data.Dataset:
+        ds = large_mnist.make_dataset(splits.train, config.n, config.batch_size, config.seed,
+                                      start_step=start_step)
+        return ds.map(_to_example(config.task, train_samples))
+
+    return (train_dataset, eval_dataset("validation", config.num_val_sequences),
+            eval_dataset("test", config.num_test_sequences))
+
+
+def build_model(config: ExperimentConfig) -> keras.Model:
+    """The task's model, built and compiled (call inside the strategy's scope)."""
+    model_cls = models.PermutationLearner if config.task == "sort" else models.MedianRegressor
+    model = model_cls(config.method, tau=config.tau, epsilon=config.epsilon,
+                      stochastic=config.stochastic, num_samples=config.num_samples,
+                      seed=config.seed)
+    model.build()
+    _compile(model, config)
+    return model
+
+
 def run(config: ExperimentConfig) -> dict:
     """Runs (or resumes) one experiment; returns the results dict (also in results.json).
 
@@ -196,33 +241,10 @@ def run(config: ExperimentConfig) -> dict:
     chief = training.is_chief(strategy)
     os.makedirs(config.output_dir, exist_ok=True)
 
-    splits = large_mnist.load_digit_splits(config.dataset, config.mnist_npz,
-                                           config.digits_per_class)
-    train_samples = config.num_samples if config.stochastic else None
-    def eval_dataset(split: str, sequences: int) -> tf.data.Dataset:
-        batch = min(EVAL_BATCH_SIZE, sequences)
-        seed = config.eval_seed * 2 + (split == "test")
-        ds = large_mnist.make_dataset(splits.split(split), config.n, batch, seed,
-                                      num_batches=-(-sequences // batch))
-        return ds.map(_to_example(config.task))
-
-    def train_dataset(start_step: int) -> tf.data.Dataset:
-        ds = large_mnist.make_dataset(splits.train, config.n, config.batch_size, config.seed,
-                                      start_step=start_step)
-        return ds.map(_to_example(config.task, train_samples))
-
-    val_ds = eval_dataset("validation", config.num_val_sequences)
-    test_ds = eval_dataset("test", config.num_test_sequences)
-    model_cls = models.PermutationLearner if config.task == "sort" else models.MedianRegressor
+    train_dataset, val_ds, test_ds = make_datasets(config)
     with strategy.scope():
-        model = model_cls(config.method, tau=config.tau, epsilon=config.epsilon,
-                          stochastic=config.stochastic, num_samples=config.num_samples,
-                          seed=config.seed)
-        model.build()
-        _compile(model, config)
-
-    monitor, mode = (("val_exact_accuracy", "max") if config.task == "sort"
-                     else ("val_mse", "min"))
+        model = build_model(config)
+    monitor, mode = objective(config.task)
     fit = training.fit_resumable(
         model, train_dataset, val_ds, epochs=config.epochs,
         steps_per_epoch=config.steps_per_epoch, output_dir=config.output_dir,

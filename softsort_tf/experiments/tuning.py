@@ -1,0 +1,201 @@
+"""keras-tuner search over the relaxation and the optimiser of a large-MNIST experiment.
+
+`search(config, space)` tunes the hyper-parameters that matter most for the relaxed
+sorting operators, on the validation sequences of the task (`objective`: validation
+exact-permutation accuracy for sorting, validation MSE for the median):
+
+- `method` (when `space.methods` has several): SoftSort, NeuralSort, Sinkhorn;
+- `tau` (SoftSort / NeuralSort temperature on raw CNN scores), log-uniform, only for
+  those methods;
+- `epsilon` (Sinkhorn regularisation), log-uniform, only for Sinkhorn;
+- `learning_rate` of Adam, log-uniform.
+
+Every other setting (n, batch, epochs, steps per epoch, data) comes from the
+`ExperimentConfig`, as for `train_sort.py` / `train_median.py`, and every trial trains
+on the same stream of training batches and is scored on the same validation
+sequences. The search state lives in `output_dir/search/` (keras-tuner's project
+folder): rerunning with the same folder resumes it and does not repeat finished
+trials. When it ends, the best trial's model is evaluated on the test sequences and
+`output_dir/tuning.json` records every trial and the best one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+
+import keras
+import keras_tuner as kt
+
+from softsort_tf.experiments import large_mnist, models, training
+
+__all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "search"]
+
+TUNERS = ("random", "bayesian", "hyperband")
+TEMPERATURE_METHODS = ("softsort", "neuralsort")
+
+
+def _check_range(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
+    low, high = (float(v) for v in bounds)
+    if not (0 < low <= high and math.isfinite(high)):
+        raise ValueError(f"`{name}` must be a range 0 < low <= high, got {bounds}.")
+    return low, high
+
+
+@dataclasses.dataclass
+class SearchSpace:
+    """Ranges of the search (all sampled log-uniformly).
+
+    Defaults bracket the published settings: τ = 1024 / 128 (SoftSort paper, raw CNN
+    scores), ε = 0.005 (Cuturi et al.), Adam lr 0.005 (sorting) / 0.001 (median).
+
+    Attributes:
+      methods: the operators to choose from (one: the method is fixed).
+      tau: (low, high) of the SoftSort / NeuralSort temperature.
+      epsilon: (low, high) of the Sinkhorn ε.
+      learning_rate: (low, high) of Adam's learning rate.
+    """
+
+    methods: tuple[str, ...] = ("softsort",)
+    tau: tuple[float, float] = (16.0, 4096.0)
+    epsilon: tuple[float, float] = (1e-3, 1e-1)
+    learning_rate: tuple[float, float] = (1e-4, 1e-2)
+
+    def validate(self) -> SearchSpace:
+        if not self.methods or any(m not in models.METHODS for m in self.methods):
+            raise ValueError(f"`methods` must be a non-empty subset of {models.METHODS}, "
+                             f"got {self.methods}.")
+        self.methods = tuple(dict.fromkeys(self.methods))
+        self.tau = _check_range("tau", self.tau)
+        self.epsilon = _check_range("epsilon", self.epsilon)
+        self.learning_rate = _check_range("learning_rate", self.learning_rate)
+        return self
+
+
+class LargeMnistHyperModel(kt.HyperModel):
+    """Builds the task's model of `config` with hyper-parameters drawn from `space`.
+
+    Args:
+      config: a finalised `ExperimentConfig`; its method, τ, ε and learning rate are
+        replaced by the trial's.
+      space: the `SearchSpace`.
+    """
+
+    def __init__(self, config: large_mnist.ExperimentConfig, space: SearchSpace):
+        super().__init__(name=f"large_mnist_{config.task}")
+        self.config, self.space = config, space
+
+    def trial_config(self, hp: kt.HyperParameters) -> large_mnist.ExperimentConfig:
+        """The `ExperimentConfig` of one set of hyper-parameters."""
+        space = self.space
+        if len(space.methods) > 1:
+            method = hp.Choice("method", list(space.methods))
+        else:
+            method = hp.Fixed("method", space.methods[0])
+        tau, epsilon = self.config.tau, self.config.epsilon
+        temperature_methods = [m for m in space.methods if m in TEMPERATURE_METHODS]
+        if temperature_methods:
+            with hp.conditional_scope("method", temperature_methods):
+                if method in TEMPERATURE_METHODS:
+                    tau = hp.Float("tau", *space.tau, sampling="log")
+        if "sinkhorn" in space.methods:
+            with hp.conditional_scope("method", ["sinkhorn"]):
+                if method == "sinkhorn":
+                    epsilon = hp.Float("epsilon", *space.epsilon, sampling="log")
+        learning_rate = hp.Float("learning_rate", *space.learning_rate, sampling="log")
+        return dataclasses.replace(self.config, method=method, tau=tau, epsilon=epsilon,
+                                   learning_rate=learning_rate)
+
+    def build(self, hp: kt.HyperParameters) -> keras.Model:
+        return large_mnist.build_model(self.trial_config(hp))
+
+
+def _make_tuner(name: str, hypermodel: kt.HyperModel, objective: kt.Objective, *,
+                max_trials: int, max_epochs: int, directory: str, seed: int,
+                executions_per_trial: int) -> kt.Tuner:
+    common = dict(objective=objective, directory=directory, project_name="search",
+                  overwrite=False, seed=seed, executions_per_trial=executions_per_trial)
+    if name == "random":
+        return kt.RandomSearch(hypermodel, max_trials=max_trials, **common)
+    if name == "bayesian":
+        return kt.BayesianOptimization(hypermodel, max_trials=max_trials, **common)
+    # Hyperband sets each trial's epochs itself (up to max_epochs).
+    return kt.Hyperband(hypermodel, max_epochs=max(max_epochs, 2), factor=3, **common)
+
+
+def search(config: large_mnist.ExperimentConfig, space: SearchSpace | None = None, *,
+           tuner: str = "random", max_trials: int = 10,
+           executions_per_trial: int = 1) -> dict:
+    """Runs (or resumes) a keras-tuner search; returns the results (also `tuning.json`).
+
+    Args:
+      config: the experiment (task, n, budget per trial, data); `config.epochs` and
+        `config.steps_per_epoch` are each trial's budget (Hyperband: the largest one).
+      space: the `SearchSpace` (default: the method of `config`, default ranges).
+      tuner: 'random' (default), 'bayesian' (Gaussian-process optimisation) or
+        'hyperband' (successive halving of the epoch budget; ignores `max_trials`).
+      max_trials: trials of the random / Bayesian search.
+      executions_per_trial: trainings per trial, averaged (reduces the seed noise).
+
+    Returns:
+      A dict with the best hyper-parameters, its validation score, the test metrics of
+      its model and every trial (hyper-parameters, score, status).
+    """
+    config = config.finalize()
+    space = (space or SearchSpace(methods=(config.method,))).validate()
+    if tuner not in TUNERS:
+        raise ValueError(f"`tuner` must be one of {TUNERS}, got {tuner!r}.")
+    for name, value in (("max_trials", max_trials),
+                        ("executions_per_trial", executions_per_trial)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"`{name}` must be a positive int, got {value}.")
+    wall_start = time.time()
+    keras.utils.set_random_seed(config.seed)
+    os.makedirs(config.output_dir, exist_ok=True)
+    train_dataset, val_ds, test_ds = large_mnist.make_datasets(config)
+    monitor, mode = large_mnist.objective(config.task)
+    hypermodel = LargeMnistHyperModel(config, space)
+    kt_tuner = _make_tuner(tuner, hypermodel, kt.Objective(monitor, direction=mode),
+                           max_trials=max_trials, max_epochs=config.epochs,
+                           directory=config.output_dir, seed=config.seed,
+                           executions_per_trial=executions_per_trial)
+    verbose = config.verbose if config.verbose != "auto" else 1
+    kt_tuner.search(train_dataset(0), validation_data=val_ds, epochs=config.epochs,
+                    steps_per_epoch=config.steps_per_epoch, verbose=verbose)
+
+    trials = []
+    for trial in kt_tuner.oracle.trials.values():
+        trials.append({"trial_id": trial.trial_id, "status": str(trial.status),
+                       "score": trial.score, "hyperparameters": dict(trial.hyperparameters.values)})
+    best_hp = kt_tuner.get_best_hyperparameters(1)[0]
+    best_trial = kt_tuner.oracle.get_best_trials(1)[0]
+    best_model = kt_tuner.get_best_models(1)[0]
+    test = large_mnist.evaluate(best_model, test_ds, config.task)
+    results = {
+        "task": config.task,
+        "tuner": tuner,
+        "objective": {"name": monitor, "direction": mode},
+        "flags": dataclasses.asdict(config),
+        "space": dataclasses.asdict(space),
+        "machine": training.machine_info(),
+        "best": {"hyperparameters": dict(best_hp.values), f"best_{monitor}": best_trial.score,
+                 **{f"test_{k}": v for k, v in test.items()}},
+        "trials": sorted(trials, key=lambda t: t["trial_id"]),
+        "wall_time_s": time.time() - wall_start,
+    }
+    training.write_json(os.path.join(config.output_dir, "tuning.json"), results)
+    _print_summary(results)
+    return results
+
+
+def _print_summary(results: dict) -> None:
+    best = results["best"]
+    print(f"\n{results['tuner']} search, {len(results['trials'])} trials, objective "
+          f"{results['objective']['name']} ({results['objective']['direction']})")
+    for name, value in best["hyperparameters"].items():
+        print(f"  best {name:<23}{value}")
+    for name, value in best.items():
+        if name != "hyperparameters":
+            print(f"  {name:<28}{value:.4f}")

@@ -1,0 +1,119 @@
+"""keras-tuner search (softsort_tf.experiments.tuning, scripts/tune.py), tiny budgets.
+
+These check the plumbing of the search (conditional space, resume, best trial, test
+evaluation, bad arguments), not the quality of the hyper-parameters found.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import keras_tuner as kt
+import numpy as np
+import pytest
+
+from softsort_tf.experiments import tuning
+from softsort_tf.experiments.large_mnist import ExperimentConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=8,
+            num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
+SPACE = dict(methods=("softsort", "neuralsort", "sinkhorn"), tau=(8.0, 64.0),
+             epsilon=(1e-3, 1e-2), learning_rate=(1e-4, 1e-3))
+
+
+def _check_trial(hp):
+    space = tuning.SearchSpace(**SPACE)
+    assert hp["method"] in space.methods
+    assert space.learning_rate[0] <= hp["learning_rate"] <= space.learning_rate[1]
+    # Conditional: τ only for the temperature methods, ε only for Sinkhorn.
+    assert ("tau" in hp) == (hp["method"] in ("softsort", "neuralsort"))
+    assert ("epsilon" in hp) == (hp["method"] == "sinkhorn")
+    if "tau" in hp:
+        assert space.tau[0] <= hp["tau"] <= space.tau[1]
+    if "epsilon" in hp:
+        assert space.epsilon[0] <= hp["epsilon"] <= space.epsilon[1]
+
+
+def test_search_records_trials_picks_the_best_and_resumes(tmp_path):
+    out = str(tmp_path / "search")
+    config = ExperimentConfig(task="sort", n=3, output_dir=out, **TINY)
+    first = tuning.search(config, tuning.SearchSpace(**SPACE), max_trials=3)
+    assert len(first["trials"]) == 3
+    for trial in first["trials"]:
+        assert trial["status"] == "COMPLETED" and 0.0 <= trial["score"] <= 1.0
+        _check_trial(trial["hyperparameters"])
+    scores = [t["score"] for t in first["trials"]]
+    assert first["best"]["best_val_exact_accuracy"] == max(scores)
+    assert first["best"]["hyperparameters"] in [t["hyperparameters"] for t in first["trials"]
+                                                if t["score"] == max(scores)]
+    for key in ("test_exact_accuracy", "test_elementwise_accuracy", "test_loss"):
+        assert math.isfinite(first["best"][key])
+    with open(os.path.join(out, "tuning.json")) as f:
+        assert json.load(f)["trials"] == first["trials"]
+
+    # Same folder, larger budget: the finished trials are kept, one more is run.
+    config = ExperimentConfig(task="sort", n=3, output_dir=out, **TINY)
+    second = tuning.search(config, tuning.SearchSpace(**SPACE), max_trials=4)
+    assert len(second["trials"]) == 4
+    assert second["trials"][:3] == first["trials"]
+
+
+def test_hypermodel_applies_the_trial_hyperparameters():
+    config = ExperimentConfig(task="median", n=3, **TINY).finalize()
+    hypermodel = tuning.LargeMnistHyperModel(config, tuning.SearchSpace(**SPACE).validate())
+    hp = kt.HyperParameters()
+    hp.Fixed("method", "sinkhorn")
+    hp.Fixed("epsilon", 0.004)
+    hp.Fixed("learning_rate", 3e-4)
+    model = hypermodel.build(hp)
+    assert (model.method, model.epsilon) == ("sinkhorn", 0.004)
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(3e-4)
+    assert model.tau == config.tau  # not a Sinkhorn hyper-parameter: the config's value
+    images = np.zeros((2, 3, 112, 28, 1), np.float32)
+    out = model({"images": images, "step": np.zeros([2], np.int64)})
+    assert out.shape == (2,)
+
+
+def test_hyperband_on_the_median_task(tmp_path):
+    out = str(tmp_path / "hyperband")
+    config = ExperimentConfig(task="median", n=3, output_dir=out, **dict(TINY, epochs=2))
+    results = tuning.search(config, tuning.SearchSpace(tau=(8.0, 64.0)), tuner="hyperband")
+    assert results["objective"] == {"name": "val_mse", "direction": "min"}
+    assert results["trials"]
+    assert results["best"]["best_val_mse"] == min(t["score"] for t in results["trials"]
+                                                  if t["score"] is not None)
+    assert math.isfinite(results["best"]["test_mse_1e-4"])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(tuner="grid"), "tuner"),
+    (dict(max_trials=0), "max_trials"),
+    (dict(space=tuning.SearchSpace(methods=("bubblesort",))), "methods"),
+    (dict(space=tuning.SearchSpace(tau=(10.0, 1.0))), "tau"),
+    (dict(space=tuning.SearchSpace(learning_rate=(0.0, 1e-3))), "learning_rate"),
+])
+def test_bad_arguments_raise(tmp_path, kwargs, match):
+    config = ExperimentConfig(task="sort", n=3, output_dir=str(tmp_path), **TINY)
+    with pytest.raises(ValueError, match=match):
+        tuning.search(config, **kwargs)
+
+
+def test_tune_binary(tmp_path):
+    out = str(tmp_path / "binary")
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "tune.py"), f"--output_dir={out}",
+           "--task=sort", "--n=3", "--methods=softsort,neuralsort", "--max_trials=2",
+           "--tau_range=8,64", "--epochs=1", "--steps_per_epoch=2", "--batch_size=4",
+           "--num_val_sequences=8", "--num_test_sequences=8", "--digits_per_class=10",
+           "--verbose=0", "--nodeterministic_ops"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "random search, 2 trials" in proc.stdout
+    with open(os.path.join(out, "tuning.json")) as f:
+        saved = json.load(f)
+    assert saved["space"]["tau"] == [8.0, 64.0] and len(saved["trials"]) == 2
+    bad = subprocess.run(cmd[:-1] + ["--tau_range=8"], capture_output=True, text=True,
+                         check=False)
+    assert bad.returncode != 0 and "tau_range" in bad.stderr
