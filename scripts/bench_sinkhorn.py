@@ -176,10 +176,15 @@ def tf_functions(n: int, m: int, *, epsilon: float, threshold: float, max_iterat
     return tf.function(forward, **kw), tf.function(forward_backward, **kw)
 
 
+WARMUP_CALLS = 2  # untimed calls after the compiling one (thread pools, caches)
+
+
 def time_tf(fn, args, repeats: int):
-    """Median wall time of fn(*args) in seconds (first call, with compilation, excluded)."""
-    out = fn(*args)
-    _ = [o.numpy() for o in out]
+    """Median wall time of fn(*args) in seconds (first call, with compilation, and
+    `WARMUP_CALLS` more excluded: the first calls after compiling are up to 3x slower)."""
+    for _ in range(1 + WARMUP_CALLS):
+        out = fn(*args)
+        _ = [o.numpy() for o in out]
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -256,6 +261,8 @@ def time_jax(fn, args, repeats: int):
     start = time.perf_counter()
     out = jax.block_until_ready(fn(*args))
     first = time.perf_counter() - start
+    for _ in range(WARMUP_CALLS):
+        out = jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

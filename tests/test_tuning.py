@@ -107,7 +107,8 @@ def test_tune_binary(tmp_path):
            "--task=sort", "--n=3", "--methods=softsort,neuralsort", "--max_trials=2",
            "--tau_range=8,64", "--epochs=1", "--steps_per_epoch=2", "--batch_size=4",
            "--num_val_sequences=8", "--num_test_sequences=8", "--digits_per_class=10",
-           "--verbose=0", "--nodeterministic_ops"]
+           "--verbose=0", "--nodeterministic_ops", "--strategy=mirrored",
+           "--num_cpu_devices=2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "random search, 2 trials" in proc.stdout

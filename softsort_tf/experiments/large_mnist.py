@@ -32,7 +32,7 @@ from softsort_tf.datasets import large_mnist
 from softsort_tf.experiments import models, training
 
 __all__ = ["TASKS", "ExperimentConfig", "build_model", "default_tau", "evaluate",
-           "make_datasets", "objective", "run"]
+           "make_datasets", "objective", "prepare_runtime", "run"]
 
 TASKS = ("sort", "median")
 NUM_TRAIN_DIGITS = 55000
@@ -180,6 +180,17 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
             "spearman": _spearman(pred, true)}
 
 
+def prepare_runtime(config: ExperimentConfig) -> tf.distribute.Strategy:
+    """Devices, seeds, op determinism and the output folder of a run; its strategy."""
+    if config.num_cpu_devices:
+        training.set_cpu_devices(config.num_cpu_devices)
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic_ops:
+        tf.config.experimental.enable_op_determinism()
+    os.makedirs(config.output_dir, exist_ok=True)
+    return training.make_strategy(config.strategy)
+
+
 def objective(task: str) -> tuple[str, str]:
     """(monitored validation metric, 'max' or 'min') that picks the best epoch / trial."""
     return ("val_exact_accuracy", "max") if task == "sort" else ("val_mse", "min")
@@ -232,14 +243,8 @@ def run(config: ExperimentConfig) -> dict:
     """
     config = config.finalize()
     wall_start = time.time()
-    if config.num_cpu_devices:
-        training.set_cpu_devices(config.num_cpu_devices)
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic_ops:
-        tf.config.experimental.enable_op_determinism()
-    strategy = training.make_strategy(config.strategy)
+    strategy = prepare_runtime(config)
     chief = training.is_chief(strategy)
-    os.makedirs(config.output_dir, exist_ok=True)
 
     train_dataset, val_ds, test_ds = make_datasets(config)
     with strategy.scope():

@@ -10,8 +10,9 @@ exact-permutation accuracy for sorting, validation MSE for the median):
 - `epsilon` (Sinkhorn regularisation), log-uniform, only for Sinkhorn;
 - `learning_rate` of Adam, log-uniform.
 
-Every other setting (n, batch, epochs, steps per epoch, data) comes from the
-`ExperimentConfig`, as for `train_sort.py` / `train_median.py`, and every trial trains
+Every other setting (n, batch, epochs, steps per epoch, data, `tf.distribute`
+strategy) comes from the `ExperimentConfig`, as for `train_sort.py` /
+`train_median.py`, and every trial trains
 on the same stream of training batches and is scored on the same validation
 sequences. The search state lives in `output_dir/search/` (keras-tuner's project
 folder): rerunning with the same folder resumes it and does not repeat finished
@@ -114,9 +115,10 @@ class LargeMnistHyperModel(kt.HyperModel):
 
 def _make_tuner(name: str, hypermodel: kt.HyperModel, objective: kt.Objective, *,
                 max_trials: int, max_epochs: int, directory: str, seed: int,
-                executions_per_trial: int) -> kt.Tuner:
+                executions_per_trial: int, distribution_strategy) -> kt.Tuner:
     common = dict(objective=objective, directory=directory, project_name="search",
-                  overwrite=False, seed=seed, executions_per_trial=executions_per_trial)
+                  overwrite=False, seed=seed, executions_per_trial=executions_per_trial,
+                  distribution_strategy=distribution_strategy)
     if name == "random":
         return kt.RandomSearch(hypermodel, max_trials=max_trials, **common)
     if name == "bayesian":
@@ -152,15 +154,16 @@ def search(config: large_mnist.ExperimentConfig, space: SearchSpace | None = Non
         if int(value) != value or value < 1:
             raise ValueError(f"`{name}` must be a positive int, got {value}.")
     wall_start = time.time()
-    keras.utils.set_random_seed(config.seed)
-    os.makedirs(config.output_dir, exist_ok=True)
+    strategy = large_mnist.prepare_runtime(config)
     train_dataset, val_ds, test_ds = large_mnist.make_datasets(config)
     monitor, mode = large_mnist.objective(config.task)
     hypermodel = LargeMnistHyperModel(config, space)
     kt_tuner = _make_tuner(tuner, hypermodel, kt.Objective(monitor, direction=mode),
                            max_trials=max_trials, max_epochs=config.epochs,
                            directory=config.output_dir, seed=config.seed,
-                           executions_per_trial=executions_per_trial)
+                           executions_per_trial=executions_per_trial,
+                           distribution_strategy=(None if config.strategy == "default"
+                                                  else strategy))
     verbose = config.verbose if config.verbose != "auto" else 1
     kt_tuner.search(train_dataset(0), validation_data=val_ds, epochs=config.epochs,
                     steps_per_epoch=config.steps_per_epoch, verbose=verbose)
