@@ -94,7 +94,9 @@ def sorting_demo(output_dir: str | None) -> None:
     output_dir = output_dir or tempfile.mkdtemp(prefix="softsort_tf_demo_")
     cmd = [sys.executable, script, f"--output_dir={output_dir}", "--dataset=embedded",
            "--n=3", "--epochs=5", "--steps_per_epoch=60", "--num_val_sequences=200",
-           "--num_test_sequences=1000"]
+           "--num_test_sequences=1000",
+           # A progress bar on a terminal, one line per epoch in logs and pipes.
+           f"--verbose={1 if sys.stdout.isatty() else 2}"]
     print("\nLarge-MNIST sorting on the embedded digits:\n  $", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)
 
