@@ -1,4 +1,4 @@
-"""Shared pytest set-up: quiet TF logs, deterministic seeds, small thread pools."""
+"""Shared pytest set-up: quiet TF logs, deterministic seeds, small thread pools, MNIST."""
 
 import os
 
@@ -19,3 +19,29 @@ def _seed():
     np.random.seed(0)
     tf.random.set_seed(0)
     yield
+
+
+SHARED_MNIST_NPZ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "..", "shared", "data", "mnist.npz")
+
+
+def write_standin_mnist_npz(path: str) -> str:
+    """Writes an npz in MNIST's exact format (x_train [60000, 28, 28] uint8, y_train,
+    x_test [10000, 28, 28], y_test) whose images are the embedded digits, cycled."""
+    from softsort_tf.datasets import large_mnist
+
+    images, labels = large_mnist.embedded_digit_images()
+    idx = np.arange(70000) % len(images)
+    np.savez(path, x_train=images[idx[:60000]], y_train=labels[idx[:60000]],
+             x_test=images[idx[60000:]], y_test=labels[idx[60000:]])
+    return path
+
+
+@pytest.fixture(scope="session")
+def mnist_npz(tmp_path_factory) -> str:
+    """Path of an MNIST npz for the npz code paths: the real ../shared/data/mnist.npz
+    beside the checkout, or, where it is absent, a stand-in of the same format built
+    from the embedded digits, so that these tests run (never skip) on any machine."""
+    if os.path.exists(SHARED_MNIST_NPZ):
+        return SHARED_MNIST_NPZ
+    return write_standin_mnist_npz(str(tmp_path_factory.mktemp("mnist") / "mnist.npz"))

@@ -1,6 +1,5 @@
 """Tests of the large-MNIST tf.data pipeline (softsort_tf.datasets.large_mnist)."""
 
-import os
 import sys
 import types
 
@@ -14,9 +13,6 @@ from softsort_tf.datasets.large_mnist import (
     load_digit_splits,
     make_dataset,
 )
-
-NPZ = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "mnist.npz")
-needs_npz = pytest.mark.skipif(not os.path.exists(NPZ), reason="../shared/data/mnist.npz absent")
 
 
 @pytest.fixture(scope="module")
@@ -107,17 +103,16 @@ def test_embedded_splits_are_disjoint_and_mnist_like(embedded):
         np.testing.assert_array_equal(s.labels, labels[s.ids])
 
 
-@needs_npz
-def test_npz_splits_are_55k_5k_10k_and_disjoint():
-    splits = load_digit_splits("npz", NPZ)
+def test_npz_splits_are_55k_5k_10k_and_disjoint(mnist_npz):
+    splits = load_digit_splits("npz", mnist_npz)
     assert (len(splits.train), len(splits.validation), len(splits.test)) == (55000, 5000, 10000)
-    with np.load(NPZ) as f:
+    with np.load(mnist_npz) as f:
         source = np.concatenate([f["x_train"], f["x_test"]])
         labels = np.concatenate([f["y_train"], f["y_test"]])
     _check_disjoint(splits, source)
     np.testing.assert_array_equal(splits.test.labels, labels[splits.test.ids])
     assert splits.test.ids.min() == 60000  # test sequences only use MNIST test digits
-    small = load_digit_splits("npz", NPZ, limit_per_class=3)
+    small = load_digit_splits("npz", mnist_npz, limit_per_class=3)
     assert len(small.train) == 30 and set(small.train.ids) <= set(splits.train.ids)
 
 

@@ -19,8 +19,6 @@ from softsort_tf.experiments import large_mnist as experiment
 from softsort_tf.experiments.large_mnist import ExperimentConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NPZ = os.path.join(ROOT, "..", "shared", "data", "mnist.npz")
-needs_npz = pytest.mark.skipif(not os.path.exists(NPZ), reason="../shared/data/mnist.npz absent")
 TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=4,
             num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
 
@@ -88,12 +86,11 @@ def test_resume_after_interruption_continues_with_the_same_weights(tmp_path):
         saved["history"]["val_exact_accuracy"])
 
 
-@needs_npz
 @pytest.mark.parametrize("task, method", [("sort", "sinkhorn"), ("median", "neuralsort")])
-def test_smoke_on_a_slice_of_real_mnist(tmp_path, task, method):
+def test_smoke_on_a_slice_of_mnist_npz(tmp_path, mnist_npz, task, method):
     out = str(tmp_path / task)
     results = experiment.run(ExperimentConfig(
-        task=task, method=method, n=3, dataset="npz", mnist_npz=NPZ, output_dir=out, **TINY))
+        task=task, method=method, n=3, dataset="npz", mnist_npz=mnist_npz, output_dir=out, **TINY))
     assert results["flags"]["dataset"] == "npz" and results["finished"]
     if task == "sort":
         _assert_finite_metrics(results, ["test_exact_accuracy", "test_elementwise_accuracy",
