@@ -10,6 +10,7 @@ import scipy.stats
 import tensorflow as tf
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from numpy_references import np_window_mean
 
 import softsort_tf as ss
 from softsort_tf import hard_stats, losses, metrics
@@ -36,18 +37,6 @@ def np_top_k_loss(logits, labels, k, form):
     if form == "rank":
         return np.maximum(0.0, num_classes - r - k + 1)
     return np.maximum(0.0, 1.0 - r / num_classes - k / num_classes)
-
-
-def np_window_mean(x, low, high, weights=None):
-    """Mean of the values whose cumulative mass lies in [low, high] (fractional overlap)."""
-    x = np.asarray(x, np.float64)
-    w = np.ones_like(x) if weights is None else np.asarray(weights, np.float64)
-    order = np.argsort(x, kind="stable")
-    xs, ws = x[order], w[order] / w.sum()
-    upto = np.cumsum(ws)
-    before = upto - ws
-    overlap = np.clip(np.minimum(upto, high) - np.maximum(before, low), 0.0, None)
-    return float(overlap @ xs / overlap.sum())
 
 
 def value_and_grad(fn, x):

@@ -7,22 +7,13 @@ import scipy.stats
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy_references import np_window_mean
 
 import softsort_tf as ss
 from softsort_tf import hard_stats
 
 SETTINGS = settings(max_examples=15, deadline=None)
 seeds = st.integers(0, 10_000)
-
-
-def np_window_mean(x, low, high, weights=None):
-    x = np.asarray(x, np.float64)
-    w = np.ones_like(x) if weights is None else np.asarray(weights, np.float64)
-    order = np.argsort(x, kind="stable")
-    xs, ws = x[order], w[order] / w.sum()
-    upto = np.cumsum(ws)
-    overlap = np.clip(np.minimum(upto, high) - np.maximum(upto - ws, low), 0.0, None)
-    return float(overlap @ xs / overlap.sum())
 
 
 # ---------------------------------------------------------------------------------
