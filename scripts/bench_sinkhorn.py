@@ -1,6 +1,6 @@
 """Benchmark of the Sinkhorn solver: time, peak memory and accuracy, against ott-jax.
 
-The benchmarked problem is the soft-rank transport of `softsort_tf.sinkhorn_solver`:
+The benchmarked problem is the soft-rank transport of `softsort_tf.solvers.sinkhorn`:
 inputs x `[B, n]` uniform on [0, 1] (no squashing), uniform weights, m targets
 y = linspace(0, 1, m) with uniform weights, squared cost, regularisation ε (absolute,
 in units of the cost) and the stopping threshold on the L1 marginal error. Soft ranks
@@ -149,7 +149,7 @@ def tf_functions(n: int, m: int, *, epsilon: float, threshold: float, max_iterat
     """
     import tensorflow as tf
 
-    from softsort_tf import sinkhorn_solver
+    from softsort_tf.solvers import sinkhorn as sinkhorn_solver
 
     y = tf.constant(np.linspace(0.0, 1.0, m), dtype)
     t = tf.constant(rank_readout_vector(n, m), dtype)

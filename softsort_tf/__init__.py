@@ -1,53 +1,46 @@
 """softsort_tf: differentiable sorting, ranking and quantile operators for TensorFlow/Keras."""
 
-from softsort_tf.hard_stats import rankdata
-from softsort_tf.losses import (
-    SoftLeastQuantileRegressionLoss,
-    SoftTopKLoss,
-    SoftTrimmedRegressionLoss,
-    SpearmanLoss,
-    sinkhorn_trimmed_mean,
-    soft_spearman_correlation,
-    soft_top_k_loss,
-)
-from softsort_tf.metrics import (
-    QuantileError,
-    SpearmanCorrelation,
-    TrimmedError,
-    spearman_correlation,
-)
-from softsort_tf.permutation_layers import NeuralSort, SinkhornPermutation, SoftSort
-from softsort_tf.permutation_losses import (
-    ElementwisePermutationAccuracy,
-    ExactPermutationAccuracy,
-    PermutationCrossEntropy,
-    elementwise_permutation_accuracy,
-    exact_permutation_accuracy,
-    permutation_cross_entropy,
-)
-from softsort_tf.permutation_ops import (
-    gumbel_perturb,
-    hard_permutation_matrix,
-    neural_sort_matrix,
-    permutation_matrix,
-    permute_values,
-    ranks_from_permutation,
-    soft_sort_matrix,
-    stochastic_neural_sort_matrix,
-    stochastic_permutation_matrix,
-    stochastic_sinkhorn_permutation_matrix,
-    stochastic_soft_sort_matrix,
-    straight_through,
-)
-from softsort_tf.sinkhorn_layers import (
+from softsort_tf.layers.permutation import NeuralSort, SinkhornPermutation, SoftSort
+from softsort_tf.layers.sinkhorn import (
     SinkhornCDF,
     SinkhornQuantile,
     SinkhornQuantileNormalization,
     SinkhornRank,
     SinkhornSort,
 )
-from softsort_tf.sinkhorn_ops import (
-    SinkhornInfo,
+from softsort_tf.losses.permutation import PermutationCrossEntropy, permutation_cross_entropy
+from softsort_tf.losses.regression import (
+    SoftLeastQuantileRegressionLoss,
+    SoftTrimmedRegressionLoss,
+    sinkhorn_trimmed_mean,
+)
+from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
+from softsort_tf.losses.top_k import SoftTopKLoss, soft_top_k_loss
+from softsort_tf.metrics.permutation import (
+    ElementwisePermutationAccuracy,
+    ExactPermutationAccuracy,
+    elementwise_permutation_accuracy,
+    exact_permutation_accuracy,
+)
+from softsort_tf.metrics.regression import QuantileError, TrimmedError
+from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
+from softsort_tf.ops.hard_stats import rankdata
+from softsort_tf.ops.permutation import (
+    hard_permutation_matrix,
+    neural_sort_matrix,
+    permutation_matrix,
+    soft_sort_matrix,
+    straight_through,
+)
+from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
+from softsort_tf.ops.sampling import (
+    gumbel_perturb,
+    stochastic_neural_sort_matrix,
+    stochastic_permutation_matrix,
+    stochastic_sinkhorn_permutation_matrix,
+    stochastic_soft_sort_matrix,
+)
+from softsort_tf.ops.sinkhorn import (
     quantile_target_weights,
     sinkhorn_cdf,
     sinkhorn_permutation_matrix,
@@ -57,6 +50,7 @@ from softsort_tf.sinkhorn_ops import (
     sinkhorn_sort,
     sinkhorn_topk_mask,
 )
-from softsort_tf.squash import squash_values
+from softsort_tf.ops.squash import squash_values
+from softsort_tf.ops.transport import SinkhornInfo
 
 __version__ = "0.1.0"

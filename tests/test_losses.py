@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from numpy_references import np_window_mean
 
 import softsort_tf as ss
-from softsort_tf import hard_stats, losses, metrics
+from softsort_tf.losses import regression as losses
+from softsort_tf.metrics import regression as metrics
+from softsort_tf.ops import hard_stats
 
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
 SETTINGS = settings(max_examples=10, deadline=None)

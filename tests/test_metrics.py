@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from numpy_references import np_window_mean
 
 import softsort_tf as ss
-from softsort_tf import hard_stats
+from softsort_tf.ops import hard_stats
 
 SETTINGS = settings(max_examples=15, deadline=None)
 seeds = st.integers(0, 10_000)

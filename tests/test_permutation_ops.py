@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import softsort_tf as ss
-from softsort_tf import permutation_ops
+from softsort_tf.ops import sampling
 
 SETTINGS = settings(max_examples=10, deadline=None)
 directions = st.sampled_from(["ASCENDING", "DESCENDING"])
@@ -356,10 +356,10 @@ def test_stateless_uniform_matches_a_numpy_splitmix64_reference():
     hashed = [mix((k * 0x9E3779B97F4A7C15 + key) & mask) for k in range(6)]
     for dtype, bits in ((tf.float32, 24), (tf.float64, 53)):
         expected = np.array([((h >> (64 - bits)) + 0.5) * 2.0 ** -bits for h in hashed])
-        got = permutation_ops.stateless_uniform([2, 3], seed, dtype)
+        got = sampling.stateless_uniform([2, 3], seed, dtype)
         assert got.dtype == dtype
         np.testing.assert_array_equal(got.numpy().ravel(), expected.astype(dtype.as_numpy_dtype))
-        xla = tf.function(lambda sd, d=dtype: permutation_ops.stateless_uniform([2, 3], sd, d),
+        xla = tf.function(lambda sd, d=dtype: sampling.stateless_uniform([2, 3], sd, d),
                           jit_compile=True)
         np.testing.assert_array_equal(xla(tf.constant(seed)).numpy(), got.numpy())
 

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import softsort_tf as ss
-from softsort_tf import sinkhorn_ops, sinkhorn_solver
-from softsort_tf import squash as squash_lib
+from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops import squash as squash_lib
+from softsort_tf.solvers import sinkhorn as sinkhorn_solver
 
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
 SETTINGS = settings(max_examples=15, deadline=None)

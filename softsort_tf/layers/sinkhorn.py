@@ -13,7 +13,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, sinkhorn_ops
+from softsort_tf import _checks
+from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops import transport
 
 _PACKAGE = "softsort_tf"
 
@@ -44,7 +46,7 @@ class _SinkhornLayer(keras.layers.Layer):
             raise ValueError(f"`axis` must be an integer, got {axis!r}.")
         self.axis = int(axis)
         self.direction = _checks.check_direction(direction)
-        for name, value in sinkhorn_ops.check_sinkhorn_args(
+        for name, value in transport.check_sinkhorn_args(
                 epsilon, power, threshold, max_iterations, implicit, squash).items():
             setattr(self, name, value)
 

@@ -1,63 +1,15 @@
-"""Hard (exact) metrics matching the soft losses of `softsort_tf.losses`.
-
-- `QuantileError`: the τ-quantile of the batch errors |y − ŷ|^power, the exact
-  counterpart of `SoftLeastQuantileRegressionLoss`.
-- `TrimmedError`: the mean of the batch errors between two quantiles, the exact
-  counterpart of `SoftTrimmedRegressionLoss`.
-- `SpearmanCorrelation`: Spearman's ρ along an axis with ties averaged, the exact
-  counterpart of 1 − `SpearmanLoss`.
-
-For `SoftTopKLoss` no new metric is needed: Keras' own
-`keras.metrics.SparseTopKCategoricalAccuracy(k)` (integer labels) and
-`keras.metrics.TopKCategoricalAccuracy(k)` (one-hot labels) are its hard
-counterparts (1 − accuracy is the mean hard top-k 0/1 loss).
-
-Streaming. `QuantileError` and `TrimmedError` describe a *batch* (like the losses
-they match, which are batch statistics): each `update_state` call computes the
-statistic of that batch, and `result()` is the mean of these per-batch values
-weighted by batch size, which is how `Model.fit` averages a loss over an epoch. It is
-not the quantile of all the errors of the epoch (that would need to keep every error);
-evaluate with one large batch to get that. `SpearmanCorrelation` is a per-list value
-and streams as an ordinary (sample-weighted) mean over lists.
-"""
+"""Hard batch-statistic metrics of regression errors: quantile and trimmed mean."""
 
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, hard_stats
-from softsort_tf.losses import regression_errors
+from softsort_tf import _checks
+from softsort_tf.losses.regression import regression_errors
+from softsort_tf.ops import hard_stats
 
 _PACKAGE = "softsort_tf"
-
-
-def spearman_correlation(y_true, y_pred, axis: int = -1):
-    """Spearman's ρ of `y_true` and `y_pred` along `axis`, ties averaged.
-
-    The Pearson correlation of `hard_stats.rankdata` of both (as
-    `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant.
-
-    Args:
-      y_true, y_pred: `[..., n, ...]` tensors of the same shape.
-      axis: the list axis.
-
-    Returns:
-      The shape of the inputs without `axis`.
-
-    Example:
-    >>> rho = spearman_correlation([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 40.0], axis=0)
-    >>> round(float(rho), 4)
-    0.8
-    """
-    y_pred = tf.convert_to_tensor(y_pred)
-    y_true = tf.convert_to_tensor(y_true)
-    if y_true.shape.rank != y_pred.shape.rank:
-        raise ValueError(f"`y_true` and `y_pred` must have the same shape, got {y_true.shape} "
-                         f"and {y_pred.shape}.")
-    return hard_stats.pearson_correlation(hard_stats.rankdata(y_pred, axis=axis),
-                                          hard_stats.rankdata(y_true, axis=axis), axis=axis)
 
 
 class _BatchErrorMetric(keras.metrics.Metric):
@@ -182,33 +134,3 @@ class TrimmedError(_BatchErrorMetric):
     def get_config(self) -> dict:
         return {**super().get_config(), "start_quantile": self.start_quantile,
                 "end_quantile": self.end_quantile}
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
-    """Mean Spearman's ρ (ties averaged) over lists along `axis` (hard counterpart of
-    1 − `SpearmanLoss`).
-
-    Each list contributes `spearman_correlation` of its targets and predictions; the
-    metric is their (sample-weighted) mean over all lists seen.
-
-    Args:
-      axis: the list axis (default −1).
-      name, dtype: as in `keras.metrics.Metric`.
-
-    Example:
-    >>> m = SpearmanCorrelation()
-    >>> m.update_state([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], [[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
-    >>> float(m.result())
-    0.0
-    """
-
-    def __init__(self, axis: int = -1, name: str = "spearman_correlation", dtype=None):
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-            raise ValueError(f"`axis` must be an integer, got {axis!r}.")
-        super().__init__(fn=spearman_correlation, name=name, dtype=dtype, axis=int(axis))
-        self.axis = int(axis)
-        self._direction = "up"
-
-    def get_config(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "axis": self.axis}

@@ -58,11 +58,9 @@ import math
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf.solvers.implicit import IMPLICIT_SOLVERS, implicit_vjp
 
-IMPLICIT_SOLVERS = ("auto", "cg", "dense")
 EXACT_MARGINALS = ("target", "input")
-# Below this number of targets the dense Cholesky solve is faster than CG.
-DENSE_SOLVE_MAX_TARGETS = 64
 
 
 @dataclasses.dataclass
@@ -270,100 +268,6 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     eps_last = eps_at(tf.maximum(it - 1, 0))
     f = (u if exact_marginal == "input" else u_prev) * eps_last
     return f, v * eps_last, n_it, err
-
-
-def _conjugate_gradient(apply_op, rhs, max_iterations: int, tol: float):
-    """Batched CG for SPD systems `apply_op(x) = rhs`, rows stop independently."""
-    dtype = rhs.dtype
-    rhs_norm = tf.norm(rhs, axis=-1)
-    target = tol * rhs_norm
-    tiny = tf.constant(1e-30 if dtype == tf.float32 else 1e-300, dtype)
-
-    def cond(i, x, r, p, rs):
-        del i, x, r, p
-        return tf.reduce_any(tf.sqrt(rs) > target)
-
-    def body(i, x, r, p, rs):
-        active = tf.sqrt(rs) > target
-        ap = apply_op(p)
-        pap = tf.reduce_sum(p * ap, axis=-1)
-        alpha = tf.where(active & (pap > tiny), rs / tf.maximum(pap, tiny), tf.zeros_like(rs))
-        x = x + alpha[:, None] * p
-        r = r - alpha[:, None] * ap
-        rs_new = tf.reduce_sum(r * r, axis=-1)
-        beta = tf.where(active & (rs > tiny), rs_new / tf.maximum(rs, tiny), tf.zeros_like(rs))
-        p = tf.where(active[:, None], r + beta[:, None] * p, p)
-        rs = tf.where(active, rs_new, rs)
-        return i + 1, x, r, p, rs
-
-    x0 = tf.zeros_like(rhs)
-    rs0 = tf.reduce_sum(rhs * rhs, axis=-1)
-    _, x, _, _, _ = tf.while_loop(cond, body, (tf.constant(0), x0, rhs, rhs, rs0),
-                                  maximum_iterations=max_iterations)
-    return x
-
-
-def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iterations=200,
-                 cg_tolerance=None):
-    """Vector-Jacobian product of the Sinkhorn fixed point (f, g) w.r.t. (C, a, b).
-
-    Args:
-      cost: `[B, n, m]`; f `[B, n]`; g `[B, m]`: a (near-)optimal solution.
-      df, dg: cotangents of f and g.
-
-    Returns:
-      `(d_cost, d_a, d_b)`.
-    """
-    eps = tf.cast(epsilon, cost.dtype)
-    plan = tf.exp((f[:, :, None] + g[:, None, :] - cost) / eps)
-    r = tf.reduce_sum(plan, axis=2)
-    c = tf.reduce_sum(plan, axis=1)
-    tiny = tf.constant(1e-30 if cost.dtype == tf.float32 else 1e-300, cost.dtype)
-    r = tf.maximum(r, tiny)
-    c = tf.maximum(c, tiny)
-    sqrt_c = tf.sqrt(c)
-    rhs = eps * (dg - tf.linalg.matvec(plan, df / r, transpose_a=True))
-    rhs_hat = rhs / sqrt_c
-    q = sqrt_c / tf.norm(sqrt_c, axis=-1, keepdims=True)
-    rhs_hat = rhs_hat - q * tf.reduce_sum(q * rhs_hat, axis=-1, keepdims=True)
-    m = cost.shape[-1]
-    use_dense = solver == "dense" or (solver == "auto" and m is not None
-                                      and m <= DENSE_SOLVE_MAX_TARGETS)
-    if use_dense:
-        # The small m×m system is assembled and factorised in float64 from the plan
-        # itself: with r and c recomputed in float64, M has singular value 1 exactly
-        # (along √r, √c), so I − MᵀM + qqᵀ stays positive definite even when the plan
-        # is nearly a hard assignment and float32 rounding would make it indefinite.
-        # A ridge of 1e-12 guards the directions where it is singular up to rounding
-        # (the right-hand side vanishes along them).
-        p64 = tf.cast(plan, tf.float64)
-        r64 = tf.maximum(tf.reduce_sum(p64, axis=2), 1e-300)
-        c64 = tf.maximum(tf.reduce_sum(p64, axis=1), 1e-300)
-        m64 = p64 / tf.sqrt(r64)[:, :, None] / tf.sqrt(c64)[:, None, :]
-        q64 = tf.sqrt(c64) / tf.norm(tf.sqrt(c64), axis=-1, keepdims=True)
-        gram = tf.linalg.matmul(m64, m64, transpose_a=True)
-        eye = tf.eye(tf.shape(gram)[-1], batch_shape=tf.shape(gram)[:1], dtype=tf.float64)
-        system = (1.0 + 1e-12) * eye - gram + q64[:, :, None] * q64[:, None, :]
-        system = 0.5 * (system + tf.linalg.matrix_transpose(system))
-        rhs64 = tf.cast(rhs_hat, tf.float64)[:, :, None]
-        w_hat = tf.cast(tf.linalg.cholesky_solve(tf.linalg.cholesky(system), rhs64)[..., 0],
-                        cost.dtype)
-    else:
-        inv_sqrt_c = 1.0 / sqrt_c
-        inv_r = 1.0 / r
-
-        def apply_op(v):  # (I − MᵀM + qqᵀ) v, with M = D_r^{-1/2} P D_c^{-1/2} never formed
-            pv = tf.linalg.matvec(plan, v * inv_sqrt_c) * inv_r
-            mtmv = tf.linalg.matvec(plan, pv, transpose_a=True) * inv_sqrt_c
-            return v - mtmv + q * tf.reduce_sum(q * v, axis=-1, keepdims=True)
-
-        if cg_tolerance is None:
-            cg_tolerance = 1e-6 if cost.dtype == tf.float32 else 1e-12
-        w_hat = _conjugate_gradient(apply_op, rhs_hat, cg_max_iterations, cg_tolerance)
-    w_g = w_hat / sqrt_c
-    w_f = (eps * df - tf.linalg.matvec(plan, w_g)) / r
-    d_cost = plan * (w_f[:, :, None] + w_g[:, None, :]) / eps
-    return d_cost, w_f, w_g
 
 
 # In eager mode the loops above would run op by op from Python (milliseconds per

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import keras
 
-from softsort_tf import _checks, permutation_ops, sinkhorn_ops
+from softsort_tf import _checks
+from softsort_tf.ops import permutation as permutation_ops
+from softsort_tf.ops import permutation_readout, sampling, transport
+from softsort_tf.ops import sinkhorn as sinkhorn_ops
 
 _PACKAGE = "softsort_tf"
 OUTPUT_MODES = ("matrix", "sorted", "ranks")
@@ -76,7 +79,7 @@ class _PermutationLayer(keras.layers.Layer):
     def _permutation(self, scores, training):
         kwargs = dict(direction=self.direction, hard=self.hard, **self._op_kwargs())
         if self.stochastic and (training or self.sample_at_inference):
-            perm = permutation_ops.stochastic_permutation_matrix(
+            perm = sampling.stochastic_permutation_matrix(
                 scores, self.num_samples or 1, self.seed_generator.next(), self.method,
                 **kwargs)
             return perm if self.num_samples is not None else perm[..., 0, :, :]
@@ -93,9 +96,9 @@ class _PermutationLayer(keras.layers.Layer):
             scores = values = inputs
         perm = self._permutation(scores, training)
         if self.output_mode == "sorted":
-            return permutation_ops.permute_values(perm, values)
+            return permutation_readout.permute_values(perm, values)
         if self.output_mode == "ranks":
-            return permutation_ops.ranks_from_permutation(perm)
+            return permutation_readout.ranks_from_permutation(perm)
         return perm
 
     def compute_output_shape(self, input_shape):
@@ -204,7 +207,7 @@ class SinkhornPermutation(_PermutationLayer):
                  max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
                  implicit: bool = True, squash: str | None = "logistic", **kwargs):
         super().__init__(**kwargs)
-        for name, value in sinkhorn_ops.check_sinkhorn_args(
+        for name, value in transport.check_sinkhorn_args(
                 epsilon, power, threshold, max_iterations, implicit, squash).items():
             setattr(self, name, value)
 

@@ -1,0 +1,1 @@
+"""Keras layers over the Sinkhorn and relaxed-permutation operators."""

@@ -1,0 +1,314 @@
+"""Robust regression losses: soft least-quantile and trimmed regression (paper §4)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks
+from softsort_tf.losses.base import _SinkhornLoss
+from softsort_tf.ops import hard_stats
+from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.solvers.sinkhorn import pair_cost
+
+_PACKAGE = "softsort_tf"
+DEFAULT_QUANTILE_WIDTH = 0.1
+ZERO_WEIGHT_FLOOR = 1e-6
+
+
+def trimmed_target_weights(start_quantile: float, end_quantile: float) -> tuple[np.ndarray, int]:
+    """Target weights b = [start, end − start, 1 − end] (empty bins dropped) and the
+    index of the middle bin."""
+    start, end = hard_stats.check_mass_interval(start_quantile, end_quantile,
+                                                "start_quantile", "end_quantile")
+    bins = [start, end - start, 1.0 - end]
+    index = 1 if start > 0 else 0
+    return np.array([b for b in bins if b > 0]), index
+
+
+def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: int = -1, *,
+                          weights=None, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
+                          power: float = sinkhorn_ops.DEFAULT_POWER,
+                          threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                          max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                          implicit: bool = True, squash="logistic", **solver_options):
+    """Soft mean of the values between two quantiles (soft trimmed mean).
+
+    The same transport problem as the S-quantile (eq. 4) with the target measure
+    b = [s, e − s, 1 − e] for s = `start_quantile` and e = `end_quantile`: the middle
+    value of `sinkhorn_sort(x, target_weights=b)`, b⁻¹ ∘ (Pᵀ x), averages the inputs
+    sent to the middle bin. As ε → 0 it is the mean of the values whose cumulative
+    mass lies in [s, e] (`hard_stats.interval_mean`); s = 0 or e = 1 drop the empty bin.
+
+    Args:
+      x: `[..., n, ...]` real tensor.
+      start_quantile, end_quantile: 0 ≤ s < e ≤ 1.
+      axis: the sample axis.
+      weights: positive input weights a `[n]` or of the shape of x (default uniform).
+      epsilon, power, threshold, max_iterations, implicit, squash, **solver_options:
+        as in `sinkhorn_ops.sinkhorn_sort`.
+
+    Returns:
+      The shape of x without `axis`.
+
+    Example:
+    >>> m = sinkhorn_trimmed_mean([4.0, 1.0, 3.0, 2.0, 100.0], 0.2, 0.8, epsilon=1e-4)
+    >>> round(float(m), 2)
+    3.0
+    """
+    b, index = trimmed_target_weights(start_quantile, end_quantile)
+    x = tf.convert_to_tensor(x)
+    axis = _checks.check_axis(axis, x.shape.rank)
+    values = sinkhorn_ops.sinkhorn_sort(
+        x, axis=axis, target_weights=b, weights=weights, epsilon=epsilon, power=power,
+        threshold=threshold, max_iterations=max_iterations, implicit=implicit, squash=squash,
+        **solver_options)
+    return tf.gather(values, index, axis=axis)
+
+
+def _align(y_true, y_pred):
+    """Squeezes a trailing axis of size 1 so that y_true and y_pred have equal rank."""
+    rank_t, rank_p = y_true.shape.rank, y_pred.shape.rank
+    if rank_t == rank_p + 1 and y_true.shape[-1] == 1:
+        y_true = y_true[..., 0]
+    elif rank_p == rank_t + 1 and y_pred.shape[-1] == 1:
+        y_pred = y_pred[..., 0]
+    return y_true, y_pred
+
+
+def regression_errors(y_true, y_pred, power: float = 1.0):
+    """Per-example errors e_i = mean over the non-batch axes of |y_i − ŷ_i|^power.
+
+    Args:
+      y_true: `[batch]` or `[batch, ...]` targets (a trailing axis of size 1 on either
+        side is squeezed to match the other).
+      y_pred: predictions of the same shape.
+      power: exponent > 0 (1: absolute errors, 2: squared errors); gradients are
+        finite where y = ŷ for any power.
+
+    Returns:
+      `[batch]` errors in the dtype of `y_pred` (float).
+    """
+    y_pred = tf.convert_to_tensor(y_pred)
+    if not y_pred.dtype.is_floating:
+        y_pred = tf.cast(y_pred, tf.float32)
+    y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
+    y_true, y_pred = _align(y_true, y_pred)
+    if y_pred.shape.rank is None or y_pred.shape.rank < 1:
+        raise ValueError(f"`y_pred` must have a batch axis, got shape {y_pred.shape}.")
+    err = pair_cost(y_true, y_pred, power)
+    if err.shape.rank > 1:
+        err = tf.reduce_mean(err, axis=list(range(1, err.shape.rank)))
+    return err
+
+
+class _BatchStatisticLoss(_SinkhornLoss):
+    """A loss whose value is one soft statistic of the errors of the whole batch.
+
+    The per-example errors e_i = mean over non-batch axes of |y_i − ŷ_i|^power form one
+    weighted sample over the batch axis, with masses a_i ∝ `sample_weight` (uniform by
+    default): sample weights enter the transport as the operator's `weights`, not as
+    factors of per-example losses. `__call__` is overridden accordingly, and the
+    reductions treat every example as carrying the batch statistic S:
+
+    - 'sum_over_batch_size' (default), 'mean', 'mean_with_sample_weight': S;
+    - 'sum': B·S (B the batch size), as Keras' sum of B per-example losses;
+    - 'none' (or None): a `[B]` vector filled with S, whose mean is S.
+
+    `call(y_true, y_pred)` returns that `[B]` vector with uniform weights. Weights must
+    be non-negative with a positive sum. Examples of weight 0 (padding, masks) are left
+    out: the operators need positive masses and standardise their inputs (squash)
+    without weights, so such an example gets a negligible mass (1e-6 of the largest
+    weight) on an error equal to the weighted mean error; a huge error of weight 0
+    thus cannot compress the others. Small positive weights do enter that
+    standardisation unweighted.
+
+    Args:
+      power: exponent of the per-example error |y − ŷ|^power (default 1, absolute error).
+      other arguments: see `_SinkhornLoss`.
+    """
+
+    def __init__(self, *, power, **kwargs):
+        super().__init__(**kwargs)
+        self.power = _checks.check_positive("power", power)
+
+    def errors(self, y_true, y_pred):
+        """Per-example errors `[B]` (see `regression_errors`)."""
+        return regression_errors(y_true, tf.convert_to_tensor(y_pred, dtype=self.dtype),
+                                 self.power)
+
+    def statistic(self, errors, weights=None):
+        """The soft statistic of the errors `[B]` with masses `weights` `[B]`: a scalar."""
+        raise NotImplementedError
+
+    def _weights(self, sample_weight, errors):
+        if sample_weight is None:
+            return None
+        w = tf.cast(tf.convert_to_tensor(sample_weight), errors.dtype)
+        if w.shape.rank is not None and w.shape.rank > 1:
+            w = tf.reshape(w, [-1])
+        if w.shape.rank == 0:
+            return None  # a scalar weight scales every example alike: same statistic
+        if (w.shape[0] is not None and errors.shape[0] is not None
+                and w.shape[0] != errors.shape[0]):
+            raise ValueError(f"`sample_weight` must have one weight per example, got shape "
+                             f"{w.shape} for a batch of {errors.shape[0]}.")
+        return w
+
+    def _reduce(self, value, batch_size):
+        if self.reduction in (None, "none"):
+            return tf.fill(tf.reshape(batch_size, [1]), value)
+        if self.reduction == "sum":
+            return value * tf.cast(batch_size, value.dtype)
+        return value
+
+    def call(self, y_true, y_pred):
+        errors = self.errors(y_true, y_pred)
+        return tf.fill(tf.shape(errors)[:1], self.statistic(errors))
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with tf.name_scope(self.name):
+            errors = self.errors(y_true, y_pred)
+            weights = self._weights(sample_weight, errors)
+            if weights is not None:
+                weights = tf.broadcast_to(weights, tf.shape(errors))
+                kept = tf.where(weights > 0, errors, tf.zeros_like(errors))
+                mean = tf.reduce_sum(weights * kept) / tf.reduce_sum(weights)
+                errors = tf.where(weights > 0, errors, mean)
+                # The transport needs positive masses (log a): weight 0 becomes a
+                # negligible 1e-6 of the largest weight, on an error equal to the mean.
+                weights = tf.maximum(weights, ZERO_WEIGHT_FLOOR * tf.reduce_max(weights))
+            value = self.statistic(errors, weights)
+            return self._reduce(value, tf.shape(errors)[0])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "power": self.power}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
+    """Soft τ-quantile of the batch errors: least-quantile regression (paper §4, eq. 4).
+
+    With errors e_i = |y_i − ŷ_i|^power over the batch and masses a ∝ sample weights,
+    the loss is the τ-S-quantile of eq. (4),
+
+        loss = ( Q̃(a, e; [τ − t/2, t, 1 − τ − t/2]) )_2,
+
+    the average of the errors that Sinkhorn transports onto a bin of mass t centred
+    on level τ (`sinkhorn_ops.sinkhorn_quantile`). As ε → 0 it is the mean of the
+    errors whose cumulative mass lies in [τ − t/2, τ + t/2] (for t → 0, the τ-quantile
+    of the errors). Minimising it with τ = 0.5 gives a least-median regression that
+    ignores up to half of the batch as outliers; see `_BatchStatisticLoss` for how
+    `sample_weight` and reductions apply to this batch statistic.
+
+    Args:
+      quantile: τ in (0, 1) (default 0.5, least median).
+      power: error exponent (default 1: absolute errors; 2: squared).
+      width: bin mass t; default min(0.1, τ, 1 − τ) (the paper's t = 0.1): larger
+        widths average more errors around the quantile (smoother, more examples get a
+        gradient), smaller ones approach the exact quantile.
+      epsilon: ε (default 1e-2, as in the paper's experiments); with B errors spread
+        over [0, 1] after squashing, the quantile blurs over ≈ B·√(ε/2) examples.
+      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
+        Sinkhorn arguments (module docstring).
+      reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
+
+    Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
+    `[batch]`. Output: a scalar (or `[batch]` for reduction 'none').
+
+    Example:
+    >>> loss = SoftLeastQuantileRegressionLoss(quantile=0.5, epsilon=1e-4)
+    >>> y = np.array([0.0, 0.0, 0.0, 0.0, 0.0])
+    >>> round(float(loss(y, np.array([1.0, -2.0, 3.0, 50.0, -90.0]))), 2)
+    3.0
+    """
+
+    def __init__(self, quantile: float = 0.5, power: float = 1.0, width: float | None = None,
+                 epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
+                 cost_power: float = sinkhorn_ops.DEFAULT_POWER,
+                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                 implicit: bool = True, squash: str | None = "logistic",
+                 solver_options: dict | None = None,
+                 reduction: str | None = "sum_over_batch_size",
+                 name: str = "soft_least_quantile_regression_loss", dtype=None):
+        super().__init__(power=power, epsilon=epsilon, cost_power=cost_power,
+                         threshold=threshold, max_iterations=max_iterations, implicit=implicit,
+                         squash=squash, solver_options=solver_options, reduction=reduction,
+                         name=name, dtype=dtype)
+        self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+        self.width = None if width is None else _checks.check_positive("width", width)
+        sinkhorn_ops.quantile_target_weights(self.quantile, self._width())  # validates
+
+    def _width(self) -> float:
+        if self.width is not None:
+            return self.width
+        return min(DEFAULT_QUANTILE_WIDTH, self.quantile, 1.0 - self.quantile)
+
+    def statistic(self, errors, weights=None):
+        return sinkhorn_ops.sinkhorn_quantile(errors, self.quantile, width=self._width(),
+                                              axis=0, weights=weights,
+                                              **self._sinkhorn_kwargs())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "quantile": self.quantile, "width": self.width}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
+    """Soft mean of the batch errors between two quantiles: trimmed regression (§4).
+
+    With errors e_i = |y_i − ŷ_i|^power over the batch and masses a ∝ sample weights,
+
+        loss = ( S̃(a, e; b) )_mid,   b = [s, e − s, 1 − e],
+
+    the middle value of the Sinkhorn sort of the errors onto a three-bin target
+    (`sinkhorn_trimmed_mean`): the same transport problem as the S-quantile of eq. (4)
+    with a wider middle bin. As ε → 0 it is the mean of the errors between the s- and
+    e-quantiles, i.e. a trimmed mean (least trimmed absolute/squared deviations:
+    e.g. s = 0, e = 0.7 ignores the largest 30% of errors). See `_BatchStatisticLoss`
+    for `sample_weight` and reductions.
+
+    Args:
+      start_quantile: s in [0, 1) (default 0).
+      end_quantile: e in (s, 1] (default 0.5).
+      power: error exponent (default 1).
+      epsilon: ε (default 1e-2).
+      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
+        Sinkhorn arguments (module docstring).
+      reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
+
+    Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
+    `[batch]`. Output: a scalar (or `[batch]` for reduction 'none').
+
+    Example:
+    >>> loss = SoftTrimmedRegressionLoss(0.0, 0.8, epsilon=1e-4)
+    >>> y = np.zeros(5)
+    >>> round(float(loss(y, np.array([1.0, -2.0, 3.0, 2.0, -90.0]))), 2)
+    2.0
+    """
+
+    def __init__(self, start_quantile: float = 0.0, end_quantile: float = 0.5,
+                 power: float = 1.0, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
+                 cost_power: float = sinkhorn_ops.DEFAULT_POWER,
+                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                 implicit: bool = True, squash: str | None = "logistic",
+                 solver_options: dict | None = None,
+                 reduction: str | None = "sum_over_batch_size",
+                 name: str = "soft_trimmed_regression_loss", dtype=None):
+        super().__init__(power=power, epsilon=epsilon, cost_power=cost_power,
+                         threshold=threshold, max_iterations=max_iterations, implicit=implicit,
+                         squash=squash, solver_options=solver_options, reduction=reduction,
+                         name=name, dtype=dtype)
+        self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
+            start_quantile, end_quantile, "start_quantile", "end_quantile")
+
+    def statistic(self, errors, weights=None):
+        return sinkhorn_trimmed_mean(errors, self.start_quantile, self.end_quantile, axis=0,
+                                     weights=weights, **self._sinkhorn_kwargs())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "start_quantile": self.start_quantile,
+                "end_quantile": self.end_quantile}

@@ -1,0 +1,198 @@
+"""The S-top-k classification loss (Cuturi, Teboul & Vert 2019, §4)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from softsort_tf import _checks
+from softsort_tf.losses.base import _check_bool, _SinkhornLoss
+from softsort_tf.ops import sinkhorn as sinkhorn_ops
+
+_PACKAGE = "softsort_tf"
+FORMS = ("rank", "cdf")
+# ε = TOPK_EPSILON_SCALE / L² keeps the rank blur L·√(ε/2) at ≈ 0.39 of a rank for any L.
+TOPK_EPSILON_SCALE = 0.3
+TOPK_MIN_EPSILON = 1e-6
+
+
+def default_top_k_epsilon(num_classes: int) -> float:
+    """The default ε of `SoftTopKLoss` for L classes: max(0.3 / L², 1e-6).
+
+    The logistic squash standardises the logits, so the loss does not depend on their
+    scale, and maps them into (0, 1), where the L targets are 1/L apart. Swapping
+    two neighbouring ranks changes the cost by about 2/L², and each Sinkhorn rank
+    blurs over about L·√(ε/2) neighbours. ε = 0.3/L² keeps that blur at ≈ 0.4 of a
+    rank whatever L is (3e-3 for 10 classes, 3e-5 for 100):
+
+    - small enough that a label ahead of the others by a clear margin gets a loss of
+      exactly 0 for k ≥ 2, and a top-1 loss of the order of 1e-4 (for 10 classes and a
+      lead of 3 standard deviations of the other logits: median 2e-4, at most 2e-2
+      when the runner-up is itself far above the rest and the squash saturates);
+    - large enough that a label within about a rank of the top-k boundary gets a
+      useful gradient (smaller ε gives vanishing gradients, see §3 of the paper).
+
+    The floor 1e-6 keeps ε above float32 resolution of the costs for L ≳ 500.
+    """
+    num_classes = _checks.check_positive_int("num_classes", num_classes, minimum=2)
+    return max(TOPK_EPSILON_SCALE / num_classes**2, TOPK_MIN_EPSILON)
+
+
+def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
+                    from_sparse: bool = False, epsilon: float | None = None,
+                    power: float = sinkhorn_ops.DEFAULT_POWER,
+                    threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                    max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                    implicit: bool = True, squash="logistic", **solver_options):
+    """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
+
+    - form='rank' (talk): J_k(L − R̃_l) with J_k(u) = max(0, u − k + 1), where R̃ are
+      the ascending Sinkhorn ranks of the logits, in [1, L]. In the hard limit it is
+      the number of places by which label l misses the top k: 0 inside the top-k.
+    - form='cdf' (paper): J_k(1 − F̃_l) with J_k(u) = max(0, u − k/L), F̃ the S-CDF.
+      In the hard limit F = R/L, so this is max(0, L − R_l − k)/L: the paper's hinge
+      sits one place later than the rank form, and the loss is already 0 when the
+      label is (k+1)-th (it equals the rank form with k + 1, divided by L).
+
+    For soft labels (rows of `y_true` summing to 1, e.g. label smoothing) the loss is
+    the expectation Σ_j y_j J_k(·)_j; for one-hot labels it is the term of the label.
+
+    Args:
+      y_true: integer labels `[...]` or `[..., 1]` if `from_sparse`, else one-hot or
+        soft labels `[..., L]`.
+      logits: `[..., L]` real tensor, L ≥ 2 known statically.
+      k: an integer in [1, L).
+      form: 'rank' or 'cdf' (see above).
+      from_sparse: whether `y_true` holds integer class indices.
+      epsilon: ε of the Sinkhorn ranks; default `default_top_k_epsilon(L)`.
+      power, threshold, max_iterations, implicit, squash, **solver_options: the
+        Sinkhorn arguments of `sinkhorn_ops.sinkhorn_rank`.
+
+    Returns:
+      `[...]` non-negative losses, in the dtype of the logits.
+
+    Example:
+    >>> loss = soft_top_k_loss([2, 0], [[0.1, 5.0, 9.0], [0.0, 1.0, 2.0]], k=1,
+    ...                        from_sparse=True)
+    >>> np.round(loss.numpy(), 1)
+    array([0., 2.], dtype=float32)
+    """
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank is None or logits.shape.rank < 1:
+        raise ValueError("`logits` must have rank >= 1 with classes on the last axis.")
+    num_classes = logits.shape[-1]
+    if num_classes is None or num_classes < 2:
+        raise ValueError(f"`logits` must have a static number of classes L >= 2 on the last "
+                         f"axis, got shape {logits.shape}.")
+    k = _checks.check_k(k, num_classes)
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
+    if epsilon is None:
+        epsilon = default_top_k_epsilon(num_classes)
+    kwargs = dict(axis=-1, epsilon=epsilon, power=power, threshold=threshold,
+                  max_iterations=max_iterations, implicit=implicit, squash=squash,
+                  **solver_options)
+    if form == "rank":
+        ranks = sinkhorn_ops.sinkhorn_rank(logits, **kwargs)
+        per_class = tf.nn.relu(float(num_classes - k + 1) - ranks)
+    else:
+        cdf = sinkhorn_ops.sinkhorn_cdf(logits, **kwargs)
+        per_class = tf.nn.relu((1.0 - k / num_classes) - cdf)
+    if from_sparse:
+        labels = tf.convert_to_tensor(y_true)
+        if labels.shape.rank == logits.shape.rank:
+            if labels.shape[-1] != 1:
+                raise ValueError(f"Sparse `y_true` must have shape [...] or [..., 1], got "
+                                 f"{labels.shape} for logits {logits.shape}.")
+            labels = labels[..., 0]
+        labels = tf.cast(labels, tf.int32)
+        return tf.gather(per_class, labels, batch_dims=labels.shape.rank)
+    labels = tf.cast(y_true, per_class.dtype)
+    if labels.shape.rank != logits.shape.rank or labels.shape[-1] != num_classes:
+        raise ValueError(f"One-hot `y_true` must have the shape of the logits {logits.shape}, "
+                         f"got {labels.shape}; pass from_sparse=True for integer labels.")
+    return tf.reduce_sum(labels * per_class, axis=-1)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftTopKLoss(_SinkhornLoss):
+    """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
+
+    For logits f ∈ R^L and the true label l (`soft_top_k_loss`):
+
+        form='rank' (NeurIPS talk):  J_k(L − R̃_l),      J_k(u) = max(0, u − k + 1)
+        form='cdf'  (arXiv §4):      J_k(1 − F̃_l),      J_k(u) = max(0, u − k/L)
+
+    with R̃ the ascending Sinkhorn ranks of f in [1, L] (R̃ = L·F̃, F̃ the S-CDF of
+    Definition 2). In the hard limit the rank form is the number of places by which l
+    misses the top k (0 inside it), a hinge version of the 0/1 top-k loss
+    H(L − R_l − k + 1). The paper's cdf form equals that with k + 1, divided by L (the
+    paper's hinge sits one place late), so it is 0 as soon as l is (k+1)-th; it is
+    kept as written for faithfulness, the rank form is the default.
+
+    Behaviour: the loss is 0 when l is inside the top k by a clear margin, positive
+    when it is outside, and decreases as f_l grows. It is invariant to shifting and
+    scaling the logits (the logistic squash standardises them), so unlike
+    cross-entropy it never pushes logits to grow. With k ≥ 2 the loss of a label
+    inside the top k by a clear margin is exactly 0. With k = 1 the hinge sits at the
+    top rank itself, so a correctly classified example keeps the Sinkhorn blur of its
+    rank, L − R̃_l ≥ 0, as a small loss that vanishes as ε → 0 or as its lead grows
+    (see `default_top_k_epsilon` for typical values): like the residual push of
+    cross-entropy on examples that are already right.
+
+    Default ε: None means `default_top_k_epsilon(L)` = 0.3/L² (3e-3 for 10 classes):
+    the squashed logits are compared with a grid of L targets 1/L apart, and this ε
+    keeps each soft rank blurred over ≈ 0.4 of a rank whatever L is. Larger ε gives
+    smoother but blurrier losses (the paper used ε = 1e-2 with 10 and 100 classes);
+    much smaller ε gives vanishing gradients.
+
+    Use `keras.metrics.SparseTopKCategoricalAccuracy(k)` (or
+    `TopKCategoricalAccuracy` for one-hot labels) as the matching hard metric.
+
+    Args:
+      k: an integer in [1, L) (default 1: a relaxed 0/1 loss).
+      form: 'rank' (default) or 'cdf'.
+      from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
+        one-hot (or soft) labels `[batch, L]` (default False, like
+        `keras.losses.CategoricalCrossentropy`).
+      epsilon: ε, or None for 0.3/L² (see above).
+      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
+        Sinkhorn arguments (module docstring); defaults 2, 1e-3, 1000, True,
+        'logistic', None.
+      reduction: Keras reduction over examples (default 'sum_over_batch_size').
+      name, dtype: as in `keras.losses.Loss`.
+
+    Input shapes: logits `y_pred` `[batch, L]`; `y_true` `[batch, L]` or `[batch]`;
+    `sample_weight` `[batch]`. Output: a scalar, or `[batch]` for reduction 'none'.
+
+    Example:
+    >>> loss = SoftTopKLoss(k=1, from_sparse=True)
+    >>> float(loss([1], [[0.0, 5.0, 1.0]])) < 5e-3
+    True
+    """
+
+    def __init__(self, k: int = 1, form: str = "rank", from_sparse: bool = False,
+                 epsilon: float | None = None, cost_power: float = sinkhorn_ops.DEFAULT_POWER,
+                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
+                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
+                 implicit: bool = True, squash: str | None = "logistic",
+                 solver_options: dict | None = None,
+                 reduction: str | None = "sum_over_batch_size",
+                 name: str = "soft_top_k_loss", dtype=None):
+        super().__init__(epsilon=epsilon, cost_power=cost_power, threshold=threshold,
+                         max_iterations=max_iterations, implicit=implicit, squash=squash,
+                         solver_options=solver_options, reduction=reduction, name=name,
+                         dtype=dtype, allow_none_epsilon=True)
+        self.k = _checks.check_positive_int("k", k)
+        if form not in FORMS:
+            raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
+        self.form = form
+        self.from_sparse = _check_bool("from_sparse", from_sparse)
+
+    def call(self, y_true, y_pred):
+        return soft_top_k_loss(y_true, y_pred, self.k, form=self.form,
+                               from_sparse=self.from_sparse, **self._sinkhorn_kwargs())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "k": self.k, "form": self.form,
+                "from_sparse": self.from_sparse}

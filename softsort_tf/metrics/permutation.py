@@ -1,0 +1,121 @@
+"""Exact and element-wise accuracies of a relaxed permutation matrix."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from softsort_tf.ops.permutation_targets import _check_format, _hard_orders, _per_example
+
+_PACKAGE = "softsort_tf"
+_not_converted = tf.autograph.experimental.do_not_convert  # no tensor-dependent control flow
+
+
+@_not_converted
+def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"):
+    """1.0 where the row-wise argmax of P̂ recovers the whole true permutation, else 0.0.
+
+    Averaged over sample axes for stochastic `y_pred`. This is the papers'
+    "proportion of whole permutations correct".
+
+    Args:
+      y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]`.
+      y_pred: P̂ `[..., (S,) n, n]`.
+      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+
+    Returns:
+      float32 per-example values, the leading shape of `y_true`.
+
+    Example:
+    >>> P = tf.constant([[[0.9, 0.1], [0.2, 0.8]], [[0.9, 0.1], [0.6, 0.4]]])
+    >>> exact_permutation_accuracy([[0, 1], [0, 1]], P).numpy()
+    array([1., 0.], dtype=float32)
+    """
+    correct, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format)
+    whole = tf.cast(tf.reduce_all(correct, axis=-1), tf.float32)
+    return tf.reduce_mean(whole[..., None], axis=list(range(-1 - num_sample_axes, 0)))
+
+
+@_not_converted
+def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"):
+    """Fraction of positions whose row-wise argmax of P̂ is the true item.
+
+    The papers' "proportion of elements correctly placed"; averaged over sample axes
+    for stochastic `y_pred`.
+
+    Args:
+      y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]`.
+      y_pred: P̂ `[..., (S,) n, n]`.
+      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+
+    Returns:
+      float32 per-example values in [0, 1], the leading shape of `y_true`.
+
+    Example:
+    >>> P = tf.constant([[[0.9, 0.1, 0.0], [0.6, 0.4, 0.0], [0.0, 0.0, 1.0]]])
+    >>> elementwise_permutation_accuracy([[0, 1, 2]], P).numpy()
+    array([0.6666667], dtype=float32)
+    """
+    correct, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format)
+    return _per_example(tf.cast(correct, tf.float32), num_sample_axes)
+
+
+class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
+    """Mean of a per-example accuracy of hard (row-wise argmax) permutations."""
+
+    def __init__(self, name: str, dtype=None, y_true_format: str = "auto"):
+        super().__init__(fn=type(self)._metric_fn, name=name, dtype=dtype,
+                         y_true_format=_check_format(y_true_format))
+        self.y_true_format = y_true_format
+        self._direction = "up"
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "y_true_format": self.y_true_format}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ExactPermutationAccuracy(_PermutationAccuracy):
+    """Proportion of examples whose whole permutation is recovered by the row-wise
+    argmax of P̂ (see `exact_permutation_accuracy`); honours `sample_weight`.
+
+    Args:
+      name: metric name (default 'exact_permutation_accuracy').
+      dtype: dtype of the result.
+      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+
+    Example:
+    >>> m = ExactPermutationAccuracy()
+    >>> m.update_state([[1, 0]], tf.constant([[[0.2, 0.8], [0.7, 0.3]]]))
+    >>> float(m.result())
+    1.0
+    """
+
+    _metric_fn = staticmethod(exact_permutation_accuracy)
+
+    def __init__(self, name: str = "exact_permutation_accuracy", dtype=None,
+                 y_true_format: str = "auto"):
+        super().__init__(name=name, dtype=dtype, y_true_format=y_true_format)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ElementwisePermutationAccuracy(_PermutationAccuracy):
+    """Proportion of positions placed right by the row-wise argmax of P̂, averaged
+    over examples (see `elementwise_permutation_accuracy`); honours `sample_weight`.
+
+    Args:
+      name: metric name (default 'elementwise_permutation_accuracy').
+      dtype: dtype of the result.
+      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+
+    Example:
+    >>> m = ElementwisePermutationAccuracy()
+    >>> m.update_state([[0, 1]], tf.constant([[[0.6, 0.4], [0.9, 0.1]]]))
+    >>> float(m.result())
+    0.5
+    """
+
+    _metric_fn = staticmethod(elementwise_permutation_accuracy)
+
+    def __init__(self, name: str = "elementwise_permutation_accuracy", dtype=None,
+                 y_true_format: str = "auto"):
+        super().__init__(name=name, dtype=dtype, y_true_format=y_true_format)

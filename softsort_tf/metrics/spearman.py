@@ -1,0 +1,68 @@
+"""Spearman rank correlation as a function and a Keras metric."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf.ops import hard_stats
+
+_PACKAGE = "softsort_tf"
+
+
+def spearman_correlation(y_true, y_pred, axis: int = -1):
+    """Spearman's ρ of `y_true` and `y_pred` along `axis`, ties averaged.
+
+    The Pearson correlation of `hard_stats.rankdata` of both (as
+    `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant.
+
+    Args:
+      y_true, y_pred: `[..., n, ...]` tensors of the same shape.
+      axis: the list axis.
+
+    Returns:
+      The shape of the inputs without `axis`.
+
+    Example:
+    >>> rho = spearman_correlation([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 40.0], axis=0)
+    >>> round(float(rho), 4)
+    0.8
+    """
+    y_pred = tf.convert_to_tensor(y_pred)
+    y_true = tf.convert_to_tensor(y_true)
+    if y_true.shape.rank != y_pred.shape.rank:
+        raise ValueError(f"`y_true` and `y_pred` must have the same shape, got {y_true.shape} "
+                         f"and {y_pred.shape}.")
+    return hard_stats.pearson_correlation(hard_stats.rankdata(y_pred, axis=axis),
+                                          hard_stats.rankdata(y_true, axis=axis), axis=axis)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
+    """Mean Spearman's ρ (ties averaged) over lists along `axis` (hard counterpart of
+    1 − `SpearmanLoss`).
+
+    Each list contributes `spearman_correlation` of its targets and predictions; the
+    metric is their (sample-weighted) mean over all lists seen.
+
+    Args:
+      axis: the list axis (default −1).
+      name, dtype: as in `keras.metrics.Metric`.
+
+    Example:
+    >>> m = SpearmanCorrelation()
+    >>> m.update_state([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], [[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    >>> float(m.result())
+    0.0
+    """
+
+    def __init__(self, axis: int = -1, name: str = "spearman_correlation", dtype=None):
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise ValueError(f"`axis` must be an integer, got {axis!r}.")
+        super().__init__(fn=spearman_correlation, name=name, dtype=dtype, axis=int(axis))
+        self.axis = int(axis)
+        self._direction = "up"
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "axis": self.axis}

@@ -1,0 +1,1 @@
+"""Functional operators: Sinkhorn operators, relaxed permutations, sampling, hard statistics."""

@@ -1,0 +1,116 @@
+"""Loss and metrics for learning to sort with relaxed permutation matrices.
+
+`y_pred` is a relaxed permutation matrix P̂ `[..., n, n]` from any operator of
+`softsort_tf.ops.permutation` (rows = positions in sorted order). `y_true` is given
+either as
+
+- a permutation matrix `[..., n, n]` (row i one-hot on the item at position i), or
+- an ordering `[..., n]` of item indices: position i holds the index of the i-th
+  item in sorted order, i.e. `argsort(values, direction)` — integer, or float
+  holding integers (Keras casts `y_true` to float before calling a loss).
+
+`y_true_format='auto'` (default) tells them apart: an integer `y_true` is an ordering;
+a floating one is a matrix when it has the rank of `y_pred`, and an ordering when it
+has a smaller rank. `y_pred` may carry extra sample axes just before its last two
+axes (the stochastic operators' `[..., S, n, n]`); `y_true` is broadcast over them
+and the result is averaged over them. With sample axes, a floating `y_true` is read as
+an ordering unless you pass `y_true_format='matrix'`.
+
+Every function returns one value per example: the shape of `y_true` without its
+last axis (ordering) or last two axes (matrix), e.g. `[batch]`.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+Y_TRUE_FORMATS = ("auto", "indices", "matrix")
+
+
+def _check_format(y_true_format: str) -> str:
+    if y_true_format not in Y_TRUE_FORMATS:
+        raise ValueError(f"`y_true_format` must be one of {Y_TRUE_FORMATS}, "
+                         f"got {y_true_format!r}.")
+    return y_true_format
+
+
+def _read_targets(y_true, y_pred, y_true_format: str):
+    """Returns `(y_true, is_matrix, num_sample_axes)`, with `y_true` expanded over the
+    sample axes of `y_pred` (integer indices or a float matrix) and `y_pred` as a tensor."""
+    y_true_format = _check_format(y_true_format)
+    y_pred = tf.convert_to_tensor(y_pred)
+    y_true = tf.convert_to_tensor(y_true)
+    rank_p, rank_t = y_pred.shape.rank, y_true.shape.rank
+    if rank_p is None or rank_t is None:
+        raise ValueError("`y_true` and `y_pred` must have known ranks.")
+    if rank_p < 2 or y_pred.shape[-1] != y_pred.shape[-2]:
+        raise ValueError(f"`y_pred` must be a relaxed permutation matrix [..., n, n], "
+                         f"got shape {y_pred.shape}.")
+    if y_true_format == "auto":
+        is_matrix = not y_true.dtype.is_integer and rank_t == rank_p
+    else:
+        is_matrix = y_true_format == "matrix"
+    num_sample_axes = rank_p - rank_t - (0 if is_matrix else 1)
+    if num_sample_axes < 0 or rank_t < (2 if is_matrix else 1):
+        kind = "a permutation matrix [..., n, n]" if is_matrix else "an ordering [..., n]"
+        raise ValueError(f"`y_true` of shape {y_true.shape} read as {kind} does not fit "
+                         f"`y_pred` of shape {y_pred.shape}; pass `y_true_format`.")
+    n = y_pred.shape[-1]
+    if y_true.shape[-1] is not None and n is not None and y_true.shape[-1] != n:
+        raise ValueError(f"`y_true` must have last dimension n = {n}, got shape {y_true.shape}.")
+    if is_matrix:
+        for _ in range(num_sample_axes):
+            y_true = y_true[..., None, :, :]
+        target_shape = y_pred.shape
+    else:
+        if not y_true.dtype.is_integer:
+            y_true = tf.round(y_true)
+        y_true = tf.cast(y_true, tf.int32)
+        for _ in range(num_sample_axes):
+            y_true = y_true[..., None, :]
+        target_shape = y_pred.shape[:-1]
+    try:
+        tf.broadcast_static_shape(y_true.shape, target_shape)
+    except ValueError:
+        kind = "a permutation matrix" if is_matrix else "an ordering"
+        raise ValueError(f"`y_true` of shape {y_true.shape} read as {kind} does not fit "
+                         f"`y_pred` of shape {y_pred.shape}; pass `y_true_format`.") from None
+    return y_true, y_pred, is_matrix, num_sample_axes
+
+
+def _per_example(row_values, num_sample_axes: int):
+    """Mean of `[..., S..., n]` per-row values over the rows and the sample axes."""
+    return tf.reduce_mean(row_values, axis=list(range(-1 - num_sample_axes, 0)))
+
+
+@tf.custom_gradient
+def _gather_flat(flat, index):
+    """`tf.gather(flat, index)` for unique indices, with a scatter as gradient.
+
+    The default gradient of a gather goes through an `UnsortedSegmentSum` over the
+    whole n²-sized output, several times slower on CPU than this `scatter_nd`.
+    """
+
+    def grad(upstream):
+        shape = tf.shape(flat, out_type=tf.int64)
+        return tf.scatter_nd(index[:, None], upstream, shape), None
+
+    return tf.gather(flat, index), grad
+
+
+def _pick(p, index):
+    """P̂[..., i, index[..., i]] for P̂ `[..., n, n]` and an integer index broadcastable
+    to `[..., n]`: one gather from the flattened matrix (O(n) per matrix)."""
+    shape = tf.shape(p, out_type=tf.int64)
+    n = shape[-1]
+    index = tf.broadcast_to(tf.cast(index, tf.int64), shape[:-1])
+    rows = tf.range(tf.reduce_prod(shape[:-1]), dtype=tf.int64)
+    flat = _gather_flat(tf.reshape(p, [-1]), rows * n + tf.reshape(index, [-1]))
+    return tf.reshape(flat, shape[:-1])
+
+
+def _hard_orders(y_true, y_pred, y_true_format):
+    """Predicted (row-wise argmax of P̂) and true orderings, broadcast, int32."""
+    y_true, y_pred, is_matrix, num_sample_axes = _read_targets(y_true, y_pred, y_true_format)
+    predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
+    true = tf.argmax(y_true, axis=-1, output_type=tf.int32) if is_matrix else y_true
+    return tf.equal(predicted, true), num_sample_axes

@@ -1,0 +1,220 @@
+"""Stochastic relaxed permutations: Gumbel-perturbed scores (reparameterised Plackett–Luce).
+
+The scores are read as log-scores, perturbed with i.i.d. standard Gumbel noise,
+s̃ = s + g, g = −log(−log u), u ~ U(0, 1), and a relaxed-permutation operator is applied
+to s̃ (Grover et al. 2019, §4.1). Noise comes from a stateless counter-based generator
+(`stateless_uniform`) seeded by `seed`: an int or an int32/int64 tensor of shape [2].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks, _shapes
+from softsort_tf.ops.permutation import (
+    DEFAULT_POWER,
+    DEFAULT_TAU,
+    _not_converted,
+    permutation_matrix,
+)
+
+
+# ---------------------------------------------------------------------------------
+# Stochastic variants: reparameterised Plackett–Luce.
+# ---------------------------------------------------------------------------------
+def _as_seed(seed):
+    """An int or a shape-[2] integer tensor → an int64 seed of shape [2]."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return tf.constant([int(seed), 0], tf.int64)
+    if isinstance(seed, bool) or seed is None:
+        raise ValueError(f"`seed` must be an int or an integer tensor of shape [2], got {seed!r}.")
+    seed = tf.convert_to_tensor(seed)
+    if not seed.dtype.is_integer or (seed.shape.rank is not None
+                                     and seed.shape.as_list() not in ([2], [None])):
+        raise ValueError("`seed` must be an int or an integer tensor of shape [2], got "
+                         f"dtype {seed.dtype.name} and shape {seed.shape}.")
+    if seed.dtype not in (tf.int32, tf.int64):
+        seed = tf.cast(seed, tf.int64)
+    return seed
+
+
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+_MIX_MULTIPLIERS = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+_SEED_SALT = 0x632BE59BD9B4E019
+
+
+def _mix64(z):
+    """The splitmix64 finaliser on uint64 (multiplications wrap modulo 2⁶⁴)."""
+    for shift, multiplier in zip((30, 27), _MIX_MULTIPLIERS, strict=True):
+        z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(shift, tf.uint64)))
+        z = z * tf.constant(multiplier, tf.uint64)
+    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(31, tf.uint64)))
+
+
+@_not_converted
+def stateless_uniform(shape, seed, dtype=tf.float32):
+    """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
+
+    Element k (in row-major order) is splitmix64(k·γ + key) with γ the golden-ratio
+    increment and key = seed[0] ⊕ splitmix64(seed[1] + salt), its top 24 (float32) or
+    53 (float64) bits mapped to (m + 1/2)·2⁻ᵇ. Integer arithmetic only, so the samples
+    are bit-identical in eager mode, under `tf.function` and with XLA, on any device
+    (`tf.random.stateless_uniform` draws different streams on the CPU kernel and
+    under XLA).
+
+    Args:
+      shape: 1-D int tensor or list, the output shape.
+      seed: an int or an int32/int64 tensor of shape [2].
+      dtype: float32 (default) or float64 (float16/bfloat16 are drawn in float32).
+
+    Returns:
+      A tensor of `shape` with values in (2⁻ᵇ⁻¹, 1 − 2⁻ᵇ⁻¹).
+    """
+    seed = tf.bitcast(tf.cast(_as_seed(seed), tf.int64), tf.uint64)
+    dtype = _shapes.compute_dtype(dtype)
+    bits = 53 if dtype == tf.float64 else 24
+    key = tf.bitwise.bitwise_xor(seed[0], _mix64(seed[1] + tf.constant(_SEED_SALT, tf.uint64)))
+    shape = tf.cast(shape, tf.int64)
+    counter = tf.cast(tf.range(tf.reduce_prod(shape)), tf.uint64)
+    hashed = _mix64(counter * tf.constant(_GOLDEN_GAMMA, tf.uint64) + key)
+    top = tf.bitwise.right_shift(hashed, tf.constant(64 - bits, tf.uint64))
+    uniform = (tf.cast(top, dtype) + 0.5) * tf.constant(2.0 ** -bits, dtype)
+    return tf.reshape(uniform, shape)
+
+
+@_not_converted
+def gumbel_perturb(scores, num_samples: int, seed):
+    """Plackett–Luce samples of log-scores: s̃ = s + g, g i.i.d. standard Gumbel.
+
+    Sorting each row of s̃ draws a permutation from the Plackett–Luce distribution
+    with item weights exp(s) (Grover et al., 2019, §4.1); any relaxation applied to
+    s̃ makes the draw differentiable in s (the reparameterisation trick). The noise
+    g = −log(−log u) comes from `stateless_uniform`, so a given seed gives
+    bit-identical samples eagerly, under `tf.function` and with XLA.
+
+    Args:
+      scores: `[..., n]` real tensor of log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int, or an int32/int64 tensor of shape [2] (e.g. from
+        `keras.random.SeedGenerator.next()`).
+
+    Returns:
+      `[..., S, n]` perturbed scores, in the dtype of `scores` (noise drawn in float32
+      for float16/bfloat16 inputs).
+
+    Example:
+    >>> s = gumbel_perturb([[0.0, 1.0, 2.0]], num_samples=4, seed=0)
+    >>> s.shape
+    TensorShape([1, 4, 3])
+    """
+    num_samples = _checks.check_positive_int("num_samples", num_samples)
+    seed = _as_seed(seed)
+    scores = tf.convert_to_tensor(scores)
+    if scores.shape.rank is None or scores.shape.rank == 0:
+        raise ValueError("`scores` must have rank >= 1 (shape [..., n]).")
+    dtype = _shapes.compute_dtype(scores.dtype)
+    s = tf.cast(scores, dtype)[..., None, :]
+    shape = tf.concat([tf.shape(s)[:-2], [num_samples], tf.shape(s)[-1:]], axis=0)
+    gumbel = -tf.math.log(-tf.math.log(stateless_uniform(shape, seed, dtype)))
+    out = s + gumbel
+    return tf.cast(out, scores.dtype) if scores.dtype.is_floating else out
+
+
+@_not_converted
+def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = "softsort",
+                                  direction: str = "DESCENDING", hard: bool = False, **kwargs):
+    """A relaxed permutation matrix of Gumbel-perturbed scores (stochastic variant).
+
+    `permutation_matrix(gumbel_perturb(scores, num_samples, seed), method, ...)`:
+    each of the S matrices relaxes a Plackett–Luce sample of permutations with
+    log-scores `scores` (stochastic NeuralSort / SoftSort; for 'sinkhorn', Sinkhorn
+    applied to perturbed scores). With `hard=True` the forward value is the exact
+    permutation matrix of each perturbed sample.
+
+    Args:
+      scores: `[..., n]` real tensor of log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      method: 'softsort', 'neuralsort' or 'sinkhorn'.
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      hard: straight-through estimator.
+      **kwargs: the operator's own arguments (see `permutation_matrix`).
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = stochastic_permutation_matrix([[0.0, 1.0, 2.0]], 5, seed=[1, 2])
+    >>> P.shape
+    TensorShape([1, 5, 3, 3])
+    """
+    scores = tf.convert_to_tensor(scores)
+    dtype = _shapes.compute_dtype(scores.dtype)
+    perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed)
+    perm = permutation_matrix(perturbed, method, direction=direction, hard=hard, **kwargs)
+    return tf.cast(perm, scores.dtype) if scores.dtype.is_floating else perm
+
+
+@_not_converted
+def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
+                                power: float = DEFAULT_POWER, direction: str = "DESCENDING",
+                                hard: bool = False):
+    """Stochastic SoftSort: `soft_sort_matrix` of Gumbel-perturbed log-scores.
+
+    Args:
+      scores: `[..., n]` log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      tau, power, direction, hard: as in `soft_sort_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = stochastic_soft_sort_matrix([[0.0, 1.0, 2.0]], num_samples=2, seed=7)
+    >>> P.shape
+    TensorShape([1, 2, 3, 3])
+    """
+    return stochastic_permutation_matrix(scores, num_samples, seed, "softsort",
+                                         direction=direction, hard=hard, tau=tau, power=power)
+
+
+@_not_converted
+def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
+                                  direction: str = "DESCENDING", hard: bool = False):
+    """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neural_sort_matrix` of
+    Gumbel-perturbed log-scores.
+
+    Args:
+      scores: `[..., n]` log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      tau, direction, hard: as in `neural_sort_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+    """
+    return stochastic_permutation_matrix(scores, num_samples, seed, "neuralsort",
+                                         direction=direction, hard=hard, tau=tau)
+
+
+@_not_converted
+def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
+                                           direction: str = "DESCENDING", hard: bool = False,
+                                           **sinkhorn_kwargs):
+    """`sinkhorn_permutation_matrix` of Gumbel-perturbed log-scores.
+
+    Args:
+      scores: `[..., n]` log-scores.
+      num_samples: number of samples S >= 1.
+      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
+      direction, hard: as in `permutation_matrix`.
+      **sinkhorn_kwargs: `epsilon`, `power`, `max_iterations`, ... of
+        `sinkhorn_permutation_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+    """
+    return stochastic_permutation_matrix(scores, num_samples, seed, "sinkhorn",
+                                         direction=direction, hard=hard, **sinkhorn_kwargs)

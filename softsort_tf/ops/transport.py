@@ -1,0 +1,189 @@
+"""The solved transport problem shared by every Sinkhorn operator, and its read-outs.
+
+`Transport` brings x `[..., n, ...]` to `[batch, n]`, squashes it into [0, 1], solves
+the entropic transport onto a target measure (y, b) with `solvers.sinkhorn.solve`, and
+reads out CDFs, sorted values and pushed-forward target values (see
+`softsort_tf.ops.sinkhorn` for the operators and their conventions).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import tensorflow as tf
+
+from softsort_tf import _checks, _shapes
+from softsort_tf.ops.squash import check_squash, squash_values
+from softsort_tf.solvers import sinkhorn as solver_lib
+
+SinkhornInfo = collections.namedtuple("SinkhornInfo", ["num_iterations", "error"])
+SinkhornInfo.__doc__ = """Convergence report of a Sinkhorn operator.
+
+Attributes:
+  num_iterations: int32 tensor of the input's shape without `axis`: Sinkhorn
+    iterations used by each row.
+  error: final L1 marginal error of each row (compare with `threshold`).
+"""
+
+DEFAULT_EPSILON = 1e-2
+DEFAULT_THRESHOLD = 1e-3
+DEFAULT_MAX_ITERATIONS = 1000
+DEFAULT_POWER = 2.0
+
+
+def bin_centres(b):
+    """Centres y_j = b̄_j − b_j / 2 of the target bins on [0, 1] for weights b `[..., m]`."""
+    return tf.cumsum(b, axis=-1) - 0.5 * b
+
+
+def _target_measure(m: int | None, target_weights, dtype):
+    """Returns (y, b) for a target of m uniform bins or the given (positive) weights."""
+    if target_weights is None:
+        b = tf.fill([m], tf.constant(1.0 / m, dtype))
+    else:
+        b = tf.cast(tf.convert_to_tensor(target_weights), dtype)
+        if b.shape.rank not in (1, 2):
+            raise ValueError("`target_weights` must have shape [m] or [batch, m].")
+        if m is not None and b.shape[-1] is not None and b.shape[-1] != m:
+            raise ValueError(f"`target_weights` must have length m = {m}, got {b.shape[-1]}.")
+        b = b / tf.reduce_sum(b, axis=-1, keepdims=True)
+    return bin_centres(b), b
+
+
+class _Transport:
+    """The solved transport problem of one operator call, in `[batch, ·]` layout."""
+
+    def __init__(self, x, *, axis, direction, squash, weights, targets, epsilon, power,
+                 threshold, max_iterations, implicit, check_numerics, solver_options):
+        direction = _checks.check_direction(direction)
+        squash = check_squash(squash)
+        x2d, self.view = _shapes.to_batch(x, axis)
+        if check_numerics:
+            x2d = tf.debugging.check_numerics(x2d, "softsort_tf: `x` has NaN or Inf")
+        self.sign = -1.0 if direction == "DESCENDING" else 1.0
+        self.values = self.sign * x2d  # sorted ascending == x sorted in `direction`
+        self.dtype = x2d.dtype
+        self.n = self.view.n
+        a = _shapes.weights_to_batch(weights, self.view, self.dtype)
+        self.uniform_a = a is None
+        if a is None:
+            a = tf.fill(tf.shape(x2d), tf.constant(1.0 / self.n, self.dtype))
+        self.a = a
+        m, target_weights = targets
+        self.y, self.b = _target_measure(m, target_weights, self.dtype)
+        squashed = squash_values(self.values, squash,
+                                 weights=None if self.uniform_a else a)
+        self.result = solver_lib.solve(
+            squashed, self.y, a, self.b, epsilon=epsilon, power=power, threshold=threshold,
+            max_iterations=max_iterations, implicit=implicit, **solver_options)
+        self._plan = None
+        self._row_plan = None
+
+    @property
+    def plan(self):
+        """`[batch, n, m]` transport plan P: column sums b exactly, row sums a up to
+        `threshold` (the solver ends on a column update)."""
+        if self._plan is None:
+            self._plan = self.result.plan()
+        return self._plan
+
+    @property
+    def row_plan(self):
+        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P, with rows summing to 1 exactly.
+
+        Computed from the target potential alone, Q_ij = exp((g_j − C_ij)/ε) / Σ_k
+        exp((g_k − C_ik)/ε) (the row update of eq. 3 divided by a_i), so readouts such
+        as the CDF stay in [0, 1] whatever the residual marginal error, and inputs of
+        zero weight still get a well-defined row.
+        """
+        if self._row_plan is None:
+            r = self.result
+            logits = (r.g[:, None, :] - r.cost) / tf.cast(r.epsilon, r.cost.dtype)
+            self._row_plan = tf.nn.softmax(logits, axis=-1)
+        return self._row_plan
+
+    def bcast_b(self):
+        b = self.b
+        return b if b.shape.rank == 2 else b[None, :]
+
+    def cdf(self):
+        """a⁻¹ ∘ (P b̄): `[batch, n]`."""
+        cum_b = tf.cumsum(self.bcast_b(), axis=-1)
+        return tf.reduce_sum(self.row_plan * cum_b[:, None, :], axis=-1)
+
+    def sorted_values(self):
+        """b⁻¹ ∘ (Pᵀ x) in the units of x, in `direction` order: `[batch, m]`."""
+        s = tf.linalg.matvec(self.plan, self.values, transpose_a=True) / self.bcast_b()
+        return self.sign * s
+
+    def push(self, f):
+        """a⁻¹ ∘ (P f) for f `[m]` or `[batch, m]`: `[batch, n]`."""
+        f = tf.cast(f, self.dtype)
+        f = f[None, :] if f.shape.rank == 1 else f
+        return tf.reduce_sum(self.row_plan * f[:, None, :], axis=-1)
+
+    def output(self, y2d, keep_axis=True):
+        return _shapes.from_batch(y2d, self.view, keep_axis=keep_axis)
+
+    def info(self):
+        view = self.view
+        lead = view.moved_shape[:-1]
+        return SinkhornInfo(tf.reshape(self.result.num_iterations, lead),
+                            tf.reshape(self.result.error, lead))
+
+
+def check_sinkhorn_args(epsilon, power, threshold, max_iterations, implicit, squash) -> dict:
+    """Validates the shared Sinkhorn arguments (as the layers and losses store them)."""
+    return dict(epsilon=_checks.check_positive("epsilon", epsilon),
+                power=_checks.check_positive("power", power),
+                threshold=_checks.check_positive("threshold", threshold),
+                max_iterations=_checks.check_positive_int("max_iterations", max_iterations),
+                implicit=bool(implicit), squash=check_squash(squash))
+
+
+def _finish(out, transport: _Transport, return_info: bool):
+    return (out, transport.info()) if return_info else out
+
+
+_COMMON_ARGS_DOC = """
+      axis: the axis to operate along (any axis of an input of any rank >= 1).
+      direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
+      epsilon: entropic regularisation ε > 0 (default 1e-2); see the module docstring
+        for how it interacts with n.
+      power: the cost is |x̃ − y|^power (default 2, any power > 0).
+      threshold: a row stops when its L1 marginal error is below it (default 1e-3).
+      max_iterations: hard bound on Sinkhorn iterations (default 1000).
+      implicit: implicit differentiation (default, memory independent of the number
+        of iterations) or backpropagation through the unrolled loop.
+      squash: 'logistic' (default), 'atan' or None (x already in [0, 1]); the
+        standardisation before squashing is weighted by `weights`.
+      weights: non-negative input weights a, shape `[n]` or the shape of x (default
+        uniform); they are the input measure and weight the squashing's mean and
+        standard deviation (a zero-weight outlier does not compress the others).
+      check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
+        propagating NaN.
+      return_info: also return a `SinkhornInfo(num_iterations, error)`.
+      **solver_options: advanced options of `sinkhorn_solver.solve` (`warm_start`,
+        `epsilon_start`, `epsilon_decay`, `check_every`, `implicit_solver`,
+        `implicit_max_iterations`)."""
+
+
+def _doc(f):
+    f.__doc__ = f.__doc__.replace("{common}", _COMMON_ARGS_DOC.strip("\n"))
+    return f
+
+
+def _kw(epsilon, power, threshold, max_iterations, implicit, squash, weights, check_numerics,
+        solver_options, axis, direction):
+    return dict(axis=axis, direction=direction, squash=squash, weights=weights, epsilon=epsilon,
+                power=power, threshold=threshold, max_iterations=max_iterations,
+                implicit=implicit, check_numerics=check_numerics, solver_options=solver_options)
+
+
+def _static_n(x, axis):
+    shape = tf.convert_to_tensor(x).shape
+    _checks.check_axis(axis, shape.rank)
+    n = shape[axis]
+    if n == 0:
+        raise ValueError("`x` must have at least one element along `axis` (n >= 1), got n = 0.")
+    return n

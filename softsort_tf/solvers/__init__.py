@@ -1,0 +1,1 @@
+"""The Sinkhorn solver and its implicit differentiation."""
