@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test lint bench bench-speed install clean
+.PHONY: demo test test-quick lint bench bench-speed install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
+# The whole suite (what CI runs). `make test-quick` leaves out the tests marked `slow`
+# (training runs, notebooks, binaries end to end) while iterating.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,5 +1,6 @@
 """softsort_tf: differentiable sorting, ranking and quantile operators for TensorFlow/Keras."""
 
+from softsort_tf._version import __version__
 from softsort_tf.layers.permutation import NeuralSort, SinkhornPermutation, SoftSort
 from softsort_tf.layers.sinkhorn import (
     SinkhornCDF,
@@ -28,11 +29,16 @@ from softsort_tf.ops.hard_stats import rankdata
 from softsort_tf.ops.permutation import (
     hard_permutation_matrix,
     neural_sort_matrix,
-    permutation_matrix,
     soft_sort_matrix,
     straight_through,
 )
 from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
+from softsort_tf.ops.registry import (
+    PERMUTATION_OPERATORS,
+    PermutationOperator,
+    get_permutation_operator,
+    permutation_matrix,
+)
 from softsort_tf.ops.sampling import (
     gumbel_perturb,
     stochastic_neural_sort_matrix,
@@ -52,5 +58,4 @@ from softsort_tf.ops.sinkhorn import (
 )
 from softsort_tf.ops.squash import squash_values
 from softsort_tf.ops.transport import SinkhornInfo
-
-__version__ = "0.1.0"
+from softsort_tf.options import SinkhornOptions

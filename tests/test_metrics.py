@@ -113,7 +113,7 @@ def test_quantile_error_streams_batch_statistics():
     e1 = (np.abs(y1 - p1) ** 2).mean(1)  # power 2, averaged over the non-batch axis
     e2 = (np.abs(y2 - p2) ** 2).mean(1)
     q = [np.quantile(e, 0.7, method="averaged_inverted_cdf") for e in (e1, e2)]
-    metric = ss.QuantileError(0.7, power=2.0, dtype="float64")
+    metric = ss.QuantileError(0.7, error_power=2.0, dtype="float64")
     metric.update_state(y1, p1)
     assert float(metric.result()) == pytest.approx(q[0], rel=1e-12)
     metric.update_state(y2, p2)
@@ -186,8 +186,8 @@ def test_metrics_in_fit_and_evaluate():
 
 
 METRIC_FACTORIES = {
-    "quantile": lambda: ss.QuantileError(0.3, power=2.0, width=0.1, name="q"),
-    "trimmed": lambda: ss.TrimmedError(0.2, 0.9, power=0.5, name="t"),
+    "quantile": lambda: ss.QuantileError(0.3, error_power=2.0, width=0.1, name="q"),
+    "trimmed": lambda: ss.TrimmedError(0.2, 0.9, error_power=0.5, name="t"),
     "spearman": lambda: ss.SpearmanCorrelation(axis=-1, name="rho"),
 }
 
@@ -229,8 +229,8 @@ def test_bad_metric_arguments():
         ss.QuantileError(0.05, width=0.2)
     with pytest.raises(ValueError, match="start_quantile"):
         ss.TrimmedError(0.5, 0.5)
-    with pytest.raises(ValueError, match="`power`"):
-        ss.TrimmedError(power=0.0)
+    with pytest.raises(ValueError, match="`error_power`"):
+        ss.TrimmedError(error_power=0.0)
     with pytest.raises(ValueError, match="`axis`"):
         ss.SpearmanCorrelation(axis="rows")
     with pytest.raises(ValueError, match="same shape"):

@@ -9,7 +9,7 @@ import tensorflow as tf
 import softsort_tf as ss
 
 LAYERS = {
-    "softsort": (ss.SoftSort, dict(tau=0.4, power=2.0), ss.soft_sort_matrix),
+    "softsort": (ss.SoftSort, dict(tau=0.4, distance_power=2.0), ss.soft_sort_matrix),
     "neuralsort": (ss.NeuralSort, dict(tau=0.4), ss.neural_sort_matrix),
     "sinkhorn": (ss.SinkhornPermutation, dict(epsilon=0.05, max_iterations=500),
                  ss.sinkhorn_permutation_matrix),

@@ -24,7 +24,7 @@ def test_cross_entropy_hand_made_values():
     # The true item of row 1 has probability 0: that row costs −log ε, not inf.
     loss = ss.permutation_cross_entropy([[1, 0]], P2[None]).numpy()
     np.testing.assert_allclose(loss, [(np.log(2.0) - np.log(EPS)) / 2], rtol=1e-5)
-    loss = ss.permutation_cross_entropy([[1, 0]], P2[None], epsilon=1e-3).numpy()
+    loss = ss.permutation_cross_entropy([[1, 0]], P2[None], probability_floor=1e-3).numpy()
     np.testing.assert_allclose(loss, [(-np.log(1e-3 + (1 - 1e-3) * 0.5) - np.log(1e-3)) / 2],
                                rtol=1e-5)
 
@@ -52,7 +52,7 @@ def test_orderings_and_matrices_give_the_same_loss():
 
 def test_soft_target_matrices_use_the_full_cross_entropy():
     target = np.array([[[0.75, 0.25], [0.25, 0.75]]])
-    loss = ss.permutation_cross_entropy(target, P2[None], epsilon=1e-6).numpy()
+    loss = ss.permutation_cross_entropy(target, P2[None], probability_floor=1e-6).numpy()
     log_p = np.log(1e-6 + (1 - 1e-6) * P2)
     np.testing.assert_allclose(loss, [-(target[0] * log_p).sum(-1).mean()], rtol=1e-6)
 
@@ -111,10 +111,11 @@ def test_loss_under_xla_matches_eager():
     (lambda: ss.permutation_cross_entropy([[0, 1]], P2[None], y_true_format="csv"),
      "y_true_format"),
     (lambda: ss.permutation_cross_entropy([[0, 1, 2]], P2[None]), "n = 2"),
-    (lambda: ss.permutation_cross_entropy([[0, 1]], P2[None], epsilon=1.0), "epsilon"),
+    (lambda: ss.permutation_cross_entropy([[0, 1]], P2[None], probability_floor=1.0),
+     "probability_floor"),
     (lambda: ss.permutation_cross_entropy(np.zeros([1, 1, 2, 2]), P2[None]), "y_true"),
     (lambda: ss.permutation_cross_entropy([[0, 1]], np.zeros([1, 2, 3])), "y_pred"),
-    (lambda: ss.PermutationCrossEntropy(epsilon=0.0), "epsilon"),
+    (lambda: ss.PermutationCrossEntropy(probability_floor=0.0), "probability_floor"),
     (lambda: ss.ExactPermutationAccuracy(y_true_format="rows"), "y_true_format"),
 ])
 def test_bad_arguments_raise_value_error(call, match):
@@ -156,7 +157,7 @@ def test_metrics_on_hand_made_cases():
 
 
 def test_loss_and_metrics_serialise():
-    loss = ss.PermutationCrossEntropy(epsilon=1e-4, y_true_format="indices", name="pce")
+    loss = ss.PermutationCrossEntropy(probability_floor=1e-4, y_true_format="indices", name="pce")
     restored = keras.losses.deserialize(keras.losses.serialize(loss))
     assert isinstance(restored, ss.PermutationCrossEntropy)
     assert restored.get_config() == loss.get_config()

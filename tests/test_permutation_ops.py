@@ -86,7 +86,7 @@ OPS = {
        st.sampled_from([0.05, 0.3, 1.0, 4.0]), st.sampled_from([1.0, 2.0, 1.5, 0.5]))
 def test_soft_sort_matches_numpy_formula(lead, n, direction, seed, tau, power):
     s = np.random.RandomState(seed).randn(*lead, n)
-    out = ss.soft_sort_matrix(s, tau=tau, power=power, direction=direction)
+    out = ss.soft_sort_matrix(s, tau=tau, distance_power=power, direction=direction)
     assert out.shape == lead + (n, n) and out.dtype == tf.float64
     np.testing.assert_allclose(out.numpy(), np_soft_sort(s, tau, power, direction),
                                rtol=1e-10, atol=1e-12)
@@ -136,7 +136,7 @@ def test_sinkhorn_permutation_matches_numpy_formula(direction):
 def test_xla_formulation_of_soft_sort_matches_numpy():
     s = np.random.RandomState(3).randn(4, 9)
     for power in (1.0, 2.0, 0.7):
-        out = tf.function(lambda x, p=power: ss.soft_sort_matrix(x, tau=0.2, power=p),
+        out = tf.function(lambda x, p=power: ss.soft_sort_matrix(x, tau=0.2, distance_power=p),
                           jit_compile=True)(tf.constant(s))
         np.testing.assert_allclose(out.numpy(), np_soft_sort(s, 0.2, power, "DESCENDING"),
                                    rtol=1e-10, atol=1e-12)
@@ -242,8 +242,8 @@ def test_hard_is_exact_forward_and_relaxed_backward(method):
 
 @pytest.mark.parametrize("op, kwargs", [
     ("softsort", dict(tau=0.5)),
-    ("softsort", dict(tau=0.5, power=2.0)),
-    ("softsort", dict(tau=2.0, power=1.5, direction="ASCENDING")),
+    ("softsort", dict(tau=0.5, distance_power=2.0)),
+    ("softsort", dict(tau=2.0, distance_power=1.5, direction="ASCENDING")),
     ("neuralsort", dict(tau=0.5)),
     ("neuralsort", dict(tau=2.0, direction="ASCENDING")),
 ])
@@ -275,7 +275,7 @@ def test_stochastic_gradients_match_finite_differences():
 
 @pytest.mark.parametrize("make", [
     lambda s: ss.soft_sort_matrix(s, tau=0.3),
-    lambda s: ss.soft_sort_matrix(s, tau=0.3, power=2.0, direction="ASCENDING", hard=True),
+    lambda s: ss.soft_sort_matrix(s, tau=0.3, distance_power=2.0, direction="ASCENDING", hard=True),
     lambda s: ss.neural_sort_matrix(s, tau=0.3),
     lambda s: ss.neural_sort_matrix(s, tau=0.3, direction="ASCENDING", hard=True),
     lambda s: ss.stochastic_soft_sort_matrix(s, 4, seed=tf.constant([3, 4]), tau=0.3),
@@ -382,8 +382,9 @@ def test_stochastic_operators_apply_the_operator_to_perturbed_scores():
     s = tf.constant(np.random.RandomState(12).randn(2, 6))
     perturbed = ss.gumbel_perturb(s, 3, seed=9)
     cases = [
-        (ss.stochastic_soft_sort_matrix(s, 3, 9, tau=0.4, power=2.0, direction="ASCENDING"),
-         ss.soft_sort_matrix(perturbed, tau=0.4, power=2.0, direction="ASCENDING")),
+        (ss.stochastic_soft_sort_matrix(s, 3, 9, tau=0.4, distance_power=2.0,
+                                        direction="ASCENDING"),
+         ss.soft_sort_matrix(perturbed, tau=0.4, distance_power=2.0, direction="ASCENDING")),
         (ss.stochastic_neural_sort_matrix(s, 3, 9, tau=0.4),
          ss.neural_sort_matrix(perturbed, tau=0.4)),
         (ss.stochastic_sinkhorn_permutation_matrix(s, 3, 9, epsilon=0.05),

@@ -21,11 +21,12 @@ import keras
 import tensorflow as tf
 
 import softsort_tf
+import softsort_tf.ops.registry
 
 __all__ = ["METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
            "relaxed_permutation"]
 
-METHODS = ("softsort", "neuralsort", "sinkhorn")
+METHODS = softsort_tf.ops.registry.METHODS
 IMAGE_SHAPE = (112, 28, 1)
 
 
@@ -69,9 +70,8 @@ def relaxed_permutation(scores: tf.Tensor, method: str, *, tau: float, epsilon: 
     Returns:
       `[batch, n, n]`, or `[batch, num_samples, n, n]` when `stochastic`.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-    kwargs = {"epsilon": epsilon} if method == "sinkhorn" else {"tau": tau}
+    operator = softsort_tf.get_permutation_operator(method)
+    kwargs = {operator.temperature: epsilon if operator.temperature == "epsilon" else tau}
     if stochastic:
         if seed is None:
             raise ValueError("seed is required when stochastic=True.")

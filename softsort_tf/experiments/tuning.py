@@ -31,11 +31,14 @@ import keras
 import keras_tuner as kt
 
 from softsort_tf.experiments import large_mnist, models, training
+from softsort_tf.ops.registry import PERMUTATION_OPERATORS
 
 __all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "search"]
 
 TUNERS = ("random", "bayesian", "hyperband")
-TEMPERATURE_METHODS = ("softsort", "neuralsort")
+# Operators whose temperature is τ (the others, Sinkhorn, take ε).
+TEMPERATURE_METHODS = tuple(name for name, op in PERMUTATION_OPERATORS.items()
+                            if op.temperature == "tau")
 
 
 def _check_range(name: str, bounds: tuple[float, float]) -> tuple[float, float]:

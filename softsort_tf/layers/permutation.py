@@ -1,7 +1,8 @@
-"""Keras layers over the relaxed permutation matrices of `softsort_tf.permutation_ops`.
+"""Keras layers over the relaxed permutation operators of `softsort_tf.ops.registry`.
 
 `SoftSort`, `NeuralSort` and `SinkhornPermutation` share one base class: each layer
-validates its arguments at construction and calls `permutation_ops` in `call`.
+validates its arguments at construction and calls its operator of the table
+`PERMUTATION_OPERATORS` (`ops/registry.py`) in `call`.
 Scores are sorted along the last axis, in `direction` order ('DESCENDING' by
 default); the layer returns, by `output_mode`:
 
@@ -26,8 +27,8 @@ import keras
 
 from softsort_tf import _checks
 from softsort_tf.ops import permutation as permutation_ops
-from softsort_tf.ops import permutation_readout, sampling, transport
-from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops import permutation_readout, registry, sampling
+from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 OUTPUT_MODES = ("matrix", "sorted", "ranks")
@@ -83,7 +84,7 @@ class _PermutationLayer(keras.layers.Layer):
                 scores, self.num_samples or 1, self.seed_generator.next(), self.method,
                 **kwargs)
             return perm if self.num_samples is not None else perm[..., 0, :, :]
-        perm = permutation_ops.permutation_matrix(scores, self.method, **kwargs)
+        perm = registry.permutation_matrix(scores, self.method, **kwargs)
         return perm[..., None, :, :] if self.num_samples is not None else perm
 
     def call(self, inputs, training=None):
@@ -129,7 +130,8 @@ class SoftSort(_PermutationLayer):
 
     Args:
       tau: temperature τ > 0 (default 1.0), in the units of the scores.
-      power: exponent p > 0 of |s_[i] − s_j|^p (default 1).
+      distance_power: exponent p > 0 of |s_[i] − s_j|^p (default 1); `power` is
+        its deprecated name.
       **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
         `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
 
@@ -142,13 +144,15 @@ class SoftSort(_PermutationLayer):
     method = "softsort"
 
     def __init__(self, tau: float = permutation_ops.DEFAULT_TAU,
-                 power: float = permutation_ops.DEFAULT_POWER, **kwargs):
+                 distance_power: float = permutation_ops.DEFAULT_DISTANCE_POWER, *,
+                 power: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.tau = _checks.check_positive("tau", tau)
-        self.power = _checks.check_positive("power", power)
+        self.distance_power = _checks.check_positive(
+            "distance_power", permutation_ops.deprecated_distance_power(distance_power, power))
 
     def _op_kwargs(self):
-        return dict(tau=self.tau, power=self.power)
+        return dict(tau=self.tau, distance_power=self.distance_power)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -180,38 +184,39 @@ class NeuralSort(_PermutationLayer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SinkhornPermutation(_PermutationLayer):
+class SinkhornPermutation(_PermutationLayer, OptionFieldsMixin):
     """Doubly-stochastic Sinkhorn relaxed permutation; see `sinkhorn_permutation_matrix`.
 
     Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
-    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks. The Sinkhorn arguments
-    keep the defaults and meaning of `softsort_tf.sinkhorn_ops` (ε = 1e-2, p = 2,
+    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks. The solver settings
+    keep the defaults and meaning of `softsort_tf.options` (ε = 1e-2, p = 2,
     threshold 1e-3, 1000 iterations, implicit gradients, logistic squashing).
 
     Args:
-      epsilon: entropic regularisation ε > 0.
-      power: exponent p of the transport cost.
-      threshold: L1 marginal error at which the Sinkhorn loop stops.
-      max_iterations: bound on Sinkhorn iterations.
-      implicit: implicit differentiation (default) or unrolled backpropagation.
-      squash: 'logistic', 'atan' or None.
-      **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
-        `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
+      options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
+      **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`, ...)
+        overriding those of `options`; `direction`, `hard`, `output_mode`,
+        `stochastic`, `num_samples`, `sample_at_inference`, `seed` (see
+        `_PermutationLayer`) and Layer arguments.
+
+    Example:
+    >>> layer = SinkhornPermutation(epsilon=1e-3, output_mode="ranks")
+    >>> np.round(layer(np.array([[0.3, 2.0, 1.0]])).numpy(), 2)
+    array([[3., 1., 2.]], dtype=float32)
     """
 
     method = "sinkhorn"
 
-    def __init__(self, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                 power: float = sinkhorn_ops.DEFAULT_POWER,
-                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                 implicit: bool = True, squash: str | None = "logistic", **kwargs):
-        super().__init__(**kwargs)
-        for name, value in transport.check_sinkhorn_args(
-                epsilon, power, threshold, max_iterations, implicit, squash).items():
-            setattr(self, name, value)
+    def __init__(self, options: SinkhornOptions | dict | None = None, **kwargs):
+        options, layer_kwargs = SinkhornOptions.split_kwargs(kwargs, options)
+        super().__init__(**layer_kwargs)
+        self.options = options
 
     def _op_kwargs(self):
-        return dict(epsilon=self.epsilon, power=self.power, threshold=self.threshold,
-                    max_iterations=self.max_iterations, implicit=self.implicit,
-                    squash=self.squash)
+        return dict(options=self.options)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        del config["options"]
+        config.update(self.options.get_config())
+        return config

@@ -1,10 +1,10 @@
-"""Keras layers over the Sinkhorn operators of `softsort_tf.sinkhorn_ops`.
+"""Keras layers over the Sinkhorn operators of `softsort_tf.ops.sinkhorn`.
 
 Each layer is a thin, serialisable wrapper: it validates its arguments at
-construction, forwards them to the functional operator in `call`, and reports its
-output shape. All Sinkhorn arguments keep the defaults and meaning documented in
-`softsort_tf.sinkhorn_ops` (ε = 1e-2, p = 2, threshold = 1e-3, 1000 iterations,
-implicit gradients, logistic squashing).
+construction (the solver settings once, as a `SinkhornOptions`), forwards them to the
+functional operator in `call`, and reports its output shape. The solver settings keep
+the defaults and meaning documented in `softsort_tf.options` (ε = 1e-2, p = 2,
+threshold = 1e-3, 1000 iterations, implicit gradients, logistic squashing).
 """
 
 from __future__ import annotations
@@ -15,50 +15,43 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
-from softsort_tf.ops import transport
+from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 
 
-class _SinkhornLayer(keras.layers.Layer):
+class _SinkhornLayer(keras.layers.Layer, OptionFieldsMixin):
     """Common arguments and config of the Sinkhorn layers.
 
     Args:
       axis: the axis to operate along (of the full input, batch axis included).
       direction: 'ASCENDING' or 'DESCENDING'.
-      epsilon: entropic regularisation ε > 0.
-      power: exponent p of the cost |x̃ − y|^p.
-      threshold: L1 marginal error at which the Sinkhorn loop stops.
-      max_iterations: bound on Sinkhorn iterations.
-      implicit: implicit differentiation (default) or unrolled backpropagation.
-      squash: 'logistic', 'atan' or None.
-      **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+      options: a `SinkhornOptions` (or its config dict) with the solver settings
+        (default `SinkhornOptions()`).
+      **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
+        `max_iterations`, `implicit`, `squash`, ...), overriding those of `options`,
+        and the base `keras.layers.Layer` arguments (name, dtype, ...).
+
+    The options are validated once, at construction, and are part of `get_config()`
+    (one key per field).
     """
 
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
-                 epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                 power: float = sinkhorn_ops.DEFAULT_POWER,
-                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                 implicit: bool = True, squash: str | None = "logistic", **kwargs):
-        super().__init__(**kwargs)
+                 options: SinkhornOptions | dict | None = None, **kwargs):
+        options, layer_kwargs = SinkhornOptions.split_kwargs(kwargs, options)
+        super().__init__(**layer_kwargs)
+        self.options = options
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
             raise ValueError(f"`axis` must be an integer, got {axis!r}.")
         self.axis = int(axis)
         self.direction = _checks.check_direction(direction)
-        for name, value in transport.check_sinkhorn_args(
-                epsilon, power, threshold, max_iterations, implicit, squash).items():
-            setattr(self, name, value)
 
     def _op_kwargs(self) -> dict:
-        return dict(axis=self.axis, direction=self.direction, epsilon=self.epsilon,
-                    power=self.power, threshold=self.threshold,
-                    max_iterations=self.max_iterations, implicit=self.implicit,
-                    squash=self.squash)
+        return dict(axis=self.axis, direction=self.direction, options=self.options)
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(self._op_kwargs())
+        config.update(axis=self.axis, direction=self.direction, **self.options.get_config())
         return config
 
     def _replace_axis(self, input_shape, new_size):
@@ -107,6 +100,11 @@ class SinkhornCDF(_SinkhornLayer):
     """The S-CDF in [0, 1] along `axis`; see `sinkhorn_cdf`.
 
     Input shape `[batch, n]` (any rank), output the same shape.
+
+    Example:
+    >>> layer = SinkhornCDF(epsilon=1e-3)
+    >>> np.round(layer(np.array([[0.3, -1.0, 2.0, 1.0]])).numpy(), 2)
+    array([[0.5 , 0.25, 1.  , 0.75]], dtype=float32)
     """
 
     def call(self, inputs):
@@ -124,6 +122,11 @@ class SinkhornSort(_SinkhornLayer):
       topk: return only the first k values in `direction` order.
       num_targets: number of output values m.
       **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+
+    Example:
+    >>> layer = SinkhornSort(direction="DESCENDING", topk=2, epsilon=1e-3)
+    >>> np.round(layer(np.array([[0.3, -1.0, 2.0, 1.0]])).numpy(), 2)
+    array([[2., 1.]], dtype=float32)
     """
 
     def __init__(self, topk: int | None = None, num_targets: int | None = None, **kwargs):
@@ -161,6 +164,12 @@ class SinkhornQuantile(_SinkhornLayer):
       quantiles: a level or an increasing sequence of levels in (0, 1).
       width: mass of the bin around each level (default: see `quantile_target_weights`).
       **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+
+    Example:
+    >>> layer = SinkhornQuantile(quantiles=0.5, epsilon=1e-4)
+    >>> x = np.array([[3.0, 1.0, 4.0, 1.5, 5.0]])
+    >>> round(float(layer(x)[0]), 2)
+    3.0
     """
 
     def __init__(self, quantiles=0.5, width: float | None = None, **kwargs):
@@ -203,6 +212,11 @@ class SinkhornQuantileNormalization(_SinkhornLayer):
       num_targets: m, the number of target values (default 16, as in the paper).
       learn_range: also learn the offset and scale of f.
       **kwargs: the Sinkhorn arguments of `_SinkhornLayer`.
+
+    Example:
+    >>> layer = SinkhornQuantileNormalization(num_targets=4, epsilon=1e-4)
+    >>> np.round(layer(np.array([[0.3, -1.0, 2.0, 1.0]])).numpy(), 2)
+    array([[0.5 , 0.25, 1.  , 0.75]], dtype=float32)
     """
 
     def __init__(self, num_targets: int = 16, learn_range: bool = True, **kwargs):

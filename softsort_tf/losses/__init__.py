@@ -17,10 +17,9 @@ Every loss is a thin wrapper over a functional op (`soft_top_k_loss`,
 turn only reads out `softsort_tf.ops.sinkhorn` operators: no loss runs its own
 Sinkhorn loop.
 
-Sinkhorn arguments common to the loss classes (meaning as in `sinkhorn_ops`):
-`epsilon` (ε), `cost_power` (the exponent p of the transport cost |x̃ − y|^p, default
-2, called `power` in the operators; the regression losses use `power` for the error
-exponent), `threshold` (1e-3), `max_iterations` (1000), `implicit` (True), `squash`
-('logistic') and `solver_options` (a dict of advanced `sinkhorn_solver.solve`
-options such as `implicit_solver`, `warm_start`, `epsilon_start`).
+The Sinkhorn losses take their solver settings as one `SinkhornOptions`
+(`options=`), or as keyword arguments with the names of its fields (`epsilon`,
+`power` — the cost exponent —, `threshold`, ...); see `softsort_tf.options`. The
+former arguments `cost_power` and `solver_options` are accepted with a deprecation
+warning; the regression losses' error exponent is `error_power`.
 """

@@ -1,27 +1,15 @@
-"""The base class of the Sinkhorn losses: validates, stores and serialises their options."""
+"""The base class of the Sinkhorn losses: one `SinkhornOptions`, validated once."""
 
 from __future__ import annotations
+
+import warnings
 
 import keras
 import numpy as np
 
-from softsort_tf import _checks
-from softsort_tf.ops.squash import check_squash
+from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
 
-SOLVER_OPTIONS = ("warm_start", "epsilon_start", "epsilon_decay", "check_every",
-                  "implicit_solver", "implicit_max_iterations")
-
-
-def _check_solver_options(solver_options) -> dict:
-    if solver_options is None:
-        return {}
-    if not isinstance(solver_options, dict):
-        raise ValueError(f"`solver_options` must be a dict with keys among {SOLVER_OPTIONS}, "
-                         f"got {solver_options!r}.")
-    unknown = sorted(set(solver_options) - set(SOLVER_OPTIONS))
-    if unknown:
-        raise ValueError(f"Unknown `solver_options` {unknown}; allowed: {SOLVER_OPTIONS}.")
-    return dict(solver_options)
+_DEPRECATED = {"cost_power": "power"}
 
 
 def _check_bool(name: str, value) -> bool:
@@ -30,41 +18,51 @@ def _check_bool(name: str, value) -> bool:
     return bool(value)
 
 
-class _SinkhornLoss(keras.losses.Loss):
-    """Validates, stores and serialises the Sinkhorn arguments of a loss.
+def _legacy_option_kwargs(kwargs: dict) -> dict:
+    """Maps the former loss arguments `cost_power` and `solver_options` (a dict of
+    advanced solver settings) onto the fields of `SinkhornOptions`, with a warning."""
+    kwargs = dict(kwargs)
+    for old, new in _DEPRECATED.items():
+        if old in kwargs:
+            warnings.warn(f"`{old}` is deprecated: pass `{new}` (a field of SinkhornOptions).",
+                          DeprecationWarning, stacklevel=4)
+            kwargs[new] = kwargs.pop(old)
+    solver_options = kwargs.pop("solver_options", None)
+    if solver_options:
+        fields = SinkhornOptions.field_names()
+        if not isinstance(solver_options, dict) or set(solver_options) - set(fields):
+            raise ValueError(f"`solver_options` must be a dict of SinkhornOptions fields "
+                             f"{list(fields)}, got {solver_options!r}.")
+        warnings.warn("`solver_options` is deprecated: pass its entries as keyword "
+                      "arguments or `options=SinkhornOptions(...)`.", DeprecationWarning,
+                      stacklevel=4)
+        kwargs.update(solver_options)
+    return kwargs
+
+
+class _SinkhornLoss(keras.losses.Loss, OptionFieldsMixin):
+    """A Keras loss over Sinkhorn operators: holds one validated `SinkhornOptions`.
 
     Args:
-      epsilon: ε > 0 (None allowed where the subclass documents a default rule).
-      cost_power: exponent p of the transport cost |x̃ − y|^p (operators' `power`).
-      threshold: L1 marginal error at which the Sinkhorn loop stops.
-      max_iterations: bound on Sinkhorn iterations.
-      implicit: implicit differentiation (default) or unrolled backpropagation.
-      squash: 'logistic', 'atan' or None.
-      solver_options: dict of advanced `sinkhorn_solver.solve` options.
+      options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
       reduction, name, dtype: as in `keras.losses.Loss`.
+      **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
+        `max_iterations`, `implicit`, `squash`, ...) overriding those of `options`.
+
+    The options are part of `get_config()`, one key per field.
     """
 
-    def __init__(self, *, epsilon, cost_power, threshold, max_iterations, implicit, squash,
-                 solver_options, reduction, name, dtype, allow_none_epsilon=False):
+    def __init__(self, *, options: SinkhornOptions | dict | None = None, reduction, name,
+                 dtype, **kwargs):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.epsilon = _checks.check_positive("epsilon", epsilon,
-                                              allow_none=allow_none_epsilon)
-        self.cost_power = _checks.check_positive("cost_power", cost_power)
-        self.threshold = _checks.check_positive("threshold", threshold)
-        self.max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
-        self.implicit = _check_bool("implicit", implicit)
-        self.squash = check_squash(squash)
-        self.solver_options = _check_solver_options(solver_options)
-
-    def _sinkhorn_kwargs(self) -> dict:
-        return dict(epsilon=self.epsilon, power=self.cost_power, threshold=self.threshold,
-                    max_iterations=self.max_iterations, implicit=self.implicit,
-                    squash=self.squash, **self.solver_options)
+        self.options, unknown = SinkhornOptions.split_kwargs(_legacy_option_kwargs(kwargs),
+                                                             options)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected arguments "
+                            f"{sorted(unknown)}; its Sinkhorn options are "
+                            f"{list(SinkhornOptions.field_names())}.")
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(epsilon=self.epsilon, cost_power=self.cost_power,
-                      threshold=self.threshold, max_iterations=self.max_iterations,
-                      implicit=self.implicit, squash=self.squash,
-                      solver_options=dict(self.solver_options) or None)
+        config.update(self.options.get_config())
         return config

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import tensorflow as tf
 
@@ -10,27 +12,32 @@ from softsort_tf.ops.permutation_targets import _check_format, _per_example, _pi
 
 _PACKAGE = "softsort_tf"
 _not_converted = tf.autograph.experimental.do_not_convert  # no tensor-dependent control flow
-DEFAULT_EPSILON = 1e-7
+DEFAULT_PROBABILITY_FLOOR = 1e-7
+DEFAULT_EPSILON = DEFAULT_PROBABILITY_FLOOR  # former name, kept for imports
 
 
 @_not_converted
-def permutation_cross_entropy(y_true, y_pred, epsilon: float = DEFAULT_EPSILON,
-                              y_true_format: str = "auto"):
+def permutation_cross_entropy(y_true, y_pred,
+                              probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
+                              y_true_format: str = "auto", *, epsilon: float | None = None):
     """Row-wise cross-entropy between the true permutation and P̂.
 
     For each position i, −Σ_j Y[i, j] log p̃[i, j] with the true permutation matrix Y
     (for an ordering y: −log p̃[i, y_i], read with a gather in O(n) per matrix), the
     mean over the n rows, as in the NeuralSort and SoftSort sorting experiments. To
-    stay finite where P̂ underflows to 0, probabilities are mixed with a uniform floor,
-    p̃ = ε + (1 − ε)·P̂: a row costs at most −log ε (≈ 16.1 for the default 1e-7), is
-    exactly 0 for a perfect row, and its gradient never vanishes (unlike clipping).
+    stay finite where P̂ underflows to 0, probabilities are mixed with a uniform floor
+    δ (`probability_floor`), p̃ = δ + (1 − δ)·P̂: a row costs at most −log δ (≈ 16.1
+    for the default 1e-7), is exactly 0 for a perfect row, and its gradient never
+    vanishes (unlike clipping).
 
     Args:
       y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]` (see the
         module docstring).
       y_pred: P̂ `[..., (S,) n, n]`.
-      epsilon: the probability floor ε in (0, 1) (default 1e-7).
+      probability_floor: the probability floor δ in (0, 1) (default 1e-7).
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
+      epsilon: deprecated name of `probability_floor` (ε means the Sinkhorn
+        regularisation elsewhere in the package).
 
     Returns:
       Per-example loss: the leading shape of `y_true`, e.g. `[batch]`.
@@ -40,15 +47,16 @@ def permutation_cross_entropy(y_true, y_pred, epsilon: float = DEFAULT_EPSILON,
     >>> round(float(permutation_cross_entropy([[0, 1]], P)[0]), 4)   # (−log 0.5 + 0) / 2
     0.3466
     """
-    epsilon = _checks.check_in_open_interval("epsilon", epsilon, 0.0, 1.0)
+    floor = _checks.check_in_open_interval(
+        "probability_floor", deprecated_probability_floor(probability_floor, epsilon), 0.0, 1.0)
     y_true, y_pred, is_matrix, num_sample_axes = _read_targets(y_true, y_pred, y_true_format)
     dtype = _shapes.compute_dtype(y_pred.dtype)
     p = tf.cast(y_pred, dtype)
     if is_matrix:
-        log_p = tf.math.log(epsilon + (1.0 - epsilon) * p)
+        log_p = tf.math.log(floor + (1.0 - floor) * p)
         rows = -tf.reduce_sum(tf.cast(y_true, dtype) * log_p, axis=-1)
     else:
-        rows = -tf.math.log(epsilon + (1.0 - epsilon) * _pick(p, y_true))
+        rows = -tf.math.log(floor + (1.0 - floor) * _pick(p, y_true))
     return _per_example(rows, num_sample_axes)
 
 
@@ -61,8 +69,9 @@ class PermutationCrossEntropy(keras.losses.Loss):
     (`[batch]`).
 
     Args:
-      epsilon: probability floor ε in (0, 1) (default 1e-7): the loss uses
-        log(ε + (1 − ε)·P̂), so each row costs at most −log ε.
+      probability_floor: δ in (0, 1) (default 1e-7): the loss uses
+        log(δ + (1 − δ)·P̂), so each row costs at most −log δ. `epsilon` is its
+        deprecated name.
       y_true_format: 'auto' (default), 'indices' (orderings `[batch, n]`, position i
         holding the index of the i-th item) or 'matrix' (`[batch, n, n]`).
       reduction: Keras reduction (default 'sum_over_batch_size').
@@ -76,17 +85,29 @@ class PermutationCrossEntropy(keras.losses.Loss):
     True
     """
 
-    def __init__(self, epsilon: float = DEFAULT_EPSILON, y_true_format: str = "auto",
-                 reduction: str = "sum_over_batch_size",
-                 name: str = "permutation_cross_entropy", dtype=None):
+    def __init__(self, probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
+                 y_true_format: str = "auto", reduction: str = "sum_over_batch_size",
+                 name: str = "permutation_cross_entropy", dtype=None, *,
+                 epsilon: float | None = None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.epsilon = _checks.check_in_open_interval("epsilon", epsilon, 0.0, 1.0)
+        self.probability_floor = _checks.check_in_open_interval(
+            "probability_floor", deprecated_probability_floor(probability_floor, epsilon),
+            0.0, 1.0)
         self.y_true_format = _check_format(y_true_format)
 
     def call(self, y_true, y_pred):
-        return permutation_cross_entropy(y_true, y_pred, epsilon=self.epsilon,
+        return permutation_cross_entropy(y_true, y_pred, self.probability_floor,
                                          y_true_format=self.y_true_format)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "epsilon": self.epsilon,
+        return {**super().get_config(), "probability_floor": self.probability_floor,
                 "y_true_format": self.y_true_format}
+
+
+def deprecated_probability_floor(probability_floor: float, epsilon: float | None) -> float:
+    """`probability_floor`, or the value of its deprecated name `epsilon` (warning)."""
+    if epsilon is None:
+        return probability_floor
+    warnings.warn("The cross-entropy's probability floor `epsilon` is now called "
+                  "`probability_floor`.", DeprecationWarning, stacklevel=3)
+    return epsilon

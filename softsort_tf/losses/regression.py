@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -10,11 +12,13 @@ from softsort_tf import _checks
 from softsort_tf.losses.base import _SinkhornLoss
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers.sinkhorn import pair_cost
 
 _PACKAGE = "softsort_tf"
 DEFAULT_QUANTILE_WIDTH = 0.1
 ZERO_WEIGHT_FLOOR = 1e-6
+DEFAULT_ERROR_POWER = 1.0
 
 
 def trimmed_target_weights(start_quantile: float, end_quantile: float) -> tuple[np.ndarray, int]:
@@ -28,11 +32,8 @@ def trimmed_target_weights(start_quantile: float, end_quantile: float) -> tuple[
 
 
 def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: int = -1, *,
-                          weights=None, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                          power: float = sinkhorn_ops.DEFAULT_POWER,
-                          threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                          max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                          implicit: bool = True, squash="logistic", **solver_options):
+                          weights=None, options: SinkhornOptions | dict | None = None,
+                          **option_kwargs):
     """Soft mean of the values between two quantiles (soft trimmed mean).
 
     The same transport problem as the S-quantile (eq. 4) with the target measure
@@ -46,8 +47,7 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
       start_quantile, end_quantile: 0 ≤ s < e ≤ 1.
       axis: the sample axis.
       weights: positive input weights a `[n]` or of the shape of x (default uniform).
-      epsilon, power, threshold, max_iterations, implicit, squash, **solver_options:
-        as in `sinkhorn_ops.sinkhorn_sort`.
+      options, **option_kwargs: the `SinkhornOptions`, as in `sinkhorn_sort`.
 
     Returns:
       The shape of x without `axis`.
@@ -61,9 +61,7 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
     x = tf.convert_to_tensor(x)
     axis = _checks.check_axis(axis, x.shape.rank)
     values = sinkhorn_ops.sinkhorn_sort(
-        x, axis=axis, target_weights=b, weights=weights, epsilon=epsilon, power=power,
-        threshold=threshold, max_iterations=max_iterations, implicit=implicit, squash=squash,
-        **solver_options)
+        x, axis=axis, target_weights=b, weights=weights, options=options, **option_kwargs)
     return tf.gather(values, index, axis=axis)
 
 
@@ -125,18 +123,28 @@ class _BatchStatisticLoss(_SinkhornLoss):
     standardisation unweighted.
 
     Args:
-      power: exponent of the per-example error |y − ŷ|^power (default 1, absolute error).
+      error_power: exponent of the per-example error |y − ŷ|^error_power (default 1,
+        absolute error). Deprecated: without `error_power`, a `power` argument is
+        still read as the error exponent (its former name), with a warning.
       other arguments: see `_SinkhornLoss`.
     """
 
-    def __init__(self, *, power, **kwargs):
+    def __init__(self, *, error_power: float | None, **kwargs):
+        if error_power is None:
+            error_power = DEFAULT_ERROR_POWER
+            if "power" in kwargs:  # the former name of the error exponent
+                warnings.warn("The error exponent `power` of the regression losses is now "
+                              "`error_power` (`power` is the Sinkhorn cost exponent when "
+                              "`error_power` is given too).", DeprecationWarning,
+                              stacklevel=3)
+                error_power = kwargs.pop("power")
         super().__init__(**kwargs)
-        self.power = _checks.check_positive("power", power)
+        self.error_power = _checks.check_positive("error_power", error_power)
 
     def errors(self, y_true, y_pred):
         """Per-example errors `[B]` (see `regression_errors`)."""
         return regression_errors(y_true, tf.convert_to_tensor(y_pred, dtype=self.dtype),
-                                 self.power)
+                                 self.error_power)
 
     def statistic(self, errors, weights=None):
         """The soft statistic of the errors `[B]` with masses `weights` `[B]`: a scalar."""
@@ -183,14 +191,14 @@ class _BatchStatisticLoss(_SinkhornLoss):
             return self._reduce(value, tf.shape(errors)[0])
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "power": self.power}
+        return {**super().get_config(), "error_power": self.error_power}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
     """Soft τ-quantile of the batch errors: least-quantile regression (paper §4, eq. 4).
 
-    With errors e_i = |y_i − ŷ_i|^power over the batch and masses a ∝ sample weights,
+    With errors e_i = |y_i − ŷ_i|^error_power over the batch and masses a ∝ sample weights,
     the loss is the τ-S-quantile of eq. (4),
 
         loss = ( Q̃(a, e; [τ − t/2, t, 1 − τ − t/2]) )_2,
@@ -204,14 +212,14 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
 
     Args:
       quantile: τ in (0, 1) (default 0.5, least median).
-      power: error exponent (default 1: absolute errors; 2: squared).
+      error_power: error exponent (default 1: absolute errors; 2: squared).
       width: bin mass t; default min(0.1, τ, 1 − τ) (the paper's t = 0.1): larger
         widths average more errors around the quantile (smoother, more examples get a
         gradient), smaller ones approach the exact quantile.
-      epsilon: ε (default 1e-2, as in the paper's experiments); with B errors spread
-        over [0, 1] after squashing, the quantile blurs over ≈ B·√(ε/2) examples.
-      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
-        Sinkhorn arguments (module docstring).
+      options: a `SinkhornOptions` (or its config dict): the solver settings.
+      **kwargs: fields of `SinkhornOptions` overriding those of `options`, e.g.
+        `epsilon` (default 1e-2, as in the paper's experiments; with B errors spread
+        over [0, 1] after squashing, the quantile blurs over ≈ B·√(ε/2) examples).
       reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
 
     Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
@@ -224,19 +232,13 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
     3.0
     """
 
-    def __init__(self, quantile: float = 0.5, power: float = 1.0, width: float | None = None,
-                 epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                 cost_power: float = sinkhorn_ops.DEFAULT_POWER,
-                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                 implicit: bool = True, squash: str | None = "logistic",
-                 solver_options: dict | None = None,
+    def __init__(self, quantile: float = 0.5, error_power: float | None = None,
+                 width: float | None = None, *,
+                 options: SinkhornOptions | dict | None = None,
                  reduction: str | None = "sum_over_batch_size",
-                 name: str = "soft_least_quantile_regression_loss", dtype=None):
-        super().__init__(power=power, epsilon=epsilon, cost_power=cost_power,
-                         threshold=threshold, max_iterations=max_iterations, implicit=implicit,
-                         squash=squash, solver_options=solver_options, reduction=reduction,
-                         name=name, dtype=dtype)
+                 name: str = "soft_least_quantile_regression_loss", dtype=None, **kwargs):
+        super().__init__(error_power=error_power, options=options, reduction=reduction,
+                         name=name, dtype=dtype, **kwargs)
         self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
         self.width = None if width is None else _checks.check_positive("width", width)
         sinkhorn_ops.quantile_target_weights(self.quantile, self._width())  # validates
@@ -249,7 +251,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
     def statistic(self, errors, weights=None):
         return sinkhorn_ops.sinkhorn_quantile(errors, self.quantile, width=self._width(),
                                               axis=0, weights=weights,
-                                              **self._sinkhorn_kwargs())
+                                              options=self.options)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "quantile": self.quantile, "width": self.width}
@@ -259,7 +261,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
 class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     """Soft mean of the batch errors between two quantiles: trimmed regression (§4).
 
-    With errors e_i = |y_i − ŷ_i|^power over the batch and masses a ∝ sample weights,
+    With errors e_i = |y_i − ŷ_i|^error_power over the batch and masses a ∝ sample weights,
 
         loss = ( S̃(a, e; b) )_mid,   b = [s, e − s, 1 − e],
 
@@ -273,10 +275,10 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     Args:
       start_quantile: s in [0, 1) (default 0).
       end_quantile: e in (s, 1] (default 0.5).
-      power: error exponent (default 1).
-      epsilon: ε (default 1e-2).
-      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
-        Sinkhorn arguments (module docstring).
+      error_power: error exponent (default 1).
+      options: a `SinkhornOptions` (or its config dict): the solver settings.
+      **kwargs: fields of `SinkhornOptions` overriding those of `options` (e.g.
+        `epsilon`, default 1e-2).
       reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
 
     Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
@@ -290,24 +292,18 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     """
 
     def __init__(self, start_quantile: float = 0.0, end_quantile: float = 0.5,
-                 power: float = 1.0, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                 cost_power: float = sinkhorn_ops.DEFAULT_POWER,
-                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                 implicit: bool = True, squash: str | None = "logistic",
-                 solver_options: dict | None = None,
+                 error_power: float | None = None, *,
+                 options: SinkhornOptions | dict | None = None,
                  reduction: str | None = "sum_over_batch_size",
-                 name: str = "soft_trimmed_regression_loss", dtype=None):
-        super().__init__(power=power, epsilon=epsilon, cost_power=cost_power,
-                         threshold=threshold, max_iterations=max_iterations, implicit=implicit,
-                         squash=squash, solver_options=solver_options, reduction=reduction,
-                         name=name, dtype=dtype)
+                 name: str = "soft_trimmed_regression_loss", dtype=None, **kwargs):
+        super().__init__(error_power=error_power, options=options, reduction=reduction,
+                         name=name, dtype=dtype, **kwargs)
         self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
             start_quantile, end_quantile, "start_quantile", "end_quantile")
 
     def statistic(self, errors, weights=None):
         return sinkhorn_trimmed_mean(errors, self.start_quantile, self.end_quantile, axis=0,
-                                     weights=weights, **self._sinkhorn_kwargs())
+                                     weights=weights, options=self.options)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "start_quantile": self.start_quantile,

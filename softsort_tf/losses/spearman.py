@@ -9,16 +9,14 @@ import tensorflow as tf
 from softsort_tf.losses.base import _SinkhornLoss
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 
 
 def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *,
-                              epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                              power: float = sinkhorn_ops.DEFAULT_POWER,
-                              threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                              max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                              implicit: bool = True, squash="logistic", **solver_options):
+                              options: SinkhornOptions | dict | None = None,
+                              **option_kwargs):
     """Pearson correlation of the Sinkhorn ranks of `y_pred` and the hard ranks of `y_true`.
 
     Target ranks are `hard_stats.rankdata` (ties averaged, as Spearman's ρ); prediction
@@ -29,8 +27,7 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *,
       y_true: `[..., n, ...]` target scores.
       y_pred: predicted scores of the same shape.
       axis: the list axis.
-      epsilon, power, threshold, max_iterations, implicit, squash, **solver_options:
-        as in `sinkhorn_ops.sinkhorn_rank`.
+      options, **option_kwargs: the `SinkhornOptions`, as in `sinkhorn_rank`.
 
     Returns:
       Correlations in [−1, 1] with the shape of y_pred without `axis`.
@@ -41,8 +38,7 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *,
         raise ValueError(f"`y_true` and `y_pred` must have the same shape, got {y_true.shape} "
                          f"and {y_pred.shape}.")
     soft = sinkhorn_ops.sinkhorn_rank(
-        y_pred, axis=axis, epsilon=epsilon, power=power, threshold=threshold,
-        max_iterations=max_iterations, implicit=implicit, squash=squash, **solver_options)
+        y_pred, axis=axis, options=options, **option_kwargs)
     hard = tf.cast(hard_stats.rankdata(y_true, axis=axis), soft.dtype)
     return hard_stats.pearson_correlation(soft, hard, axis=axis)
 
@@ -62,11 +58,11 @@ class SpearmanLoss(_SinkhornLoss):
 
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).
-      epsilon: ε (default 1e-2); each soft rank of a list of n items blurs over
+      options: a `SinkhornOptions` (or its config dict): the solver settings.
+      **kwargs: fields of `SinkhornOptions` overriding those of `options`, e.g.
+        `epsilon` (default 1e-2): each soft rank of a list of n items blurs over
         ≈ n·√(ε/2) neighbours (0.35 for n = 5, 7 for n = 100), which smooths the
         loss without biasing the correlation much.
-      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
-        Sinkhorn arguments (module docstring).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch, n]` (any rank; lists along `axis`); `sample_weight` has the
@@ -79,25 +75,19 @@ class SpearmanLoss(_SinkhornLoss):
     0.0
     """
 
-    def __init__(self, axis: int = -1, epsilon: float = sinkhorn_ops.DEFAULT_EPSILON,
-                 cost_power: float = sinkhorn_ops.DEFAULT_POWER,
-                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                 implicit: bool = True, squash: str | None = "logistic",
-                 solver_options: dict | None = None,
+    def __init__(self, axis: int = -1, *,
+                 options: SinkhornOptions | dict | None = None,
                  reduction: str | None = "sum_over_batch_size",
-                 name: str = "spearman_loss", dtype=None):
-        super().__init__(epsilon=epsilon, cost_power=cost_power, threshold=threshold,
-                         max_iterations=max_iterations, implicit=implicit, squash=squash,
-                         solver_options=solver_options, reduction=reduction, name=name,
-                         dtype=dtype)
+                 name: str = "spearman_loss", dtype=None, **kwargs):
+        super().__init__(options=options, reduction=reduction, name=name, dtype=dtype,
+                         **kwargs)
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
             raise ValueError(f"`axis` must be an integer, got {axis!r}.")
         self.axis = int(axis)
 
     def call(self, y_true, y_pred):
         return 1.0 - soft_spearman_correlation(y_true, y_pred, axis=self.axis,
-                                               **self._sinkhorn_kwargs())
+                                               options=self.options)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "axis": self.axis}

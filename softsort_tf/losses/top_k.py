@@ -8,6 +8,7 @@ import tensorflow as tf
 from softsort_tf import _checks
 from softsort_tf.losses.base import _check_bool, _SinkhornLoss
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 FORMS = ("rank", "cdf")
@@ -39,11 +40,8 @@ def default_top_k_epsilon(num_classes: int) -> float:
 
 
 def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
-                    from_sparse: bool = False, epsilon: float | None = None,
-                    power: float = sinkhorn_ops.DEFAULT_POWER,
-                    threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                    max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                    implicit: bool = True, squash="logistic", **solver_options):
+                    from_sparse: bool = False,
+                    options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
 
     - form='rank' (talk): J_k(L − R̃_l) with J_k(u) = max(0, u − k + 1), where R̃ are
@@ -64,9 +62,9 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
       k: an integer in [1, L).
       form: 'rank' or 'cdf' (see above).
       from_sparse: whether `y_true` holds integer class indices.
-      epsilon: ε of the Sinkhorn ranks; default `default_top_k_epsilon(L)`.
-      power, threshold, max_iterations, implicit, squash, **solver_options: the
-        Sinkhorn arguments of `sinkhorn_ops.sinkhorn_rank`.
+      options, **option_kwargs: the `SinkhornOptions` of the Sinkhorn ranks (see
+        `sinkhorn_rank`); ε defaults to `default_top_k_epsilon(L)` when it is not
+        given (or given as None).
 
     Returns:
       `[...]` non-negative losses, in the dtype of the logits.
@@ -87,11 +85,12 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     k = _checks.check_k(k, num_classes)
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
-    if epsilon is None:
-        epsilon = default_top_k_epsilon(num_classes)
-    kwargs = dict(axis=-1, epsilon=epsilon, power=power, threshold=threshold,
-                  max_iterations=max_iterations, implicit=implicit, squash=squash,
-                  **solver_options)
+    if options is None:
+        option_kwargs.setdefault("epsilon", None)  # the n-aware rule below
+    options = SinkhornOptions.resolve(options, **option_kwargs)
+    if options.epsilon is None:
+        options = options.replace(epsilon=default_top_k_epsilon(num_classes))
+    kwargs = dict(axis=-1, options=options)
     if form == "rank":
         ranks = sinkhorn_ops.sinkhorn_rank(logits, **kwargs)
         per_class = tf.nn.relu(float(num_classes - k + 1) - ranks)
@@ -155,10 +154,10 @@ class SoftTopKLoss(_SinkhornLoss):
       from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
         one-hot (or soft) labels `[batch, L]` (default False, like
         `keras.losses.CategoricalCrossentropy`).
-      epsilon: ε, or None for 0.3/L² (see above).
-      cost_power, threshold, max_iterations, implicit, squash, solver_options: the
-        Sinkhorn arguments (module docstring); defaults 2, 1e-3, 1000, True,
-        'logistic', None.
+      options: a `SinkhornOptions` (or its config dict) for the Sinkhorn ranks.
+      **kwargs: fields of `SinkhornOptions` overriding those of `options`. Without
+        `epsilon` (or with `epsilon=None`), ε = 0.3/L² (see above); the other fields
+        keep the defaults of `SinkhornOptions`.
       reduction: Keras reduction over examples (default 'sum_over_batch_size').
       name, dtype: as in `keras.losses.Loss`.
 
@@ -171,18 +170,14 @@ class SoftTopKLoss(_SinkhornLoss):
     True
     """
 
-    def __init__(self, k: int = 1, form: str = "rank", from_sparse: bool = False,
-                 epsilon: float | None = None, cost_power: float = sinkhorn_ops.DEFAULT_POWER,
-                 threshold: float = sinkhorn_ops.DEFAULT_THRESHOLD,
-                 max_iterations: int = sinkhorn_ops.DEFAULT_MAX_ITERATIONS,
-                 implicit: bool = True, squash: str | None = "logistic",
-                 solver_options: dict | None = None,
+    def __init__(self, k: int = 1, form: str = "rank", from_sparse: bool = False, *,
+                 options: SinkhornOptions | dict | None = None,
                  reduction: str | None = "sum_over_batch_size",
-                 name: str = "soft_top_k_loss", dtype=None):
-        super().__init__(epsilon=epsilon, cost_power=cost_power, threshold=threshold,
-                         max_iterations=max_iterations, implicit=implicit, squash=squash,
-                         solver_options=solver_options, reduction=reduction, name=name,
-                         dtype=dtype, allow_none_epsilon=True)
+                 name: str = "soft_top_k_loss", dtype=None, **kwargs):
+        if options is None:
+            kwargs.setdefault("epsilon", None)  # the n-aware rule of `default_top_k_epsilon`
+        super().__init__(options=options, reduction=reduction, name=name, dtype=dtype,
+                         **kwargs)
         self.k = _checks.check_positive_int("k", k)
         if form not in FORMS:
             raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
@@ -191,7 +186,7 @@ class SoftTopKLoss(_SinkhornLoss):
 
     def call(self, y_true, y_pred):
         return soft_top_k_loss(y_true, y_pred, self.k, form=self.form,
-                               from_sparse=self.from_sparse, **self._sinkhorn_kwargs())
+                               from_sparse=self.from_sparse, options=self.options)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "k": self.k, "form": self.form,

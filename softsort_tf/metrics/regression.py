@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import tensorflow as tf
 
@@ -16,13 +18,18 @@ class _BatchErrorMetric(keras.metrics.Metric):
     """Batch-size-weighted mean over batches of a statistic of the batch errors.
 
     Args:
-      power: exponent of the per-example error |y − ŷ|^power (mean over non-batch axes).
+      error_power: exponent of the per-example error |y − ŷ|^error_power (mean over
+        non-batch axes); `power` is its deprecated name.
       name, dtype: as in `keras.metrics.Metric`.
     """
 
-    def __init__(self, power: float, name: str, dtype=None):
+    def __init__(self, error_power: float, name: str, dtype=None, power: float | None = None):
         super().__init__(name=name, dtype=dtype)
-        self.power = _checks.check_positive("power", power)
+        if power is not None:
+            warnings.warn("The error exponent `power` is now `error_power`.",
+                          DeprecationWarning, stacklevel=3)
+            error_power = power
+        self.error_power = _checks.check_positive("error_power", error_power)
         self._direction = "down"
         self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
                                        name="total")
@@ -33,7 +40,7 @@ class _BatchErrorMetric(keras.metrics.Metric):
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        errors = regression_errors(y_true, tf.cast(y_pred, self.dtype), self.power)
+        errors = regression_errors(y_true, tf.cast(y_pred, self.dtype), self.error_power)
         weights = None
         if sample_weight is not None:
             weights = tf.reshape(tf.cast(sample_weight, errors.dtype), [-1])
@@ -51,12 +58,12 @@ class _BatchErrorMetric(keras.metrics.Metric):
         self.count.assign(0.0)
 
     def get_config(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "power": self.power}
+        return {"name": self.name, "dtype": self.dtype, "error_power": self.error_power}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class QuantileError(_BatchErrorMetric):
-    """The τ-quantile of the batch errors |y − ŷ|^power (hard counterpart of
+    """The τ-quantile of the batch errors |y − ŷ|^error_power (hard counterpart of
     `SoftLeastQuantileRegressionLoss`).
 
     Per batch: `hard_stats.weighted_quantile` of the errors with the sample weights as
@@ -67,7 +74,7 @@ class QuantileError(_BatchErrorMetric):
 
     Args:
       quantile: τ in (0, 1) (default 0.5: the median error).
-      power: error exponent (default 1).
+      error_power: error exponent (default 1); `power` is its deprecated name.
       width: None (default) for the exact quantile, or the window mass t.
       name, dtype: as in `keras.metrics.Metric`.
 
@@ -78,9 +85,10 @@ class QuantileError(_BatchErrorMetric):
     3.0
     """
 
-    def __init__(self, quantile: float = 0.5, power: float = 1.0, width: float | None = None,
-                 name: str = "quantile_error", dtype=None):
-        super().__init__(power=power, name=name, dtype=dtype)
+    def __init__(self, quantile: float = 0.5, error_power: float = 1.0,
+                 width: float | None = None, name: str = "quantile_error", dtype=None, *,
+                 power: float | None = None):
+        super().__init__(error_power=error_power, name=name, dtype=dtype, power=power)
         self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
         self.width = None if width is None else _checks.check_positive("width", width)
         if self.width is not None:
@@ -101,7 +109,7 @@ class QuantileError(_BatchErrorMetric):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class TrimmedError(_BatchErrorMetric):
-    """Mean of the batch errors |y − ŷ|^power between two quantiles (hard counterpart
+    """Mean of the batch errors |y − ŷ|^error_power between two quantiles (hard counterpart
     of `SoftTrimmedRegressionLoss`).
 
     Per batch: `hard_stats.interval_mean` of the errors over the cumulative masses
@@ -111,7 +119,7 @@ class TrimmedError(_BatchErrorMetric):
     Args:
       start_quantile: s in [0, 1) (default 0).
       end_quantile: e in (s, 1] (default 0.5).
-      power: error exponent (default 1).
+      error_power: error exponent (default 1); `power` is its deprecated name.
       name, dtype: as in `keras.metrics.Metric`.
 
     Example:
@@ -122,8 +130,9 @@ class TrimmedError(_BatchErrorMetric):
     """
 
     def __init__(self, start_quantile: float = 0.0, end_quantile: float = 0.5,
-                 power: float = 1.0, name: str = "trimmed_error", dtype=None):
-        super().__init__(power=power, name=name, dtype=dtype)
+                 error_power: float = 1.0, name: str = "trimmed_error", dtype=None, *,
+                 power: float | None = None):
+        super().__init__(error_power=error_power, name=name, dtype=dtype, power=power)
         self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
             start_quantile, end_quantile, "start_quantile", "end_quantile")
 

@@ -52,16 +52,17 @@ scores are computed in float32 and the result is returned in the input dtype.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
-from softsort_tf.ops.sinkhorn import sinkhorn_permutation_matrix
 from softsort_tf.solvers.sinkhorn import pair_cost
 
 DEFAULT_TAU = 1.0
-DEFAULT_POWER = 1.0
-METHODS = ("softsort", "neuralsort", "sinkhorn")
+DEFAULT_DISTANCE_POWER = 1.0
+DEFAULT_POWER = DEFAULT_DISTANCE_POWER  # former name, kept for imports
 
 # The operators have no tensor-dependent Python control flow: inside `tf.function`,
 # skipping AutoGraph's source conversion saves seconds of tracing.
@@ -241,8 +242,10 @@ def _soft_sort_core(s, tau: float, power: float):
 
 
 @_not_converted
-def soft_sort_matrix(scores, tau: float = DEFAULT_TAU, power: float = DEFAULT_POWER,
-                     direction: str = "DESCENDING", hard: bool = False):
+def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
+                     distance_power: float = DEFAULT_DISTANCE_POWER,
+                     direction: str = "DESCENDING", hard: bool = False, *,
+                     power: float | None = None):
     """SoftSort relaxed permutation matrix (Prillo & Eisenschlos, 2020, eq. 4).
 
     P̂[i, :] = softmax(−|s_[i] − s|^p / τ), with s_[i] the i-th score in `direction`
@@ -254,11 +257,13 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU, power: float = DEFAULT_PO
       tau: temperature τ > 0 (default 1.0), in the units of the scores: rows are
         nearly one-hot when neighbouring sorted scores differ by much more than
         τ^{1/p}. As τ → 0, P̂ tends to the exact permutation matrix.
-      power: exponent p > 0 of the distance |s_[i] − s_j|^p (default 1, the absolute
-        value preferred in the paper; p = 2 is the squared distance).
+      distance_power: exponent p > 0 of the distance |s_[i] − s_j|^p (default 1, the
+        absolute value preferred in the paper; p = 2 is the squared distance). Named
+        apart from the Sinkhorn cost exponent `power` of `SinkhornOptions`.
       direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
       hard: straight-through: return the exact permutation matrix in the forward
         pass and use the gradient of the relaxation in the backward pass.
+      power: deprecated name of `distance_power`.
 
     Returns:
       P̂ `[..., n, n]` in the dtype of `scores`: non-negative, rows sum to 1, and
@@ -272,8 +277,19 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU, power: float = DEFAULT_PO
            [1., 0., 0.]], dtype=float32)
     """
     tau = _checks.check_positive("tau", tau)
-    power = _checks.check_positive("power", power)
+    power = _checks.check_positive("distance_power",
+                                   deprecated_distance_power(distance_power, power))
     return _relaxed(scores, lambda s: _soft_sort_core(s, tau, power), direction, hard)
+
+
+def deprecated_distance_power(distance_power: float, power: float | None) -> float:
+    """`distance_power`, or the value of its deprecated name `power` (with a warning)."""
+    if power is None:
+        return distance_power
+    warnings.warn("SoftSort's `power` is now called `distance_power` (`power` is the "
+                  "Sinkhorn cost exponent); `power` will be removed.", DeprecationWarning,
+                  stacklevel=3)
+    return power
 
 
 @tf.custom_gradient
@@ -336,46 +352,3 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
     """
     tau = _checks.check_positive("tau", tau)
     return _relaxed(scores, lambda s: _neural_sort_core(s, tau), direction, hard)
-
-
-@_not_converted
-def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
-                       hard: bool = False, **kwargs):
-    """Any of the three relaxed permutation matrices, chosen by name.
-
-    Args:
-      scores: `[..., n]` real tensor.
-      method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`) or
-        'sinkhorn' (`softsort_tf.sinkhorn_permutation_matrix`).
-      direction: 'DESCENDING' (default) or 'ASCENDING'.
-      hard: straight-through (see `soft_sort_matrix`); for 'sinkhorn' it adds the
-        straight-through estimator around the Sinkhorn plan.
-      **kwargs: the operator's own arguments: `tau`, `power` (SoftSort); `tau`
-        (NeuralSort); `epsilon`, `power`, `threshold`, `max_iterations`, `implicit`,
-        `squash`, ... (Sinkhorn, with the defaults of `softsort_tf.ops.sinkhorn`).
-
-    Returns:
-      P̂ `[..., n, n]` in the dtype of `scores`.
-
-    Example:
-    >>> P = permutation_matrix([[1.0, 3.0, 2.0]], "sinkhorn", hard=True)
-    >>> P.numpy()[0]
-    array([[0., 1., 0.],
-           [0., 0., 1.],
-           [1., 0., 0.]], dtype=float32)
-    """
-    if method == "softsort":
-        return soft_sort_matrix(scores, direction=direction, hard=hard, **kwargs)
-    if method == "neuralsort":
-        return neural_sort_matrix(scores, direction=direction, hard=hard, **kwargs)
-    if method == "sinkhorn":
-        hard = _check_hard(hard)
-        if "axis" in kwargs or "return_info" in kwargs:
-            raise ValueError("`axis` and `return_info` are not supported here: scores are "
-                             "sorted along their last axis; call "
-                             "`sinkhorn_permutation_matrix` directly for them.")
-        perm = sinkhorn_permutation_matrix(scores, direction=direction, **kwargs)
-        if hard:
-            perm = straight_through(hard_permutation_matrix(scores, direction), perm)
-        return perm
-    raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.")

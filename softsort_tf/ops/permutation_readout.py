@@ -59,6 +59,7 @@ def permute_values(perm, values):
       (that of `perm` for integer values).
 
     Example:
+    >>> from softsort_tf.ops.permutation import hard_permutation_matrix
     >>> P = hard_permutation_matrix([[0.3, 2.0, 1.0]])
     >>> permute_values(P, [[10.0, 20.0, 30.0]]).numpy()
     array([[20., 30., 10.]], dtype=float32)
@@ -85,6 +86,7 @@ def ranks_from_permutation(perm, zero_based: bool = False):
       `[..., n]` ranks in the dtype of `perm` (float32 for integer inputs).
 
     Example:
+    >>> from softsort_tf.ops.permutation import hard_permutation_matrix
     >>> ranks_from_permutation(hard_permutation_matrix([[0.3, 2.0, 1.0]])).numpy()
     array([[3., 1., 2.]], dtype=float32)
     """

@@ -13,11 +13,12 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
 from softsort_tf.ops.permutation import (
-    DEFAULT_POWER,
+    DEFAULT_DISTANCE_POWER,
     DEFAULT_TAU,
     _not_converted,
-    permutation_matrix,
+    deprecated_distance_power,
 )
+from softsort_tf.ops.registry import permutation_matrix
 
 
 # ---------------------------------------------------------------------------------
@@ -158,15 +159,16 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
 
 @_not_converted
 def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
-                                power: float = DEFAULT_POWER, direction: str = "DESCENDING",
-                                hard: bool = False):
+                                distance_power: float = DEFAULT_DISTANCE_POWER,
+                                direction: str = "DESCENDING", hard: bool = False, *,
+                                power: float | None = None):
     """Stochastic SoftSort: `soft_sort_matrix` of Gumbel-perturbed log-scores.
 
     Args:
       scores: `[..., n]` log-scores.
       num_samples: number of samples S >= 1.
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      tau, power, direction, hard: as in `soft_sort_matrix`.
+      tau, distance_power, direction, hard, power: as in `soft_sort_matrix`.
 
     Returns:
       `[..., S, n, n]` in the dtype of `scores`.
@@ -176,8 +178,10 @@ def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEF
     >>> P.shape
     TensorShape([1, 2, 3, 3])
     """
+    distance_power = deprecated_distance_power(distance_power, power)
     return stochastic_permutation_matrix(scores, num_samples, seed, "softsort",
-                                         direction=direction, hard=hard, tau=tau, power=power)
+                                         direction=direction, hard=hard, tau=tau,
+                                         distance_power=distance_power)
 
 
 @_not_converted

@@ -1,6 +1,7 @@
 """Sinkhorn ranks, sorts, CDFs, quantiles, quantile normalisation and top-k masks.
 
-Every operator here is the same transport problem (`sinkhorn_solver.solve`) with a
+Every operator here is the same transport problem (`solvers.sinkhorn.solve`, set up
+by `ops.transport.Transport`) with a
 different target measure (y, b), read out through the plan P as in Definition 2 of
 Cuturi, Teboul & Vert (2019):
 
@@ -12,12 +13,14 @@ Cuturi, Teboul & Vert (2019):
 
 Conventions shared by all operators:
 
-- Inputs are squashed into [0, 1] (`squash`, see `softsort_tf.squash`) and the
+- Inputs are squashed into [0, 1] (`squash`, see `softsort_tf.ops.squash`) and the
   targets are the centres of the target bins, y_j = b̄_j − b_j / 2 (for uniform b,
   y_j = (j − 1/2) / m). An input that is already uniform on [0, 1] therefore sits on
   its target and the regularisation acts only where inputs are close to each other.
 - `direction='DESCENDING'` operates on −x (and maps values back), so rank 1 goes to
   the largest entry and sorted values decrease.
+- The solver settings are one `SinkhornOptions` (`options=`, or its fields as keyword
+  arguments), documented in `softsort_tf.options`.
 - ε (`epsilon`, default 1e-2) is in units of the cost on [0, 1]. With p = 2 and n
   inputs spread over [0, 1], neighbours differ in cost by about 2/n²; the result is
   close to the hard one when ε ≪ 2/n², and each soft rank blurs over roughly
@@ -25,7 +28,8 @@ Conventions shared by all operators:
   n = 5). Smaller ε is sharper but needs more iterations and gives smaller
   gradients.
 - `threshold` (default 1e-3) is the L1 marginal error at which a row stops;
-  `max_iterations` (default 1000) bounds the loop whatever happens.
+  `max_iterations` (default 1000, rounded up to a multiple of `check_every`) bounds
+  the iterations of a row; `return_info=True` reports rows that reached it.
 - NaN or Inf in x propagate NaN to the affected rows (other rows of the batch are
   unaffected) and never hang the loop: a row whose error is not finite stops. Pass
   `check_numerics=True` to raise `InvalidArgumentError` instead.
@@ -39,26 +43,24 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf.ops.transport import (
-    DEFAULT_EPSILON,
-    DEFAULT_MAX_ITERATIONS,
-    DEFAULT_POWER,
-    DEFAULT_THRESHOLD,
-    _doc,
-    _finish,
-    _kw,
-    _static_n,
-    _Transport,
+    DEFAULT_EPSILON,  # noqa: F401 (re-exported)
+    DEFAULT_MAX_ITERATIONS,  # noqa: F401
+    DEFAULT_POWER,  # noqa: F401
+    DEFAULT_THRESHOLD,  # noqa: F401
+    Transport,
+    finish,
+    static_n,
+    with_common_args_doc,
 )
+from softsort_tf.options import SinkhornOptions
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
-                  epsilon: float = DEFAULT_EPSILON, power: float = DEFAULT_POWER,
-                  threshold: float = DEFAULT_THRESHOLD,
-                  max_iterations: int = DEFAULT_MAX_ITERATIONS, implicit: bool = True,
-                  squash="logistic", weights=None, num_targets: int | None = None,
+                  weights=None, num_targets: int | None = None,
                   target_weights=None, zero_based: bool = False, check_numerics: bool = False,
-                  return_info: bool = False, **solver_options):
+                  return_info: bool = False,
+                  options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft ranks R̃ = n a⁻¹ ∘ (P b̄) (talk, Algorithm 2; paper Def. 2).
 
     1-based like `scipy.stats.rankdata`: values in [1, n] (the smallest entry gets
@@ -80,24 +82,21 @@ def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
     array([[3., 1., 2.]], dtype=float32)
     """
     m = num_targets if num_targets is not None else (
-        None if target_weights is not None else _static_n(x, axis))
-    t = _Transport(x, targets=(m, target_weights),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
-                         check_numerics, solver_options, axis, direction))
+        None if target_weights is not None else static_n(x, axis))
+    t = Transport(x, targets=(m, target_weights),
+                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
     ranks = t.n * t.cdf()
     if zero_based:
         ranks = ranks - 1.0
-    return _finish(t.output(ranks), t, return_info)
+    return finish(t.output(ranks), t, return_info)
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
-                 epsilon: float = DEFAULT_EPSILON, power: float = DEFAULT_POWER,
-                 threshold: float = DEFAULT_THRESHOLD,
-                 max_iterations: int = DEFAULT_MAX_ITERATIONS, implicit: bool = True,
-                 squash="logistic", weights=None, num_targets: int | None = None,
+                 weights=None, num_targets: int | None = None,
                  target_weights=None, check_numerics: bool = False, return_info: bool = False,
-                 **solver_options):
+                 options: SinkhornOptions | dict | None = None, **option_kwargs):
     """The S-CDF F̃ = a⁻¹ ∘ (P b̄) (paper Def. 2), in [0, 1].
 
     In the hard limit, F̃_i is the empirical CDF at x_i: the total weight of the
@@ -118,21 +117,18 @@ def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
     array([0.75, 0.25, 1.  , 0.5 ], dtype=float32)
     """
     m = num_targets if num_targets is not None else (
-        None if target_weights is not None else _static_n(x, axis))
-    t = _Transport(x, targets=(m, target_weights),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
-                         check_numerics, solver_options, axis, direction))
-    return _finish(t.output(t.cdf()), t, return_info)
+        None if target_weights is not None else static_n(x, axis))
+    t = Transport(x, targets=(m, target_weights),
+                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
+    return finish(t.output(t.cdf()), t, return_info)
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int | None = None,
-                  epsilon: float = DEFAULT_EPSILON, power: float = DEFAULT_POWER,
-                  threshold: float = DEFAULT_THRESHOLD,
-                  max_iterations: int = DEFAULT_MAX_ITERATIONS, implicit: bool = True,
-                  squash="logistic", weights=None, num_targets: int | None = None,
+                  weights=None, num_targets: int | None = None,
                   target_weights=None, check_numerics: bool = False, return_info: bool = False,
-                  **solver_options):
+                  options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft-sorted values S̃ = b⁻¹ ∘ (Pᵀ x) (paper Def. 2), in the units of x.
 
     Each output is a weighted average of entries of x, and the outputs are monotone
@@ -157,22 +153,23 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
     >>> np.round(s.numpy(), 3)
     array([[3., 2., 1.]], dtype=float32)
     """
-    n = _static_n(x, axis)
+    n = static_n(x, axis)
     if topk is not None:
         k = _checks.check_k(topk, n, "topk")
         if weights is not None or num_targets is not None or target_weights is not None:
             raise ValueError("`topk` cannot be combined with `weights`, `num_targets` or "
                              "`target_weights`.")
         tw = np.concatenate([np.full([k], 1.0 / n), [1.0 - k / n]])
-        t = _Transport(x, targets=(k + 1, tw),
-                       **_kw(epsilon, power, threshold, max_iterations, implicit, squash,
-                             weights, check_numerics, solver_options, axis, direction))
-        return _finish(t.output(t.sorted_values()[:, :k]), t, return_info)
+        t = Transport(x, targets=(k + 1, tw),
+                      axis=axis, direction=direction, weights=weights,
+                      check_numerics=check_numerics,
+                      options=SinkhornOptions.resolve(options, **option_kwargs))
+        return finish(t.output(t.sorted_values()[:, :k]), t, return_info)
     m = num_targets if num_targets is not None else (None if target_weights is not None else n)
-    t = _Transport(x, targets=(m, target_weights),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
-                         check_numerics, solver_options, axis, direction))
-    return _finish(t.output(t.sorted_values()), t, return_info)
+    t = Transport(x, targets=(m, target_weights),
+                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
+    return finish(t.output(t.sorted_values()), t, return_info)
 
 
 def default_quantile_width(taus: np.ndarray, n: int | None = None) -> float:
@@ -242,13 +239,11 @@ def quantile_target_weights(quantiles, width: float | None = None,
     return b, width
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
-                      direction: str = "ASCENDING", *, epsilon: float = DEFAULT_EPSILON,
-                      power: float = DEFAULT_POWER, threshold: float = DEFAULT_THRESHOLD,
-                      max_iterations: int = DEFAULT_MAX_ITERATIONS, implicit: bool = True,
-                      squash="logistic", weights=None, check_numerics: bool = False,
-                      return_info: bool = False, **solver_options):
+                      direction: str = "ASCENDING", *, weights=None, check_numerics: bool = False,
+                      return_info: bool = False,
+                      options: SinkhornOptions | dict | None = None, **option_kwargs):
     """τ-S-quantiles (paper eq. 4, generalised to several levels).
 
     See `quantile_target_weights` for the target measure. 'DESCENDING' returns the
@@ -273,27 +268,24 @@ def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
     3.0
     """
     _, scalar = _checks.check_quantiles(quantiles)
-    n = _static_n(x, axis)
+    n = static_n(x, axis)
     b, _ = quantile_target_weights(quantiles, width, n=None if weights is not None else n)
-    t = _Transport(x, targets=(b.size, b),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
-                         check_numerics, solver_options, axis, direction))
+    t = Transport(x, targets=(b.size, b),
+                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
     q = t.sorted_values()[:, 1::2]
     if scalar:
-        return _finish(t.output(q[:, 0], keep_axis=False), t, return_info)
-    return _finish(t.output(q), t, return_info)
+        return finish(t.output(q[:, 0], keep_axis=False), t, return_info)
+    return finish(t.output(q), t, return_info)
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
                                     direction: str = "ASCENDING", *,
-                                    epsilon: float = DEFAULT_EPSILON,
-                                    power: float = DEFAULT_POWER,
-                                    threshold: float = DEFAULT_THRESHOLD,
-                                    max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                                    implicit: bool = True, squash="logistic", weights=None,
+                                    weights=None,
                                     target_weights=None, check_numerics: bool = False,
-                                    return_info: bool = False, **solver_options):
+                                    return_info: bool = False,
+                                    options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft quantile normalisation T̃_f = a⁻¹ ∘ (P f) (paper Def. 2).
 
     Keeps the order of x and replaces its values by those of the sorted
@@ -320,23 +312,21 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
     m = target_values.shape[-1]
     if m is None or m == 0:
         raise ValueError("`target_values` must have a known, non-zero last dimension.")
-    t = _Transport(x, targets=(m, target_weights),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
-                         check_numerics, solver_options, axis, direction))
+    t = Transport(x, targets=(m, target_weights),
+                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
     f = target_values
     if f.shape.rank > 1:
         f = tf.reshape(f, [-1, m])
     out = t.push(f)
-    return _finish(t.output(out), t, return_info)
+    return finish(t.output(out), t, return_info)
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
-                       epsilon: float = DEFAULT_EPSILON, power: float = DEFAULT_POWER,
-                       threshold: float = DEFAULT_THRESHOLD,
-                       max_iterations: int = DEFAULT_MAX_ITERATIONS, implicit: bool = True,
-                       squash="logistic", weights=None, check_numerics: bool = False,
-                       return_info: bool = False, **solver_options):
+                       weights=None, check_numerics: bool = False,
+                       return_info: bool = False,
+                       options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft indicator of membership in the first k entries in `direction` order.
 
     The target has two bins, of mass k/n (the top-k) and 1 − k/n; the mask is the
@@ -357,24 +347,20 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
     >>> np.round(mask.numpy())
     array([0., 1., 0., 1.], dtype=float32)
     """
-    n = _static_n(x, axis)
+    n = static_n(x, axis)
     k = _checks.check_k(k, n)
     tw = np.array([k / n, 1.0 - k / n])
-    t = _Transport(x, targets=(2, tw),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, weights,
-                         check_numerics, solver_options, axis, direction))
+    t = Transport(x, targets=(2, tw),
+                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
     mask = t.row_plan[:, :, 0]
-    return _finish(t.output(mask), t, return_info)
+    return finish(t.output(mask), t, return_info)
 
 
-@_doc
+@with_common_args_doc
 def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCENDING", *,
-                                epsilon: float = DEFAULT_EPSILON, power: float = DEFAULT_POWER,
-                                threshold: float = DEFAULT_THRESHOLD,
-                                max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                                implicit: bool = True, squash="logistic",
                                 check_numerics: bool = False, return_info: bool = False,
-                                **solver_options):
+                                options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Doubly-stochastic relaxed permutation matrix P̂ = n Pᵀ (n × n transport plan).
 
     Row i of P̂ says which inputs land in position i of the `direction` order, with
@@ -396,10 +382,10 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
-    n = _static_n(scores, axis)
-    t = _Transport(scores, targets=(n, None),
-                   **_kw(epsilon, power, threshold, max_iterations, implicit, squash, None,
-                         check_numerics, solver_options, axis, direction))
+    n = static_n(scores, axis)
+    t = Transport(scores, targets=(n, None),
+                  axis=axis, direction=direction, weights=None, check_numerics=check_numerics,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
     perm = n * tf.linalg.matrix_transpose(t.plan)  # [batch, n, n]
     view = t.view
     lead = view.moved_shape[:-1]
@@ -407,4 +393,4 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
     out.set_shape(view.static_moved_shape[:-1].concatenate([n, n]))
     if view.input_dtype.is_floating:
         out = tf.cast(out, view.input_dtype)
-    return _finish(out, t, return_info)
+    return finish(out, t, return_info)

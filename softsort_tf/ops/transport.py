@@ -13,7 +13,14 @@ import collections
 import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
-from softsort_tf.ops.squash import check_squash, squash_values
+from softsort_tf.ops.squash import squash_values
+from softsort_tf.options import (  # noqa: F401 (re-exported defaults)
+    DEFAULT_EPSILON,
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_POWER,
+    DEFAULT_THRESHOLD,
+    SinkhornOptions,
+)
 from softsort_tf.solvers import sinkhorn as solver_lib
 
 SinkhornInfo = collections.namedtuple("SinkhornInfo", ["num_iterations", "error"])
@@ -25,10 +32,6 @@ Attributes:
   error: final L1 marginal error of each row (compare with `threshold`).
 """
 
-DEFAULT_EPSILON = 1e-2
-DEFAULT_THRESHOLD = 1e-3
-DEFAULT_MAX_ITERATIONS = 1000
-DEFAULT_POWER = 2.0
 
 
 def bin_centres(b):
@@ -50,13 +53,12 @@ def _target_measure(m: int | None, target_weights, dtype):
     return bin_centres(b), b
 
 
-class _Transport:
+class Transport:
     """The solved transport problem of one operator call, in `[batch, ·]` layout."""
 
-    def __init__(self, x, *, axis, direction, squash, weights, targets, epsilon, power,
-                 threshold, max_iterations, implicit, check_numerics, solver_options):
+    def __init__(self, x, *, axis, direction, weights, targets, options: SinkhornOptions,
+                 check_numerics):
         direction = _checks.check_direction(direction)
-        squash = check_squash(squash)
         x2d, self.view = _shapes.to_batch(x, axis)
         if check_numerics:
             x2d = tf.debugging.check_numerics(x2d, "softsort_tf: `x` has NaN or Inf")
@@ -71,11 +73,9 @@ class _Transport:
         self.a = a
         m, target_weights = targets
         self.y, self.b = _target_measure(m, target_weights, self.dtype)
-        squashed = squash_values(self.values, squash,
+        squashed = squash_values(self.values, options.squash,
                                  weights=None if self.uniform_a else a)
-        self.result = solver_lib.solve(
-            squashed, self.y, a, self.b, epsilon=epsilon, power=power, threshold=threshold,
-            max_iterations=max_iterations, implicit=implicit, **solver_options)
+        self.result = solver_lib.solve(squashed, self.y, a, self.b, **options.solver_kwargs())
         self._plan = None
         self._row_plan = None
 
@@ -132,55 +132,33 @@ class _Transport:
                             tf.reshape(self.result.error, lead))
 
 
-def check_sinkhorn_args(epsilon, power, threshold, max_iterations, implicit, squash) -> dict:
-    """Validates the shared Sinkhorn arguments (as the layers and losses store them)."""
-    return dict(epsilon=_checks.check_positive("epsilon", epsilon),
-                power=_checks.check_positive("power", power),
-                threshold=_checks.check_positive("threshold", threshold),
-                max_iterations=_checks.check_positive_int("max_iterations", max_iterations),
-                implicit=bool(implicit), squash=check_squash(squash))
-
-
-def _finish(out, transport: _Transport, return_info: bool):
+def finish(out, transport: Transport, return_info: bool):
     return (out, transport.info()) if return_info else out
 
 
 _COMMON_ARGS_DOC = """
       axis: the axis to operate along (any axis of an input of any rank >= 1).
       direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
-      epsilon: entropic regularisation ε > 0 (default 1e-2); see the module docstring
-        for how it interacts with n.
-      power: the cost is |x̃ − y|^power (default 2, any power > 0).
-      threshold: a row stops when its L1 marginal error is below it (default 1e-3).
-      max_iterations: hard bound on Sinkhorn iterations (default 1000).
-      implicit: implicit differentiation (default, memory independent of the number
-        of iterations) or backpropagation through the unrolled loop.
-      squash: 'logistic' (default), 'atan' or None (x already in [0, 1]); the
-        standardisation before squashing is weighted by `weights`.
       weights: non-negative input weights a, shape `[n]` or the shape of x (default
         uniform); they are the input measure and weight the squashing's mean and
         standard deviation (a zero-weight outlier does not compress the others).
       check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
         propagating NaN.
       return_info: also return a `SinkhornInfo(num_iterations, error)`.
-      **solver_options: advanced options of `sinkhorn_solver.solve` (`warm_start`,
-        `epsilon_start`, `epsilon_decay`, `check_every`, `implicit_solver`,
-        `implicit_max_iterations`)."""
+      options: a `SinkhornOptions` (or its config dict) with the solver settings;
+        default `SinkhornOptions()`: ε = 1e-2, p = 2, threshold 1e-3, 1000
+        iterations, implicit gradients, logistic squashing.
+      **option_kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
+        `max_iterations`, `implicit`, `squash`, `implicit_solver`, `warm_start`,
+        `epsilon_start`, ...) overriding those of `options`."""
 
 
-def _doc(f):
+def with_common_args_doc(f):
     f.__doc__ = f.__doc__.replace("{common}", _COMMON_ARGS_DOC.strip("\n"))
     return f
 
 
-def _kw(epsilon, power, threshold, max_iterations, implicit, squash, weights, check_numerics,
-        solver_options, axis, direction):
-    return dict(axis=axis, direction=direction, squash=squash, weights=weights, epsilon=epsilon,
-                power=power, threshold=threshold, max_iterations=max_iterations,
-                implicit=implicit, check_numerics=check_numerics, solver_options=solver_options)
-
-
-def _static_n(x, axis):
+def static_n(x, axis):
     shape = tf.convert_to_tensor(x).shape
     _checks.check_axis(axis, shape.rank)
     n = shape[axis]

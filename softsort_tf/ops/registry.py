@@ -1,0 +1,118 @@
+"""The table of relaxed-permutation operators, keyed by name.
+
+SoftSort, NeuralSort and the Sinkhorn plan all map scores `[..., n]` to a relaxed
+permutation matrix P̂ `[..., n, n]` with the same orientation (row i = the entry at
+position i of the `direction` order). This table is the one place that says which
+operators exist, how their temperature argument is called ("Sinkhorn takes ε, the
+others take τ") and what its default is; `permutation_matrix`, the stochastic
+variants, the layers, the experiments, the tuner and the benchmarks all read it, so
+adding an operator is one entry here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from softsort_tf.ops.permutation import (
+    DEFAULT_TAU,
+    _check_hard,
+    _not_converted,
+    hard_permutation_matrix,
+    neural_sort_matrix,
+    soft_sort_matrix,
+    straight_through,
+)
+from softsort_tf.ops.sinkhorn import sinkhorn_permutation_matrix
+from softsort_tf.options import DEFAULT_EPSILON
+
+
+@dataclasses.dataclass(frozen=True)
+class PermutationOperator:
+    """One relaxed-permutation operator.
+
+    Attributes:
+      name: its key in `PERMUTATION_OPERATORS` (the `method` argument elsewhere).
+      matrix_fn: `matrix_fn(scores, *, direction, hard, **kwargs)` → P̂ `[..., n, n]`.
+      temperature: the name of its temperature argument ('tau' or 'epsilon').
+      default_temperature: the default of that argument.
+      doubly_stochastic: whether the columns of P̂ sum to 1 too.
+      reference: where it comes from.
+    """
+
+    name: str
+    matrix_fn: Callable[..., tf.Tensor]
+    temperature: str
+    default_temperature: float
+    doubly_stochastic: bool
+    reference: str
+
+    def matrix(self, scores, *, direction: str = "DESCENDING", hard: bool = False,
+               **kwargs) -> tf.Tensor:
+        return self.matrix_fn(scores, direction=direction, hard=hard, **kwargs)
+
+
+def _sinkhorn_matrix(scores, *, direction: str = "DESCENDING", hard: bool = False, **kwargs):
+    """`sinkhorn_permutation_matrix` along the last axis, with the straight-through option."""
+    hard = _check_hard(hard)
+    if "axis" in kwargs or "return_info" in kwargs:
+        raise ValueError("`axis` and `return_info` are not supported here: scores are "
+                         "sorted along their last axis; call "
+                         "`sinkhorn_permutation_matrix` directly for them.")
+    perm = sinkhorn_permutation_matrix(scores, direction=direction, **kwargs)
+    if hard:
+        perm = straight_through(hard_permutation_matrix(scores, direction), perm)
+    return perm
+
+
+PERMUTATION_OPERATORS: dict[str, PermutationOperator] = {
+    op.name: op for op in (
+        PermutationOperator("softsort", soft_sort_matrix, "tau", DEFAULT_TAU, False,
+                            "Prillo & Eisenschlos (2020), eq. 4"),
+        PermutationOperator("neuralsort", neural_sort_matrix, "tau", DEFAULT_TAU, False,
+                            "Grover et al. (2019)"),
+        PermutationOperator("sinkhorn", _sinkhorn_matrix, "epsilon", DEFAULT_EPSILON, True,
+                            "Cuturi, Teboul & Vert (2019)"),
+    )
+}
+METHODS = tuple(PERMUTATION_OPERATORS)
+
+
+def get_permutation_operator(method: str) -> PermutationOperator:
+    """The operator called `method`; a `ValueError` lists the names otherwise."""
+    try:
+        return PERMUTATION_OPERATORS[method]
+    except (KeyError, TypeError):
+        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.") from None
+
+
+@_not_converted
+def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
+                       hard: bool = False, **kwargs):
+    """Any relaxed permutation matrix of `PERMUTATION_OPERATORS`, chosen by name.
+
+    Args:
+      scores: `[..., n]` real tensor.
+      method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`) or
+        'sinkhorn' (`softsort_tf.sinkhorn_permutation_matrix`).
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      hard: straight-through (see `soft_sort_matrix`); for 'sinkhorn' it adds the
+        straight-through estimator around the Sinkhorn plan.
+      **kwargs: the operator's own arguments: `tau`, `distance_power` (SoftSort);
+        `tau` (NeuralSort); `options` or fields of `SinkhornOptions` such as `epsilon`
+        (Sinkhorn).
+
+    Returns:
+      P̂ `[..., n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = permutation_matrix([[1.0, 3.0, 2.0]], "sinkhorn", hard=True)
+    >>> P.numpy()[0]
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    return get_permutation_operator(method).matrix(scores, direction=direction, hard=hard,
+                                                   **kwargs)

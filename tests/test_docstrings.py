@@ -1,0 +1,42 @@
+"""Every module's docstring examples run as doctests, so that they cannot rot.
+
+Each example may use `np`, `tf` and `keras` (imported as in the README) besides the
+names of its own module.
+"""
+
+import doctest
+import importlib
+import pkgutil
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import softsort_tf
+
+MODULES = sorted(
+    name for _, name, _ in pkgutil.walk_packages(softsort_tf.__path__, "softsort_tf."))
+# Modules whose public classes or functions must carry at least one example.
+MUST_HAVE_EXAMPLES = ("softsort_tf.layers.", "softsort_tf.losses.", "softsort_tf.metrics.",
+                      "softsort_tf.ops.sinkhorn", "softsort_tf.ops.registry",
+                      "softsort_tf.options")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    globs = {**vars(module), "np": np, "tf": tf, "keras": keras}
+    result = doctest.testmod(module, extraglobs=globs, optionflags=doctest.ELLIPSIS,
+                             verbose=False, report=True)
+    assert result.failed == 0, f"{result.failed} doctest(s) of {name} failed"
+    if name.startswith(MUST_HAVE_EXAMPLES) and not name.endswith(("__init__", ".base")):
+        assert result.attempted > 0, f"{name} has no docstring example"
+
+
+def test_every_public_layer_has_an_example():
+    missing = [name for name in dir(softsort_tf)
+               if isinstance(getattr(softsort_tf, name), type)
+               and issubclass(getattr(softsort_tf, name), keras.layers.Layer)
+               and ">>>" not in (getattr(softsort_tf, name).__doc__ or "")]
+    assert not missing, f"public layers without a docstring example: {missing}"

@@ -1,0 +1,147 @@
+"""SinkhornOptions (one validated settings object) and the relaxed-permutation table."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import softsort_tf as ss
+from softsort_tf.ops import registry
+from softsort_tf.options import SinkhornOptions
+from softsort_tf.solvers import sinkhorn as solver_lib
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(epsilon="0.1"), "epsilon"),
+    (dict(epsilon=-1.0), "epsilon"),
+    (dict(epsilon=True), "epsilon"),
+    (dict(power=1.0), "power"),
+    (dict(power=0.5), "power"),
+    (dict(power=float("inf")), "power"),
+    (dict(threshold=0.0), "threshold"),
+    (dict(max_iterations=0), "max_iterations"),
+    (dict(max_iterations=2.5), "max_iterations"),
+    (dict(implicit="yes"), "implicit"),
+    (dict(implicit_solver="lu"), "implicit_solver"),
+    (dict(epsilon_decay=1.0), "epsilon_decay"),
+    (dict(squash="tanh"), "squash"),
+])
+def test_bad_options_raise_naming_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SinkhornOptions(**kwargs)
+    # The operators, layers and losses validate through the same object.
+    with pytest.raises(ValueError, match=name):
+        ss.sinkhorn_rank([[1.0, 2.0]], **kwargs)
+    with pytest.raises(ValueError, match=name):
+        ss.SinkhornSort(**kwargs)
+    with pytest.raises(ValueError, match=name):
+        ss.SpearmanLoss(**kwargs)
+
+
+def test_power_at_most_one_is_rejected_because_its_limit_is_not_the_sort():
+    # For p = 1 the 1-D transport has many optimal plans and the ε → 0 limit of the
+    # entropic plan is not the sort (ranks off by 0.5–0.75 before this was rejected).
+    with pytest.raises(ValueError, match="power"):
+        ss.sinkhorn_rank(np.array([[0.3, -1.2, 2.0, 0.9]]), power=1.0, epsilon=1e-6)
+    ranks = ss.sinkhorn_rank(np.array([[0.3, -1.2, 2.0, 0.9]]), power=1.5, epsilon=1e-5,
+                             threshold=1e-6)
+    np.testing.assert_allclose(ranks.numpy(), [[2.0, 1.0, 4.0, 3.0]], atol=1e-3)
+
+
+def test_unknown_option_names_are_rejected():
+    with pytest.raises(TypeError, match="tolerance"):
+        SinkhornOptions().replace(tolerance=1.0)
+    with pytest.raises(TypeError, match="tolerance"):
+        ss.sinkhorn_sort([[1.0, 2.0]], tolerance=1.0)
+    with pytest.raises(TypeError, match="tolerance"):
+        ss.SoftTopKLoss(tolerance=1.0)
+
+
+def test_keywords_override_the_options_object():
+    base = SinkhornOptions(epsilon=1e-3, threshold=1e-5)
+    resolved = SinkhornOptions.resolve(base, threshold=1e-6)
+    assert resolved == SinkhornOptions(epsilon=1e-3, threshold=1e-6)
+    assert SinkhornOptions.resolve(base.get_config()) == base
+    assert SinkhornOptions.resolve(None) == SinkhornOptions()
+    x = np.array([[0.4, -2.0, 1.0, 0.1]])
+    np.testing.assert_array_equal(ss.sinkhorn_sort(x, options=base).numpy(),
+                                  ss.sinkhorn_sort(x, epsilon=1e-3, threshold=1e-5).numpy())
+
+
+def test_layer_carries_its_options_unchanged_to_the_solver(monkeypatch):
+    options = SinkhornOptions(epsilon=2e-3, threshold=1e-4, implicit_solver="cg")
+    layer = ss.SinkhornRank(options=options, max_iterations=77)
+    assert layer.options == options.replace(max_iterations=77)
+    assert layer.epsilon == 2e-3 and layer.max_iterations == 77
+    seen = {}
+    original = solver_lib.solve
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(solver_lib, "solve", spy)
+    layer(np.array([[1.0, 3.0, 2.0]], np.float32))
+    assert seen == layer.options.solver_kwargs()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ss.SinkhornQuantile(0.3, epsilon=1e-3, check_every=3),
+    lambda: ss.SinkhornPermutation(epsilon=1e-3, implicit=False, output_mode="ranks"),
+    lambda: ss.SoftTopKLoss(2, threshold=1e-4),
+    lambda: ss.SoftLeastQuantileRegressionLoss(0.3, error_power=2.0, epsilon=1e-3),
+])
+def test_options_are_the_config(make):
+    obj = make()
+    config = obj.get_config()
+    for field in SinkhornOptions.field_names():
+        assert config[field] == getattr(obj.options, field)
+    clone = type(obj).from_config(config)
+    assert clone.options == obj.options
+    assert clone.get_config() == config
+
+
+def test_former_loss_arguments_still_work_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="cost_power"):
+        loss = ss.SpearmanLoss(cost_power=3.0, solver_options={"implicit_solver": "cg"})
+    assert loss.options.power == 3.0 and loss.options.implicit_solver == "cg"
+    with pytest.warns(DeprecationWarning, match="error_power"):
+        loss = ss.SoftTrimmedRegressionLoss(0.0, 0.5, power=2.0)
+    assert loss.error_power == 2.0 and loss.options.power == 2.0
+    with pytest.warns(DeprecationWarning, match="distance_power"):
+        layer = ss.SoftSort(tau=0.5, power=2.0)
+    assert layer.distance_power == 2.0
+
+
+def test_top_k_loss_epsilon_rule_unless_given():
+    logits = tf.constant([[0.0, 3.0, 1.0, 2.0]])
+    rule = ss.soft_top_k_loss([1], logits, from_sparse=True)
+    explicit = ss.soft_top_k_loss([1], logits, from_sparse=True,
+                                  epsilon=ss.losses.top_k.default_top_k_epsilon(4))
+    np.testing.assert_allclose(rule.numpy(), explicit.numpy())
+    assert ss.SoftTopKLoss().options.epsilon is None
+    assert ss.SoftTopKLoss(epsilon=0.1).options.epsilon == 0.1
+
+
+def test_permutation_table_drives_permutation_matrix():
+    scores = tf.constant([[0.2, 1.5, -0.3, 0.9]])
+    assert registry.METHODS == ("softsort", "neuralsort", "sinkhorn")
+    for name, op in ss.PERMUTATION_OPERATORS.items():
+        temperature = {op.temperature: op.default_temperature}
+        np.testing.assert_allclose(
+            ss.permutation_matrix(scores, name).numpy(),
+            op.matrix(scores, **temperature).numpy(), atol=1e-6)
+        perm = op.matrix(scores).numpy()[0]
+        np.testing.assert_allclose(perm.sum(axis=1), 1.0, atol=1e-3)
+        if op.doubly_stochastic:
+            np.testing.assert_allclose(perm.sum(axis=0), 1.0, atol=1e-2)
+    assert ss.get_permutation_operator("sinkhorn").temperature == "epsilon"
+    with pytest.raises(ValueError, match="softsort"):
+        ss.get_permutation_operator("bitonic")
+
+
+def test_layers_share_the_table():
+    for layer_cls in (ss.SoftSort, ss.NeuralSort, ss.SinkhornPermutation):
+        assert layer_cls.method in ss.PERMUTATION_OPERATORS
+    layer = ss.SinkhornPermutation(epsilon=1e-3)
+    keras.layers.deserialize(keras.layers.serialize(layer))
