@@ -71,7 +71,11 @@ class SinkhornResult:
       f: `[batch, n]` dual potential of the inputs.
       g: `[batch, m]` dual potential of the targets.
       cost: `[batch, n, m]` cost matrix.
-      epsilon: the regularisation ε.
+      epsilon: the regularisation the potentials were computed at, a scalar tensor:
+        the requested ε, or, when ε annealing (`epsilon_start`) had not reached ε
+        within `max_iterations`, the larger ε_t it had reached. The plan and the
+        implicit gradient use this value, so they always describe the problem the
+        potentials solve.
       num_iterations: `[batch]` int32, Sinkhorn iterations each row used.
       error: `[batch]` L1 error of the row marginal, Σ_i |(P1)_i − a_i|, of the
         column-exact plan; with `exact_marginal='input'` the returned plan is row-exact
@@ -81,13 +85,14 @@ class SinkhornResult:
     f: tf.Tensor
     g: tf.Tensor
     cost: tf.Tensor
-    epsilon: float
+    epsilon: tf.Tensor
     num_iterations: tf.Tensor
     error: tf.Tensor
 
     def log_plan(self):
         """`[batch, n, m]` log of the transport plan."""
-        return (self.f[:, :, None] + self.g[:, None, :] - self.cost) / self.epsilon
+        eps = tf.cast(self.epsilon, self.cost.dtype)
+        return (self.f[:, :, None] + self.g[:, None, :] - self.cost) / eps
 
     def plan(self):
         """`[batch, n, m]` transport plan P, with P1 ≈ a and Pᵀ1 = b."""
@@ -187,8 +192,13 @@ def _half_step(log_kernel, u, v, log_w, axis: int, active):
 
 
 def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_decay, threshold,
-              max_iterations, check_every, exact_marginal="target"):
-    """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error).
+              num_blocks, check_every, annealing, exact_marginal="target"):
+    """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error, ε reached).
+
+    `epsilon`, `epsilon_start`, `epsilon_decay`, `threshold` and `num_blocks` (the bound
+    on blocks of `check_every` iterations) may be tensors, so that new values do not
+    retrace the graph version of the loop; `check_every`, `annealing` (whether ε is
+    annealed from `epsilon_start`) and `exact_marginal` are Python values.
 
     One iteration updates g (columns exact), then f (rows exact). The loop works with
     scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C/ε computed once;
@@ -200,16 +210,15 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     dtype = cost.dtype
     a = tf.exp(log_a)
     batch = tf.shape(cost)[0]
-    num_blocks = -(-max_iterations // check_every)
-    annealing = epsilon_start is not None and epsilon_start > epsilon
-    eps_final = tf.constant(epsilon, dtype)
+    eps_final = tf.cast(epsilon, dtype)
+    threshold = tf.cast(threshold, dtype)
     log_kernel = -cost / eps_final
 
     def eps_at(it):
         if not annealing:
             return eps_final
-        e = tf.constant(epsilon_start, dtype) * tf.pow(tf.constant(epsilon_decay, dtype),
-                                                       tf.cast(it, dtype))
+        e = tf.cast(epsilon_start, dtype) * tf.pow(tf.cast(epsilon_decay, dtype),
+                                                   tf.cast(it, dtype))
         return tf.maximum(eps_final, e)
 
     def kernel_at(it):  # K · ε/ε_t
@@ -265,9 +274,11 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     )
     it, u_prev, u, v, n_it, err, _ = tf.while_loop(cond, body, init,
                                                    maximum_iterations=num_blocks)
+    # The ε the potentials were computed at: the target ε, unless annealing had not
+    # reached it within the iteration bound (then no row is done, all rows are at ε_t).
     eps_last = eps_at(tf.maximum(it - 1, 0))
     f = (u if exact_marginal == "input" else u_prev) * eps_last
-    return f, v * eps_last, n_it, err
+    return f, v * eps_last, n_it, err, eps_last
 
 
 # In eager mode the loops above would run op by op from Python (milliseconds per
@@ -373,9 +384,16 @@ def solve(
         b.set_shape([None, m])
 
     cost = cost_matrix(x, y, power)
-    loop_kwargs = dict(epsilon=epsilon, epsilon_start=epsilon_start, epsilon_decay=epsilon_decay,
-                       threshold=threshold, max_iterations=max_iterations,
-                       check_every=check_every, exact_marginal=exact_marginal)
+    annealing = epsilon_start is not None and epsilon_start > epsilon
+    # Numbers go in as tensors: new values of ε or of the threshold do not retrace the
+    # graph version of the loop in eager mode (inside tf.function/XLA they are constants).
+    as_tensor = lambda v: tf.constant(v, dtype)
+    loop_kwargs = dict(epsilon=as_tensor(epsilon),
+                       epsilon_start=as_tensor(epsilon_start if annealing else epsilon),
+                       epsilon_decay=as_tensor(epsilon_decay), threshold=as_tensor(threshold),
+                       num_blocks=tf.constant(-(-max_iterations // check_every), tf.int32),
+                       check_every=check_every, annealing=annealing,
+                       exact_marginal=exact_marginal)
 
     def init_g(x_, a_, b_):
         if warm_start if warm_start is not None else implicit:
@@ -384,13 +402,14 @@ def solve(
 
     run_loop = _eager_or_graph(_run_loop, _run_loop_graph)
     if not implicit:
-        f, g, n_it, err = run_loop(cost, tf.math.log(a), tf.math.log(b), init_g(x, a, b),
-                                    **loop_kwargs)
-        return SinkhornResult(f, g, cost, epsilon, n_it, err)
+        f, g, n_it, err, eps_reached = run_loop(cost, tf.math.log(a), tf.math.log(b),
+                                                init_g(x, a, b), **loop_kwargs)
+        return SinkhornResult(f, g, cost, tf.stop_gradient(eps_reached), n_it, err)
 
     cost_s, a_s, b_s = tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b)
-    f0, g0, n_it, err = run_loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
-                                  init_g(tf.stop_gradient(x), a_s, b_s), **loop_kwargs)
+    f0, g0, n_it, err, eps_reached = run_loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
+                                              init_g(tf.stop_gradient(x), a_s, b_s),
+                                              **loop_kwargs)
 
     @tf.custom_gradient
     def attach(cost_, a_, b_):
@@ -400,10 +419,10 @@ def solve(
             if dg is None:
                 dg = tf.zeros_like(g0)
             vjp = _eager_or_graph(implicit_vjp, _implicit_vjp_graph)
-            return vjp(cost_, f0, g0, epsilon, df, dg, solver=implicit_solver,
+            return vjp(cost_, f0, g0, eps_reached, df, dg, solver=implicit_solver,
                        cg_max_iterations=implicit_max_iterations)
 
         return (tf.identity(f0), tf.identity(g0)), grad
 
     f, g = attach(cost, a, b)
-    return SinkhornResult(f, g, cost, epsilon, n_it, err)
+    return SinkhornResult(f, g, cost, eps_reached, n_it, err)
