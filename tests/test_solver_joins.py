@@ -68,3 +68,21 @@ def test_new_epsilon_or_threshold_does_not_retrace_the_eager_solver():
     assert solver._run_loop_graph.experimental_get_tracing_count() == loop_before
     # The backward pass traces once (first gradient), not once per ε.
     assert solver._implicit_vjp_graph.experimental_get_tracing_count() <= vjp_before + 1
+
+
+@pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING", "descending"])
+def test_quantile_normalization_keeps_the_order_of_x_in_both_directions(direction):
+    x = tf.constant([[0.3, -2.0, 1.0, 0.5], [4.0, 3.0, 2.0, 1.0]], tf.float64)
+    targets = [10.0, 20.0, 30.0, 40.0]
+    out = ss.sinkhorn_quantile_normalization(x, targets, direction=direction, epsilon=1e-4,
+                                             threshold=1e-9).numpy()
+    hard = np.sort(targets)[np.argsort(np.argsort(x.numpy(), axis=-1), axis=-1)]
+    np.testing.assert_allclose(out, hard, atol=1e-3)
+    layer = ss.SinkhornQuantileNormalization(num_targets=4, direction=direction, epsilon=1e-4)
+    y = layer(x).numpy()
+    assert np.all(np.argsort(y, axis=-1) == np.argsort(x.numpy(), axis=-1))
+
+
+def test_quantile_normalization_rejects_a_bad_direction():
+    with pytest.raises(ValueError, match="`direction`"):
+        ss.sinkhorn_quantile_normalization([1.0, 2.0], [0.0, 1.0], direction="UP")

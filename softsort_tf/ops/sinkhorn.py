@@ -290,14 +290,19 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
 
     Keeps the order of x and replaces its values by those of the sorted
     `target_values` f (of any length m): in the hard limit with m = n, the i-th
-    smallest entry of x becomes the i-th smallest target value.
+    smallest entry of x becomes the i-th smallest target value. `direction` does not
+    change the result: the order of x is kept in both directions (matching the i-th
+    largest entry with the i-th largest target value is the same transport problem,
+    mirrored); the argument is accepted, and validated, like that of the other
+    operators.
 
     Args:
       x: `[..., n, ...]` real tensor.
       target_values: `[m]` values (sorted internally), or `[batch..., m]` with the
         leading shape of x without `axis`.
 {common}
-      target_weights: positive weights of the target values `[m]` (default uniform).
+      target_weights: positive weights `[m]` of the target values in increasing order
+        (default uniform).
 
     Returns:
       A tensor with the shape and dtype of x.
@@ -312,8 +317,10 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
     m = target_values.shape[-1]
     if m is None or m == 0:
         raise ValueError("`target_values` must have a known, non-zero last dimension.")
+    _checks.check_direction(direction)  # validated; the result keeps the order of x either way
     t = Transport(x, targets=(m, target_weights),
-                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
+                  axis=axis, direction="ASCENDING", weights=weights,
+                  check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
     f = target_values
     if f.shape.rank > 1:
