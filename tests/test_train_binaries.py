@@ -136,6 +136,42 @@ def test_train_median_binary_on_embedded_digits(tmp_path):
     assert results["flags"]["learning_rate"] == 0.001
 
 
+_REPLICA_NOISE = """
+import json
+import tensorflow as tf
+from softsort_tf.experiments import models, training
+
+training.set_cpu_devices(2)
+strategy = training.make_strategy("mirrored")
+with strategy.scope():
+    model = models.PermutationLearner("softsort", tau=1.0, stochastic=True, num_samples=3,
+                                      seed=7)
+    model.build()
+# Both replicas get the same sequences at the same step: only the replica id differs.
+inputs = {"images": tf.random.stateless_uniform([2, 4, 112, 28, 1], seed=[0, 1]),
+          "step": tf.fill([2], tf.constant(5, tf.int64))}
+replicated = strategy.experimental_distribute_values_from_function(lambda ctx: inputs)
+step = tf.function(lambda x: strategy.run(lambda b: model(b, training=True), args=(x,)))
+draws = [[r.numpy() for r in strategy.experimental_local_results(step(replicated))]
+         for _ in range(2)]
+print(json.dumps({
+    "replicas": len(draws[0]),
+    "replicas_differ": bool(abs(draws[0][0] - draws[0][1]).max() > 1e-3),
+    "repeatable": all(bool((a == b).all()) for a, b in zip(draws[0], draws[1])),
+}))
+"""
+
+
+def test_mirrored_replicas_draw_different_gumbel_noise_deterministically():
+    # Two logical CPUs need a fresh process (devices are configured before TF starts).
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", _REPLICA_NOISE], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"replicas": 2, "replicas_differ": True, "repeatable": True}
+
+
 def test_median_prediction_is_the_middle_row_times_the_regressed_values():
     import softsort_tf
     from softsort_tf.experiments.models import MedianRegressor, _per_image

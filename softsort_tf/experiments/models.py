@@ -12,7 +12,8 @@ inherited from NeuralSort (Grover et al., 2019, App. D.1):
 
 Both models take `{"images": [batch, n, 112, 28, 1], "step": [batch]}` (as produced by
 `softsort_tf.datasets.make_dataset`); `step` seeds the Gumbel noise of the stochastic
-variants, so that the noise of a step is the same after a resume.
+variants (with the replica id folded in under a `tf.distribute` strategy), so that the
+noise of a step is the same after a resume.
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ def relaxed_permutation(scores: tf.Tensor, method: str, *, tau: float, epsilon: 
     return softsort_tf.permutation_matrix(scores, method, **kwargs)
 
 
+def _noise_seed(seed: int, step) -> tf.Tensor:
+    """The `[2]` stateless seed of the Gumbel noise of one training step on this replica.
+
+    Keyed by (seed, step), so that a resumed run draws the noise it would have drawn,
+    with the replica id folded in, so that the replicas of a `tf.distribute` strategy
+    (each holding its own slice of the global batch) draw different noise.
+    """
+    context = tf.distribute.get_replica_context()
+    replica = 0 if context is None else context.replica_id_in_sync_group
+    base = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
+    return tf.random.experimental.stateless_fold_in(base, tf.cast(replica, tf.int64))
+
+
 class _LargeMnistModel(keras.Model):
     """Shared set-up: the relaxation hyper-parameters and the noise seed of a step."""
 
@@ -100,8 +114,7 @@ class _LargeMnistModel(keras.Model):
         stochastic = self.stochastic and bool(training)
         seed = None
         if stochastic:
-            step = tf.cast(inputs["step"][0], tf.int64)
-            seed = tf.stack([tf.constant(self.seed, tf.int64), step])
+            seed = _noise_seed(self.seed, inputs["step"][0])
         return relaxed_permutation(scores, self.method, tau=self.tau, epsilon=self.epsilon,
                                    stochastic=stochastic, num_samples=self.num_samples,
                                    seed=seed)
@@ -128,7 +141,7 @@ class PermutationLearner(_LargeMnistModel):
       stochastic: Gumbel-perturbed scores during training (reparameterised
         Plackett–Luce); evaluation is always deterministic.
       num_samples: Gumbel samples per sequence in training.
-      seed: seed of the Gumbel noise (combined with the batch's `step`).
+      seed: seed of the Gumbel noise (combined with the batch's `step` and the replica id).
 
     Call returns P̂ `[batch, n, n]` (row i = the i-th largest number), or
     `[batch, num_samples, n, n]` when training a stochastic model.
