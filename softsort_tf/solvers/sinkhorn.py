@@ -58,7 +58,9 @@ import math
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf.solvers.cost import cost_matrix, pair_cost  # noqa: F401 (re-exported)
 from softsort_tf.solvers.implicit import IMPLICIT_SOLVERS, implicit_vjp
+from softsort_tf.solvers.warm_start import exact_target_potential
 
 EXACT_MARGINALS = ("target", "input")
 
@@ -97,60 +99,6 @@ class SinkhornResult:
     def plan(self):
         """`[batch, n, m]` transport plan P, with P1 ≈ a and Pᵀ1 = b."""
         return tf.exp(self.log_plan())
-
-
-def cost_matrix(x, y, power: float = 2.0):
-    """C_ij = |x_i − y_j|^power for x `[batch, n]`, y `[batch, m]`."""
-    return pair_cost(x[:, :, None], y[:, None, :], power)
-
-
-def pair_cost(u, v, power: float = 2.0):
-    """|u − v|^power elementwise (broadcasting), with finite gradients at u = v."""
-    d = tf.abs(u - v)
-    if power == 2.0:
-        return tf.square(d)
-    if power == 1.0:
-        return d
-    positive = d > 0
-    safe = tf.where(positive, d, tf.ones_like(d))
-    return tf.where(positive, tf.pow(safe, power), tf.zeros_like(d))
-
-
-def exact_target_potential(x, a, y, b, power: float):
-    """Dual potential g `[batch, m]` of the unregularised 1-D problem (warm start).
-
-    Sorting x gives the optimal plan (north-west corner rule, Prop. 1 of the paper);
-    along its staircase, complementary slackness f_i + g_j = C_ij on the support
-    makes g_{j+1} − g_j = c(x*_j, y_{j+1}) − c(x*_j, y_j) with x*_j the input that
-    straddles the cumulative-mass boundary B_j = b_1 + … + b_j. When the boundary
-    falls exactly between two inputs any value between theirs is optimal; we take
-    their midpoint.
-    """
-    m = y.shape[-1]
-    if m == 1:
-        return tf.zeros_like(y)
-    order = tf.argsort(x, axis=-1, stable=True)
-    xs = tf.gather(x, order, batch_dims=1)
-    # Cumulative masses in float64: a float32 running sum drifts by up to n ulps (1e-5
-    # at n = 1000), more than the tie tolerance, so two sums of equal masses computed
-    # differently (e.g. a fill of 1/n constant-folded by XLA and one computed at run
-    # time) would split exact ties at random and spoil the warm start.
-    cum_a = tf.cumsum(tf.cast(tf.gather(a, order, batch_dims=1), tf.float64), axis=-1)
-    bounds = tf.cumsum(tf.cast(b, tf.float64), axis=-1)[:, :-1]  # [B, m - 1]
-    # Ties: boundaries within `tol` of a cumulative input mass (float32 weights are
-    # rounded to ~6e-8 relative, far below 1e-6).
-    tol = tf.constant(1e-12 if x.dtype == tf.float64 else 1e-6, tf.float64)
-    last = tf.shape(x)[-1] - 1
-
-    def first_reaching(level):  # index of the first i with cum_a[i] >= level, O(m log n)
-        return tf.minimum(tf.searchsorted(cum_a, level, side="left"), last)
-
-    k_lo = first_reaching(bounds - tol)
-    k_hi = first_reaching(bounds + tol)
-    x_star = 0.5 * (tf.gather(xs, k_lo, batch_dims=1) + tf.gather(xs, k_hi, batch_dims=1))
-    increments = pair_cost(x_star, y[:, 1:], power) - pair_cost(x_star, y[:, :-1], power)
-    g = tf.concat([tf.zeros_like(increments[:, :1]), tf.cumsum(increments, axis=-1)], axis=-1)
-    return g - tf.reduce_mean(g, axis=-1, keepdims=True)
 
 
 def _tiny(dtype):
