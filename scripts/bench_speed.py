@@ -65,18 +65,20 @@ Row = collections.namedtuple("Row", ["n", "method", "mode", "steps", "wall_s", "
 
 
 def operator(method: str):
-    """The relaxed permutation operator `[batch, n] → [batch, n, n]` of `method`."""
+    """The relaxed permutation operator `[batch, n] → [batch, n, n]` of `method`, read from
+    the table `ss.PERMUTATION_OPERATORS` (softsort_p2: SoftSort with distance_power=2)."""
     import softsort_tf as ss
 
-    if method in ("softsort", "softsort_p2"):
-        power = 2.0 if method == "softsort_p2" else 1.0
-        return lambda s: ss.soft_sort_matrix(s, tau=FLAGS.softsort_tau, power=power)
-    if method == "neuralsort":
-        return lambda s: ss.neural_sort_matrix(s, tau=FLAGS.neuralsort_tau)
-    if method == "sinkhorn":
-        return lambda s: ss.sinkhorn_permutation_matrix(
-            s, epsilon=FLAGS.sinkhorn_epsilon, max_iterations=FLAGS.sinkhorn_max_iterations)
-    raise ValueError(f"Unknown method {method!r}.")
+    name = "softsort" if method == "softsort_p2" else method
+    op = ss.get_permutation_operator(name)
+    temperature = {"softsort": FLAGS.softsort_tau, "neuralsort": FLAGS.neuralsort_tau,
+                   "sinkhorn": FLAGS.sinkhorn_epsilon}[name]
+    kwargs = {op.temperature: temperature}
+    if method == "softsort_p2":
+        kwargs["distance_power"] = 2.0
+    if name == "sinkhorn":
+        kwargs["max_iterations"] = FLAGS.sinkhorn_max_iterations
+    return lambda s: op.matrix(s, **kwargs)
 
 
 class Task:
