@@ -37,6 +37,19 @@ def np_top_k_loss(logits, labels, k, form):
     return np.maximum(0.0, 1.0 - r / num_classes - k / num_classes)
 
 
+def np_window_shares(x, low, high):
+    """Per-example shares B·c_i of the batch-statistic losses in the hard limit, with
+    uniform masses: c_i = overlap_i · x_i / (high − low), Σ_i c_i the window mean."""
+    x = np.asarray(x, np.float64)
+    n = x.size
+    order = np.argsort(x, kind="stable")
+    upto = np.arange(1, n + 1) / n
+    overlap = np.clip(np.minimum(upto, high) - np.maximum(upto - 1 / n, low), 0.0, None)
+    shares = np.empty(n)
+    shares[order] = n * overlap * x[order] / (high - low)
+    return shares
+
+
 def value_and_grad(fn, x):
     x = tf.convert_to_tensor(x)
     with tf.GradientTape() as tape:
@@ -79,13 +92,18 @@ def test_least_quantile_loss_hard_limit(n, tau, width, weighted, seed):
     weights = rng.uniform(0.5, 2.0, n) if weighted else None
     loss = ss.SoftLeastQuantileRegressionLoss(tau, width=width, dtype="float64", **HARD)
     t = loss._width()
-    expected = np_window_mean(np.abs(y_pred), tau - t / 2, tau + t / 2, weights)
-    got = float(loss(y_true, y_pred, sample_weight=weights))
-    assert got == pytest.approx(expected, abs=2e-3)
-    # The exact metric with the same width is the same number.
+    expected = np_window_mean(np.abs(y_pred), tau - t / 2, tau + t / 2)
+    assert float(loss(y_true, y_pred)) == pytest.approx(expected, abs=2e-3)
+    # Sample weights scale each example's share, as in every Keras loss.
+    shares = np_window_shares(np.abs(y_pred), tau - t / 2, tau + t / 2)
+    if weighted:
+        assert float(loss(y_true, y_pred, sample_weight=weights)) == pytest.approx(
+            weights @ shares / n, abs=2e-3 * n)
+    # The exact metric with the same width is the same number (weights as masses).
     metric = metrics.QuantileError(tau, width=t, dtype="float64")
     metric.update_state(y_true, y_pred, sample_weight=weights)
-    assert float(metric.result()) == pytest.approx(expected, abs=1e-9)
+    assert float(metric.result()) == pytest.approx(
+        np_window_mean(np.abs(y_pred), tau - t / 2, tau + t / 2, weights), abs=1e-9)
 
 
 def test_least_quantile_with_a_narrow_window_is_the_quantile():
@@ -112,12 +130,16 @@ def test_trimmed_loss_hard_limit(n, bounds, weighted, seed):
     assume(np.diff(np.sort(errors)).min() > 1e-2)  # keep the hard limit unambiguous
     weights = rng.uniform(0.5, 2.0, n) if weighted else None
     loss = ss.SoftTrimmedRegressionLoss(start, end, dtype="float64", **HARD)
-    expected = np_window_mean(errors, start, end, weights)
-    got = float(loss(y_true[:, None], y_pred[:, None], sample_weight=weights))
-    assert got == pytest.approx(expected, abs=2e-3)
+    expected = np_window_mean(errors, start, end)
+    assert float(loss(y_true[:, None], y_pred[:, None])) == pytest.approx(expected, abs=2e-3)
+    if weighted:
+        shares = np_window_shares(errors, start, end)
+        got = float(loss(y_true[:, None], y_pred[:, None], sample_weight=weights))
+        assert got == pytest.approx(weights @ shares / n, abs=2e-3 * n)
     metric = metrics.TrimmedError(start, end, dtype="float64")
     metric.update_state(y_true, y_pred, sample_weight=weights)
-    assert float(metric.result()) == pytest.approx(expected, abs=1e-9)
+    assert float(metric.result()) == pytest.approx(
+        np_window_mean(errors, start, end, weights), abs=1e-9)
 
 
 @SETTINGS
@@ -313,40 +335,39 @@ def test_batch_statistic_reductions(name):
     y_true, y_pred = rng.randn(7, 1), rng.randn(7, 1)
     base = REGRESSION_LOSSES[name]()
     config = base.get_config()
-    statistic = float(base(y_true, y_pred))
+    statistic = float(base.statistic(base.errors(y_true, y_pred)))
 
     def with_reduction(reduction):
         return type(base).from_config({**config, "reduction": reduction})(y_true, y_pred)
 
-    none = with_reduction("none").numpy()
-    np.testing.assert_allclose(none, np.full(7, statistic), rtol=1e-6)
-    np.testing.assert_allclose(base.call(y_true, y_pred).numpy(), none, rtol=1e-6)
-    assert float(with_reduction("sum")) == pytest.approx(7 * statistic, rel=1e-6)
+    shares = with_reduction("none").numpy()
+    assert shares.shape == (7,) and np.mean(shares) == pytest.approx(statistic, rel=1e-4)
+    np.testing.assert_allclose(base.call(y_true, y_pred).numpy(), shares, rtol=1e-6)
+    assert float(with_reduction("sum")) == pytest.approx(7 * statistic, rel=1e-4)
     for reduction in ("mean", "mean_with_sample_weight", "sum_over_batch_size"):
-        assert float(with_reduction(reduction)) == pytest.approx(statistic, rel=1e-6)
+        assert float(with_reduction(reduction)) == pytest.approx(statistic, rel=1e-4)
 
 
-def test_batch_statistic_sample_weights_are_input_masses():
+def test_batch_statistic_sample_weights_and_masks_scale_the_shares():
     rng = np.random.RandomState(3)
     y_pred = rng.permutation(np.arange(1.0, 9.0)) + rng.uniform(-0.2, 0.2, 8)
     y_true = np.zeros(8)
-    counts = np.array([1, 2, 1, 3, 1, 1, 2, 1])
+    weights = np.array([1, 2, 0, 3, 1, -1, 2, 1.0])
     sharp = dict(epsilon=1e-4, threshold=1e-6, dtype="float64")
     for loss in (ss.SoftLeastQuantileRegressionLoss(0.4, **sharp),
                  ss.SoftTrimmedRegressionLoss(0.1, 0.6, **sharp)):
-        weighted = float(loss(y_true, y_pred, sample_weight=counts))
-        repeated = float(loss(np.repeat(y_true, counts), np.repeat(y_pred, counts)))
-        assert weighted == pytest.approx(repeated, abs=2e-3)
-        # A huge outlier with weight 0 does not move the (hard-limit) statistic.
-        with_outlier = np.append(y_pred, 1e4)
-        masked = float(loss(np.zeros(9), with_outlier, sample_weight=np.append(np.ones(8), 0)))
-        assert masked == pytest.approx(float(loss(y_true, y_pred)), abs=2e-3)
-    # Scaling every weight by a constant changes nothing; neither does a scalar weight.
-    loss = ss.SoftLeastQuantileRegressionLoss(0.5)
-    assert float(loss(y_true, y_pred, sample_weight=3 * counts)) == pytest.approx(
-        float(loss(y_true, y_pred, sample_weight=counts)), rel=1e-5)
-    assert float(loss(y_true, y_pred, sample_weight=2.0)) == pytest.approx(
-        float(loss(y_true, y_pred)), rel=1e-6)
+        shares = loss.call(y_true, y_pred).numpy()
+        # Linear in the weights, as every Keras loss (negative weights included).
+        assert float(loss(y_true, y_pred, sample_weight=weights)) == pytest.approx(
+            weights @ shares / 8, rel=1e-9)
+        assert float(loss(y_true, y_pred, sample_weight=2.0)) == pytest.approx(
+            2 * float(loss(y_true, y_pred)), rel=1e-9)
+        # A Keras mask of y_pred (bug: masks used to be ignored) removes the shares of
+        # the masked examples and divides by the number of the others.
+        masked = tf.constant(y_pred)
+        masked._keras_mask = tf.constant(weights > 0)
+        assert float(loss(y_true, masked)) == pytest.approx(
+            shares[weights > 0].sum() / np.sum(weights > 0), rel=1e-9)
 
 
 def test_spearman_sample_weight_and_reductions():
@@ -419,8 +440,6 @@ def test_bad_arguments_raise_clear_errors():
         ss.SoftTrimmedRegressionLoss(0.6, 0.4)
     with pytest.raises(ValueError, match="start_quantile"):
         ss.sinkhorn_trimmed_mean([1.0, 2.0], -0.1, 0.5)
-    with pytest.raises(ValueError, match="sample_weight"):
-        ss.SoftTrimmedRegressionLoss()(np.zeros(3), np.ones(3), sample_weight=np.ones(4))
     with pytest.raises(ValueError, match="`axis`"):
         ss.SpearmanLoss(axis=1.5)
     with pytest.raises(ValueError, match="`squash`"):

@@ -12,12 +12,12 @@ from softsort_tf import _checks
 from softsort_tf.losses.base import _SinkhornLoss
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops.transport import Transport
 from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers.sinkhorn import pair_cost
 
 _PACKAGE = "softsort_tf"
 DEFAULT_QUANTILE_WIDTH = 0.1
-ZERO_WEIGHT_FLOOR = 1e-6
 DEFAULT_ERROR_POWER = 1.0
 
 
@@ -104,23 +104,35 @@ def regression_errors(y_true, y_pred, power: float = 1.0):
 class _BatchStatisticLoss(_SinkhornLoss):
     """A loss whose value is one soft statistic of the errors of the whole batch.
 
-    The per-example errors e_i = mean over non-batch axes of |y_i − ŷ_i|^power form one
-    weighted sample over the batch axis, with masses a_i ∝ `sample_weight` (uniform by
-    default): sample weights enter the transport as the operator's `weights`, not as
-    factors of per-example losses. `__call__` is overridden accordingly, and the
-    reductions treat every example as carrying the batch statistic S:
+    The per-example errors e_i = mean over non-batch axes of |y_i − ŷ_i|^power are
+    transported, with uniform masses 1/B, onto a target measure b of a few bins; the
+    statistic S is the mean of the errors sent to one bin (`middle_bin`),
 
-    - 'sum_over_batch_size' (default), 'mean', 'mean_with_sample_weight': S;
-    - 'sum': B·S (B the batch size), as Keras' sum of B per-example losses;
-    - 'none' (or None): a `[B]` vector filled with S, whose mean is S.
+        S = Σ_i c_i,   c_i = P_{i,mid} e_i / b_mid,
 
-    `call(y_true, y_pred)` returns that `[B]` vector with uniform weights. Weights must
-    be non-negative with a positive sum. Examples of weight 0 (padding, masks) are left
-    out: the operators need positive masses and standardise their inputs (squash)
-    without weights, so such an example gets a negligible mass (1e-6 of the largest
-    weight) on an error equal to the weighted mean error; a huge error of weight 0
-    thus cannot compress the others. Small positive weights do enter that
-    standardisation unweighted.
+    P the transport plan. `call(y_true, y_pred)` returns each example's share
+    `B·c_i` `[B]`, and Keras reduces it like any other per-example loss (the class
+    never overrides `Loss.__call__`):
+
+    - 'sum_over_batch_size' (default), 'mean': the mean share, S itself;
+    - 'sum': B·S; 'none' (or None): the `[B]` shares, whose mean is S.
+
+    `sample_weight` and Keras masks multiply each example's share, as for every Keras
+    loss (with 'sum_over_batch_size' the weighted sum of shares is divided by B, with
+    'mean_with_sample_weight' by the sum of the weights): unit weights give S, a
+    scalar weight c gives c·S, a weight 0 (or a masked example) removes the example's
+    share from the loss and its gradient. The bin itself is placed among all B
+    errors of the batch, so a masked example still takes its place in the sort (drop
+    padding from the batch, or call `sinkhorn_quantile`/`sinkhorn_trimmed_mean` with
+    `weights=`, to leave it out of the statistic). Negative weights are allowed as in
+    Keras (they reverse the sign of a share); the hard metrics `QuantileError` and
+    `TrimmedError`, which use weights as masses, reject them.
+
+    Distribution: under `tf.distribute` each replica computes S over its own slice
+    of the global batch and Keras averages the replicas' losses (and sums their
+    gradients scaled by 1/R): the loss of R replicas is the mean of the statistics of
+    the R per-replica batches, not the statistic of the global batch, exactly as a
+    `BatchNormalization` without synchronisation sees per-replica statistics.
 
     Args:
       error_power: exponent of the per-example error |y − ŷ|^error_power (default 1,
@@ -142,53 +154,28 @@ class _BatchStatisticLoss(_SinkhornLoss):
         self.error_power = _checks.check_positive("error_power", error_power)
 
     def errors(self, y_true, y_pred):
-        """Per-example errors `[B]` (see `regression_errors`)."""
-        return regression_errors(y_true, tf.convert_to_tensor(y_pred, dtype=self.dtype),
-                                 self.error_power)
+        """Per-example errors `[B]` (see `regression_errors`), in the loss dtype."""
+        y_pred = tf.convert_to_tensor(y_pred)
+        return regression_errors(y_true, tf.cast(y_pred, self.dtype), self.error_power)
+
+    def middle_bin(self) -> tuple[np.ndarray, int]:
+        """The target weights b and the index of the bin whose mean is the statistic."""
+        raise NotImplementedError
 
     def statistic(self, errors, weights=None):
         """The soft statistic of the errors `[B]` with masses `weights` `[B]`: a scalar."""
         raise NotImplementedError
 
-    def _weights(self, sample_weight, errors):
-        if sample_weight is None:
-            return None
-        w = tf.cast(tf.convert_to_tensor(sample_weight), errors.dtype)
-        if w.shape.rank is not None and w.shape.rank > 1:
-            w = tf.reshape(w, [-1])
-        if w.shape.rank == 0:
-            return None  # a scalar weight scales every example alike: same statistic
-        if (w.shape[0] is not None and errors.shape[0] is not None
-                and w.shape[0] != errors.shape[0]):
-            raise ValueError(f"`sample_weight` must have one weight per example, got shape "
-                             f"{w.shape} for a batch of {errors.shape[0]}.")
-        return w
-
-    def _reduce(self, value, batch_size):
-        if self.reduction in (None, "none"):
-            return tf.fill(tf.reshape(batch_size, [1]), value)
-        if self.reduction == "sum":
-            return value * tf.cast(batch_size, value.dtype)
-        return value
-
     def call(self, y_true, y_pred):
         errors = self.errors(y_true, y_pred)
-        return tf.fill(tf.shape(errors)[:1], self.statistic(errors))
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        with tf.name_scope(self.name):
-            errors = self.errors(y_true, y_pred)
-            weights = self._weights(sample_weight, errors)
-            if weights is not None:
-                weights = tf.broadcast_to(weights, tf.shape(errors))
-                kept = tf.where(weights > 0, errors, tf.zeros_like(errors))
-                mean = tf.reduce_sum(weights * kept) / tf.reduce_sum(weights)
-                errors = tf.where(weights > 0, errors, mean)
-                # The transport needs positive masses (log a): weight 0 becomes a
-                # negligible 1e-6 of the largest weight, on an error equal to the mean.
-                weights = tf.maximum(weights, ZERO_WEIGHT_FLOOR * tf.reduce_max(weights))
-            value = self.statistic(errors, weights)
-            return self._reduce(value, tf.shape(errors)[0])
+        b, index = self.middle_bin()
+        transport = Transport(errors[None, :], axis=-1, direction="ASCENDING", weights=None,
+                              targets=(b.size, b), options=self.options,
+                              check_numerics=False)
+        plan = transport.plan[0, :, index]  # P_{i,mid}, column sum b_mid
+        batch = tf.cast(tf.shape(errors)[0], plan.dtype)
+        shares = batch * plan * transport.values[0] / tf.cast(b[index], plan.dtype)
+        return tf.cast(shares, errors.dtype)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "error_power": self.error_power}
@@ -198,8 +185,8 @@ class _BatchStatisticLoss(_SinkhornLoss):
 class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
     """Soft τ-quantile of the batch errors: least-quantile regression (paper §4, eq. 4).
 
-    With errors e_i = |y_i − ŷ_i|^error_power over the batch and masses a ∝ sample weights,
-    the loss is the τ-S-quantile of eq. (4),
+    With errors e_i = |y_i − ŷ_i|^error_power over the B examples of the batch and uniform
+    masses a = 1/B, the loss is the τ-S-quantile of eq. (4),
 
         loss = ( Q̃(a, e; [τ − t/2, t, 1 − τ − t/2]) )_2,
 
@@ -223,7 +210,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
       reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
 
     Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
-    `[batch]`. Output: a scalar (or `[batch]` for reduction 'none').
+    `[batch]`. Output: a scalar (or the `[batch]` shares for reduction 'none').
 
     Example:
     >>> loss = SoftLeastQuantileRegressionLoss(quantile=0.5, epsilon=1e-4)
@@ -248,6 +235,10 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
             return self.width
         return min(DEFAULT_QUANTILE_WIDTH, self.quantile, 1.0 - self.quantile)
 
+    def middle_bin(self) -> tuple[np.ndarray, int]:
+        b, _ = sinkhorn_ops.quantile_target_weights(self.quantile, self._width())
+        return b, 1
+
     def statistic(self, errors, weights=None):
         return sinkhorn_ops.sinkhorn_quantile(errors, self.quantile, width=self._width(),
                                               axis=0, weights=weights,
@@ -261,7 +252,8 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
 class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     """Soft mean of the batch errors between two quantiles: trimmed regression (§4).
 
-    With errors e_i = |y_i − ŷ_i|^error_power over the batch and masses a ∝ sample weights,
+    With errors e_i = |y_i − ŷ_i|^error_power over the B examples of the batch and uniform
+    masses a = 1/B,
 
         loss = ( S̃(a, e; b) )_mid,   b = [s, e − s, 1 − e],
 
@@ -282,7 +274,7 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
       reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
 
     Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
-    `[batch]`. Output: a scalar (or `[batch]` for reduction 'none').
+    `[batch]`. Output: a scalar (or the `[batch]` shares for reduction 'none').
 
     Example:
     >>> loss = SoftTrimmedRegressionLoss(0.0, 0.8, epsilon=1e-4)
@@ -300,6 +292,9 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
                          name=name, dtype=dtype, **kwargs)
         self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
             start_quantile, end_quantile, "start_quantile", "end_quantile")
+
+    def middle_bin(self) -> tuple[np.ndarray, int]:
+        return trimmed_target_weights(self.start_quantile, self.end_quantile)
 
     def statistic(self, errors, weights=None):
         return sinkhorn_trimmed_mean(errors, self.start_quantile, self.end_quantile, axis=0,
