@@ -107,6 +107,51 @@ def test_loss_under_xla_matches_eager():
     np.testing.assert_allclose(xla.numpy(), eager.numpy(), rtol=1e-6)
 
 
+def test_float_matrix_against_samples_with_s_equal_n_is_never_read_as_orderings():
+    # Bug: a float [B, n, n] matrix against a stochastic [B, S, n, n] prediction was read
+    # as orderings when S == n (the binaries' defaults at n = 5): wrong values, silently.
+    rng = np.random.RandomState(1)
+    logits = rng.randn(2, 5, 5, 5)
+    perm = (np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)).astype(np.float32)
+    order = np.stack([rng.permutation(5) for _ in range(2)])
+    matrix = np.eye(5, dtype=np.float32)[order]  # what Keras passes: a float y_true
+    for fn in (ss.permutation_cross_entropy, ss.exact_permutation_accuracy,
+               ss.elementwise_permutation_accuracy):
+        with pytest.raises(ValueError, match="y_true_format"):
+            fn(matrix, perm)
+        np.testing.assert_allclose(fn(matrix, perm, y_true_format="matrix").numpy(),
+                                   fn(order, perm).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(fn(order.astype(np.float32), perm).numpy(),
+                                   fn(order, perm).numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="y_true_format"):
+        ss.PermutationCrossEntropy()(matrix, perm)
+
+
+BAD_ORDERINGS = {
+    "index n in the first row": [[0, 1, 3], [0, 1, 2]],
+    "index n in the last row": [[0, 1, 2], [0, 1, 3]],
+    "negative index": [[0, -1, 2], [0, 1, 2]],
+    "repeated index": [[0, 0, 2], [0, 1, 2]],
+    "non-integer float": [[0.0, 1.5, 2.0], [0.0, 1.0, 2.0]],
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ORDERINGS))
+def test_orderings_that_are_not_permutations_raise_a_clear_error(case):
+    # Bug: an index n in a row other than the last read the next row's probability
+    # (loss 4.03, no error); in the last row it raised a raw GatherV2 error.
+    order = np.array(BAD_ORDERINGS[case])
+    order = order.astype(np.float32 if "float" in case else np.int32)
+    perm = np.full([2, 3, 3], 1 / 3, np.float32)
+    for fn in (ss.permutation_cross_entropy, ss.exact_permutation_accuracy,
+               ss.PermutationCrossEntropy()):
+        with pytest.raises(ValueError, match="permutation"):
+            fn(order, perm)
+    graph = tf.function(ss.permutation_cross_entropy)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="permutation"):
+        graph(tf.constant(order), tf.constant(perm))
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: ss.permutation_cross_entropy([[0, 1]], P2[None], y_true_format="csv"),
      "y_true_format"),

@@ -9,12 +9,25 @@ either as
   item in sorted order, i.e. `argsort(values, direction)` — integer, or float
   holding integers (Keras casts `y_true` to float before calling a loss).
 
-`y_true_format='auto'` (default) tells them apart: an integer `y_true` is an ordering;
-a floating one is a matrix when it has the rank of `y_pred`, and an ordering when it
-has a smaller rank. `y_pred` may carry extra sample axes just before its last two
-axes (the stochastic operators' `[..., S, n, n]`); `y_true` is broadcast over them
-and the result is averaged over them. With sample axes, a floating `y_true` is read as
-an ordering unless you pass `y_true_format='matrix'`.
+`y_pred` may carry extra sample axes just before its last two axes (the stochastic
+operators' `[..., S, n, n]`); `y_true` is broadcast over them and the result is
+averaged over them.
+
+`y_true_format='auto'` (default) decides by the dtype and rank of `y_true` alone,
+never by its values or by sizes that happen to match:
+
+- an integer `y_true` is an ordering;
+- a floating `y_true` of the rank of `y_pred` is a matrix (no sample axes);
+- a floating `y_true` of rank rank(y_pred) − 1 is an ordering when `y_pred` has rank
+  ≤ 3 (`[batch, n]` against `[batch, n, n]`); when `y_pred` has rank ≥ 4 it could be a
+  matrix per example against a stochastic `[batch, S, n, n]` or an ordering per list of
+  `[batch, S, n, n]`, and 'auto' raises a `ValueError` asking for `y_true_format`;
+- a floating `y_true` of lower rank is an ordering (with sample axes).
+
+Orderings are checked: each must hold the integers 0..n − 1 once each (a permutation).
+Eagerly a violation raises a `ValueError`; in a graph (`tf.function`, `model.fit`) it
+raises `InvalidArgumentError` with the same message from a `tf.debugging` assertion
+(under XLA, where assertions are compiled out, an invalid ordering is not detected).
 
 Every function returns one value per example: the shape of `y_true` without its
 last axis (ordering) or last two axes (matrix), e.g. `[batch]`.
@@ -47,6 +60,12 @@ def _read_targets(y_true, y_pred, y_true_format: str):
                          f"got shape {y_pred.shape}.")
     if y_true_format == "auto":
         is_matrix = not y_true.dtype.is_integer and rank_t == rank_p
+        if not y_true.dtype.is_integer and rank_t == rank_p - 1 and rank_p >= 4:
+            raise ValueError(
+                f"A floating `y_true` of shape {y_true.shape} against `y_pred` of shape "
+                f"{y_pred.shape} may be a permutation matrix per example (y_pred with a "
+                f"sample axis) or an ordering per list: pass y_true_format='matrix' or "
+                f"'indices'.")
     else:
         is_matrix = y_true_format == "matrix"
     num_sample_axes = rank_p - rank_t - (0 if is_matrix else 1)
@@ -62,9 +81,7 @@ def _read_targets(y_true, y_pred, y_true_format: str):
             y_true = y_true[..., None, :, :]
         target_shape = y_pred.shape
     else:
-        if not y_true.dtype.is_integer:
-            y_true = tf.round(y_true)
-        y_true = tf.cast(y_true, tf.int32)
+        y_true = _checked_ordering(y_true, n)
         for _ in range(num_sample_axes):
             y_true = y_true[..., None, :]
         target_shape = y_pred.shape[:-1]
@@ -75,6 +92,31 @@ def _read_targets(y_true, y_pred, y_true_format: str):
         raise ValueError(f"`y_true` of shape {y_true.shape} read as {kind} does not fit "
                          f"`y_pred` of shape {y_pred.shape}; pass `y_true_format`.") from None
     return y_true, y_pred, is_matrix, num_sample_axes
+
+
+def _checked_ordering(y_true, n):
+    """`y_true` as int32 orderings, checked to hold each of 0..n − 1 exactly once."""
+    if y_true.dtype.is_integer:
+        integral = tf.constant(True)
+        order = tf.cast(y_true, tf.int32)
+    elif y_true.dtype.is_floating:
+        integral = tf.reduce_all(tf.equal(tf.round(y_true), y_true))
+        order = tf.cast(tf.clip_by_value(tf.round(y_true), -1.0, float(n or 0) + 1.0), tf.int32)
+    else:
+        raise ValueError(f"`y_true` must be integer or floating, got {y_true.dtype.name}.")
+    size = tf.shape(order)[-1]
+    valid = tf.logical_and(integral, tf.reduce_all(
+        tf.equal(tf.sort(order, axis=-1), tf.range(size, dtype=tf.int32))))
+    message = ("`y_true` read as orderings must hold each index 0..n − 1 exactly once "
+               "per row (a permutation); got a row that does not (an index out of range "
+               "[0, n), a repeated index or a non-integer value). Pass "
+               "y_true_format='matrix' for permutation matrices.")
+    if tf.executing_eagerly():
+        if not bool(valid):
+            raise ValueError(message)
+        return order
+    with tf.control_dependencies([tf.debugging.Assert(valid, [message])]):
+        return tf.identity(order)
 
 
 def _per_example(row_values, num_sample_axes: int):
