@@ -386,6 +386,30 @@ def test_spearman_sample_weight_and_reductions():
     assert float(ss.SpearmanLoss()(order, -order)) > 1.98
 
 
+def test_spearman_propagates_nan_per_list():
+    # Bug: a NaN prediction gave a loss of exactly 1.0 (finite) with a NaN gradient.
+    y_true = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]])
+    y_pred = tf.constant([[0.1, np.nan, 0.3, 0.2], [0.1, 0.4, 0.3, 0.2]])
+    with tf.GradientTape() as tape:
+        tape.watch(y_pred)
+        per_list = ss.SpearmanLoss(reduction="none")(y_true, y_pred)
+        other = per_list[1]
+    values = per_list.numpy()
+    assert np.isnan(values[0]) and np.isfinite(values[1])
+    assert np.all(np.isfinite(tape.gradient(other, y_pred).numpy()[1]))  # other list
+    assert np.isnan(float(ss.SpearmanLoss()(y_true, y_pred)))
+    assert np.isnan(ss.soft_spearman_correlation(y_pred, y_true).numpy()[0])  # NaN target
+    assert np.isnan(ss.spearman_correlation(y_true, y_pred).numpy()[0])
+    assert np.isfinite(ss.spearman_correlation(y_true, y_pred).numpy()[1])
+
+
+def test_spearman_lists_of_different_lengths_raise_a_clear_error():
+    # Bug: lists of lengths 5 and 6 raised a raw `Mul` error.
+    for fn in (ss.SpearmanLoss(), ss.soft_spearman_correlation, ss.spearman_correlation):
+        with pytest.raises(ValueError, match="same shape"):
+            fn(np.arange(5.0)[None], np.arange(6.0)[None])
+
+
 def test_mixed_precision_inputs_and_float64_loss():
     logits = tf.constant(np.random.RandomState(5).randn(3, 5), tf.float16)
     value = ss.SoftTopKLoss(2, from_sparse=True)([0, 1, 2], logits)

@@ -14,6 +14,25 @@ from softsort_tf.options import SinkhornOptions
 _PACKAGE = "softsort_tf"
 
 
+def check_lists(y_true, y_pred):
+    """`y_true` and `y_pred` as tensors, checked to have the same (static) shape."""
+    y_pred = tf.convert_to_tensor(y_pred)
+    y_true = tf.convert_to_tensor(y_true)
+    if not y_true.shape.is_compatible_with(y_pred.shape):
+        raise ValueError(f"`y_true` and `y_pred` must have the same shape (one target per "
+                         f"prediction), got {y_true.shape} and {y_pred.shape}.")
+    return y_true, y_pred
+
+
+def nan_where_missing(corr, y_true, y_pred, axis: int):
+    """`corr` with NaN for every list holding a NaN target or prediction (the rank of
+    a NaN is undefined; the other losses propagate NaN the same way)."""
+    missing = tf.logical_or(
+        tf.reduce_any(tf.math.is_nan(tf.cast(y_pred, corr.dtype)), axis=axis),
+        tf.reduce_any(tf.math.is_nan(tf.cast(y_true, corr.dtype)), axis=axis))
+    return tf.where(missing, tf.constant(np.nan, corr.dtype), corr)
+
+
 def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *,
                               options: SinkhornOptions | dict | None = None,
                               **option_kwargs):
@@ -30,17 +49,15 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *,
       options, **option_kwargs: the `SinkhornOptions`, as in `sinkhorn_rank`.
 
     Returns:
-      Correlations in [−1, 1] with the shape of y_pred without `axis`.
+      Correlations in [−1, 1] with the shape of y_pred without `axis`; NaN for a list
+      with a NaN target or prediction.
     """
-    y_pred = tf.convert_to_tensor(y_pred)
-    y_true = tf.convert_to_tensor(y_true)
-    if y_true.shape.rank != y_pred.shape.rank:
-        raise ValueError(f"`y_true` and `y_pred` must have the same shape, got {y_true.shape} "
-                         f"and {y_pred.shape}.")
+    y_true, y_pred = check_lists(y_true, y_pred)
     soft = sinkhorn_ops.sinkhorn_rank(
         y_pred, axis=axis, options=options, **option_kwargs)
     hard = tf.cast(hard_stats.rankdata(y_true, axis=axis), soft.dtype)
-    return hard_stats.pearson_correlation(soft, hard, axis=axis)
+    corr = hard_stats.pearson_correlation(soft, hard, axis=axis)
+    return nan_where_missing(corr, y_true, y_pred, axis)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -54,7 +71,8 @@ class SpearmanLoss(_SinkhornLoss):
     (`soft_spearman_correlation`). In [0, 2]; as ε → 0 it is 1 − Spearman's ρ. Only the
     order of the predictions matters (the loss is invariant to increasing affine maps
     of each list). A list whose targets are all equal has no order: its correlation is
-    taken as 0 (loss 1, zero gradient).
+    taken as 0 (loss 1, zero gradient). A list with a NaN prediction or target has a
+    NaN loss (and NaN gradients for that list only), as the other losses.
 
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).

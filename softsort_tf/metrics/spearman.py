@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from softsort_tf.losses.spearman import check_lists, nan_where_missing
 from softsort_tf.ops import hard_stats
 
 _PACKAGE = "softsort_tf"
@@ -15,7 +15,8 @@ def spearman_correlation(y_true, y_pred, axis: int = -1):
     """Spearman's ρ of `y_true` and `y_pred` along `axis`, ties averaged.
 
     The Pearson correlation of `hard_stats.rankdata` of both (as
-    `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant.
+    `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant,
+    NaN for a list holding a NaN.
 
     Args:
       y_true, y_pred: `[..., n, ...]` tensors of the same shape.
@@ -29,13 +30,10 @@ def spearman_correlation(y_true, y_pred, axis: int = -1):
     >>> round(float(rho), 4)
     0.8
     """
-    y_pred = tf.convert_to_tensor(y_pred)
-    y_true = tf.convert_to_tensor(y_true)
-    if y_true.shape.rank != y_pred.shape.rank:
-        raise ValueError(f"`y_true` and `y_pred` must have the same shape, got {y_true.shape} "
-                         f"and {y_pred.shape}.")
-    return hard_stats.pearson_correlation(hard_stats.rankdata(y_pred, axis=axis),
+    y_true, y_pred = check_lists(y_true, y_pred)
+    corr = hard_stats.pearson_correlation(hard_stats.rankdata(y_pred, axis=axis),
                                           hard_stats.rankdata(y_true, axis=axis), axis=axis)
+    return nan_where_missing(corr, y_true, y_pred, axis)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
