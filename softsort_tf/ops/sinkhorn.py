@@ -5,11 +5,36 @@ by `ops.transport.Transport`) with a
 different target measure (y, b), read out through the plan P as in Definition 2 of
 Cuturi, Teboul & Vert (2019):
 
-    S-CDF        F̃ = a⁻¹ ∘ (P b̄)            (b̄ the cumulative sum of b)
+    S-CDF        F̃ = a⁻¹ ∘ (P c) + a/2       (c = b̄ − b/2, b̄ the cumulative sum of b)
     S-rank       R̃ = n F̃                     (talk, Algorithm 2)
     S-sort       S̃ = b⁻¹ ∘ (Pᵀ x)
     S-quantile   eq. (4): S̃ for a target with "filler" bins around each level τ
     S-quantile normalisation   T̃_f = a⁻¹ ∘ (P f)
+
+(For uniform weights and m = n the S-CDF is Definition 2's a⁻¹ ∘ (P b̄); the centred
+form keeps its hard limit exact with weights and with any m, see below.)
+
+Hard limits (ε → 0). Sort the inputs in `direction` order: input i holds the mass
+interval I_i = [W_i − a_i, W_i] (W_i the weight of the entries ≤ x_i) and target bin
+j the interval J_j = [b̄_j − b_j, b̄_j]. The unregularised plan is their overlap,
+P_ij = |I_i ∩ J_j| (north-west corner rule, Prop. 1), so that
+
+- S-CDF: F̃_i → a_i/2 + a_i⁻¹ Σ_j P_ij c_j, the centre of I_i as resolved by the target
+  bins plus a_i/2. It equals W_i, the weighted empirical CDF, whenever every W_i is a
+  bin boundary: uniform weights with m a multiple of n (the default m = n included), or
+  target weights that refine the cumulative input weights. Otherwise it is within
+  max_j b_j / 2 of W_i, and inputs whose intervals fall in the same bin tie: use a
+  larger `num_targets` (or matching `target_weights`) to resolve weighted inputs.
+  Always F̃_i ∈ [a_i, 1] (up to `threshold`), so ranks of uniformly weighted inputs
+  lie in [1, n] for any m.
+- S-rank: n F̃ (n × the weighted CDF for weighted inputs).
+- S-sort: S̃_j → b_j⁻¹ Σ_i P_ij x_i, the weighted mean of x over the cumulative mass
+  J_j (`hard_stats.interval_mean`).
+- S-quantile: the same mean over [τ − t/2, τ + t/2].
+- quantile normalisation: T̃_i → a_i⁻¹ Σ_j P_ij f_j.
+- top-k mask: the fraction of I_i inside the first k/n of the mass.
+Tied inputs share their joint interval (equal outputs). `tests/test_hard_limits.py`
+checks each of these in float64 with weights and with m ≠ n.
 
 Conventions shared by all operators:
 
@@ -61,10 +86,12 @@ def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
                   target_weights=None, zero_based: bool = False, check_numerics: bool = False,
                   return_info: bool = False,
                   options: SinkhornOptions | dict | None = None, **option_kwargs):
-    """Soft ranks R̃ = n a⁻¹ ∘ (P b̄) (talk, Algorithm 2; paper Def. 2).
+    """Soft ranks R̃ = n F̃ (talk, Algorithm 2; paper Def. 2), F̃ the S-CDF.
 
     1-based like `scipy.stats.rankdata`: values in [1, n] (the smallest entry gets
-    ≈ 1 for 'ASCENDING'); ties get equal ranks.
+    ≈ 1 for 'ASCENDING') for any `num_targets`; ties get equal ranks. With weights,
+    n × the weighted CDF (see "Hard limits" in the module docstring for how the
+    target grid resolves it).
 
     Args:
       x: `[..., n, ...]` real tensor.
@@ -97,10 +124,13 @@ def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
                  weights=None, num_targets: int | None = None,
                  target_weights=None, check_numerics: bool = False, return_info: bool = False,
                  options: SinkhornOptions | dict | None = None, **option_kwargs):
-    """The S-CDF F̃ = a⁻¹ ∘ (P b̄) (paper Def. 2), in [0, 1].
+    """The S-CDF F̃ = a⁻¹ ∘ (P c) + a/2, c = b̄ − b/2 (paper Def. 2, centred), in [0, 1].
 
-    In the hard limit, F̃_i is the empirical CDF at x_i: the total weight of the
-    entries ≤ x_i (rank / n for uniform weights).
+    In the hard limit, F̃_i is the empirical CDF at x_i, the total weight of the
+    entries ≤ x_i (rank / n for uniform weights), whenever the target grid resolves
+    the cumulative weights (uniform weights with m a multiple of n, e.g. the default
+    m = n); otherwise it is that CDF resolved to the target bins, within half a bin
+    (see "Hard limits" in the module docstring).
 
     Args:
       x: `[..., n, ...]` real tensor.

@@ -107,9 +107,19 @@ class Transport:
         return b if b.shape.rank == 2 else b[None, :]
 
     def cdf(self):
-        """a⁻¹ ∘ (P b̄): `[batch, n]`."""
-        cum_b = tf.cumsum(self.bcast_b(), axis=-1)
-        return tf.reduce_sum(self.row_plan * cum_b[:, None, :], axis=-1)
+        """a⁻¹ ∘ (P c) + a/2, with c = b̄ − b/2 the centres of the target bins in mass:
+        `[batch, n]`.
+
+        Input i holds the mass interval [W_i − a_i, W_i] of the sorted sample (W_i the
+        weight of the entries ≤ x_i); a⁻¹ ∘ (P c) is the centre of that interval as
+        resolved by the target bins, so adding a_i/2 gives W_i. In the hard limit this
+        is exact whenever every W_i is a bin boundary (e.g. uniform weights with m a
+        multiple of n), and for any feasible plan it lies in [a_i, 1]. (For uniform
+        weights and m = n it equals Definition 2's a⁻¹ ∘ (P b̄).) The bins are read in
+        mass, so the read-out does not depend on where the targets y sit.
+        """
+        centres = bin_centres(self.bcast_b())
+        return tf.reduce_sum(self.row_plan * centres[:, None, :], axis=-1) + 0.5 * self.a
 
     def sorted_values(self):
         """b⁻¹ ∘ (Pᵀ x) in the units of x, in `direction` order: `[batch, m]`."""
