@@ -96,6 +96,27 @@ def check_k(k, n: int, name: str = "k") -> int:
     return int(k)
 
 
+def check_weight_values(name: str, weights, *, allow_zero: bool) -> None:
+    """Checks weights whose values are known when tracing (constants, eager tensors).
+
+    They must be finite and > 0 (>= 0 with `allow_zero`) with a positive sum along the
+    last axis; weights only known at run time are not checked here.
+    """
+    import tensorflow as tf  # local: this module is imported by numpy-only code paths
+
+    value = tf.get_static_value(weights)
+    if value is None:
+        return
+    value = np.asarray(value, dtype=np.float64)
+    bound = ">= 0" if allow_zero else "> 0"
+    bad = ~np.isfinite(value) | ((value < 0) if allow_zero else (value <= 0))
+    if np.any(bad):
+        raise ValueError(f"`{name}` must be finite and {bound}, got "
+                         f"{value[bad].ravel()[:3].tolist()} among them.")
+    if value.ndim and np.any(value.sum(axis=-1) <= 0):
+        raise ValueError(f"`{name}` must have a positive sum along the sorted axis.")
+
+
 def check_length(name: str, seq: Sequence | None, expected: int) -> None:
     if seq is not None and len(seq) != expected:
         raise ValueError(f"`{name}` must have length {expected}, got {len(seq)}.")

@@ -112,12 +112,14 @@ def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
 def weights_to_batch(weights, view: BatchView, dtype, name: str = "weights"):
     """Broadcasts per-element weights to `[batch, n]` and normalises them to sum to 1.
 
-    `weights` may have shape `[n]` or the full shape of `x`. Weights must be positive.
+    `weights` may have shape `[n]` or the full shape of `x`. Weights must be finite and
+    non-negative with a positive sum (checked when their values are known at trace time).
     """
     n = view.n
     if weights is None:
         return None
     w = tf.convert_to_tensor(weights)
+    _checks.check_weight_values(name, w, allow_zero=True)
     if w.shape.rank == 1:
         if w.shape[0] is not None and w.shape[0] != n:
             raise ValueError(f"`{name}` of rank 1 must have length n = {n}, got {w.shape[0]}.")
@@ -130,5 +132,9 @@ def weights_to_batch(weights, view: BatchView, dtype, name: str = "weights"):
                              f"{w.shape.rank} for an input of rank {view.rank}.")
         if view.axis != view.rank - 1:
             w = tf.transpose(w, view.perm)
+        if not w.shape.is_compatible_with(view.static_moved_shape):
+            raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got a "
+                             f"tensor of rank {view.rank} that does not match `x` (with "
+                             f"the sorted axis last: {w.shape} vs {view.static_moved_shape}).")
         w = tf.reshape(tf.cast(w, dtype), [-1, n])
     return w / tf.reduce_sum(w, axis=-1, keepdims=True)

@@ -173,6 +173,20 @@ def test_sinkhorn_permutation_is_doubly_stochastic_and_sorts():
     np.testing.assert_array_equal(perm.argmax(-1), np.argsort(-s, axis=-1))
 
 
+@pytest.mark.parametrize("dtype, row_tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_sinkhorn_permutation_marginals_are_as_documented(dtype, row_tol):
+    """Rows sum to 1 up to rounding; columns up to the reported error (n · error in L1)."""
+    s = np.random.RandomState(1).randn(4, 12).astype(dtype)
+    for threshold in (1e-2, 1e-3):
+        perm, info = ss.sinkhorn_permutation_matrix(s, epsilon=1e-2, threshold=threshold,
+                                                    return_info=True)
+        perm, error = perm.numpy().astype(np.float64), info.error.numpy()
+        np.testing.assert_allclose(perm.sum(-1), 1.0, atol=row_tol)
+        column_error = np.abs(perm.sum(-2) - 1.0).sum(-1)
+        np.testing.assert_allclose(column_error, 12 * error, rtol=1e-3, atol=10 * row_tol)
+        assert np.all(column_error <= 12 * threshold)
+
+
 @pytest.mark.parametrize("method, temperatures, direction", [
     ("softsort", [("tau", t) for t in (1.0, 0.3, 0.1, 0.03, 0.01)], "ASCENDING"),
     ("softsort", [("tau", t) for t in (1.0, 0.3, 0.1, 0.03, 0.01)], "DESCENDING"),

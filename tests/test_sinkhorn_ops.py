@@ -560,6 +560,27 @@ BAD_CALLS = [
     (lambda: ss.sinkhorn_rank([1.0, 2.0], weights=[1.0, 2.0, 3.0]), "weights"),
     (lambda: ss.sinkhorn_rank([1.0, 2.0], epsilon_start=1.0, epsilon_decay=1.5),
      "epsilon_decay"),
+    # Issue 15: raw TensorFlow errors (or silent NaN) before.
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], num_targets=0), "num_targets"),
+    (lambda: ss.sinkhorn_cdf([1.0, 2.0], num_targets=-1), "num_targets"),
+    (lambda: ss.sinkhorn_sort([1.0, 2.0], num_targets=2.5), "num_targets"),
+    (lambda: ss.sinkhorn_rank(np.zeros([3, 4]), weights=np.ones([1, 4])), "weights"),
+    (lambda: ss.sinkhorn_rank(np.zeros([3, 4]), weights=[1.0, -1.0, 1.0, 1.0]), "weights"),
+    (lambda: ss.sinkhorn_rank(np.zeros([3, 4]), weights=np.zeros([3, 4])), "weights"),
+    (lambda: ss.sinkhorn_sort([1.0, 2.0, 3.0], target_weights=[0.5, 0.0, 0.5]),
+     "target_weights"),
+    (lambda: ss.sinkhorn_sort([1.0, 2.0, 3.0], target_weights=[0.5, -0.1, 0.5]),
+     "target_weights"),
+    (lambda: ss.sinkhorn_cdf([1.0, 2.0, 3.0], target_weights=[0.5, np.nan]),
+     "target_weights"),
+    (lambda: ss.sinkhorn_quantile_normalization(np.zeros([3, 4]), np.zeros([2, 5])),
+     "target_values"),
+    (lambda: ss.sinkhorn_quantile_normalization(np.zeros([2, 5, 3]), np.zeros([3, 2, 4]),
+                                                axis=1), "target_values"),
+    (lambda: ss.sinkhorn_quantile_normalization(np.zeros([2, 5, 3]), np.zeros([6, 4]),
+                                                axis=1), "target_values"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], power=1.0), "power"),
+    (lambda: ss.sinkhorn_rank([1.0, 2.0], power=0.5), "power"),
 ]
 
 
@@ -567,3 +588,16 @@ BAD_CALLS = [
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_target_values_per_row_follow_the_rows_of_x():
+    """Per-row target values `[..., m]` go to the row of x with the same leading index
+    (x `(2, 5, 3)` sorted along axis 1: rows are indexed by (i, k))."""
+    rng = np.random.RandomState(13)
+    x = rng.randn(2, 5, 3)
+    targets = rng.randn(2, 3, 5) * 10
+    out = ss.sinkhorn_quantile_normalization(x, targets, axis=1, **HARD).numpy()
+    for i in range(2):
+        for k in range(3):
+            ranks = scipy.stats.rankdata(x[i, :, k]).astype(int) - 1
+            np.testing.assert_allclose(out[i, :, k], np.sort(targets[i, k])[ranks], atol=1e-3)

@@ -354,6 +354,11 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
     f = target_values
     if f.shape.rank > 1:
+        lead = t.view.static_moved_shape[:-1]
+        if not f.shape[:-1].is_compatible_with(lead):
+            raise ValueError(f"`target_values` must have shape [m] or [..., m] with the "
+                             f"shape of `x` without `axis` in front ({lead.as_list()} + [m]), "
+                             f"got {f.shape.as_list()}.")
         f = tf.reshape(f, [-1, m])
     out = t.push(f)
     return finish(t.output(out), t, return_info)
@@ -402,8 +407,10 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
 
     Row i of P̂ says which inputs land in position i of the `direction` order, with
     the orientation of SoftSort and NeuralSort (`P̂ @ scores` is the soft sort), so
-    the three relaxations feed the same losses. Rows and columns sum to 1 (rows up to
-    `threshold`).
+    the three relaxations feed the same losses. Rows sum to 1 (up to rounding: the
+    solver ends on the update that makes them exact) and columns sum to 1 up to the
+    solver's marginal error: Σ_j |Σ_i P̂_ij − 1| = n · `error` ≤ n · `threshold` for a
+    converged row (`return_info=True` reports `error`).
 
     Args:
       scores: `[..., n]` real tensor.

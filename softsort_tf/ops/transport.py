@@ -42,9 +42,15 @@ def bin_centres(b):
 def _target_measure(m: int | None, target_weights, dtype):
     """Returns (y, b) for a target of m uniform bins or the given (positive) weights."""
     if target_weights is None:
+        m = _checks.check_positive_int("num_targets", m)
         b = tf.fill([m], tf.constant(1.0 / m, dtype))
     else:
-        b = tf.cast(tf.convert_to_tensor(target_weights), dtype)
+        if m is not None:
+            m = _checks.check_positive_int("num_targets", m)
+        b = tf.convert_to_tensor(target_weights)
+        # A zero-mass bin would give 0/0 in the sort read-out: drop the bin instead.
+        _checks.check_weight_values("target_weights", b, allow_zero=False)
+        b = tf.cast(b, dtype)
         if b.shape.rank not in (1, 2):
             raise ValueError("`target_weights` must have shape [m] or [batch, m].")
         if m is not None and b.shape[-1] is not None and b.shape[-1] != m:
