@@ -62,9 +62,11 @@ def test_num_samples_adds_a_sample_axis():
     x = scores(3)
     layer = ss.SoftSort(tau=0.5, stochastic=True, num_samples=4, seed=1)
     assert layer(x, training=True).shape == (3, 4, 5, 5)
-    inference = layer(x)
-    assert inference.shape == (3, 1, 5, 5)
-    np.testing.assert_array_equal(inference.numpy()[:, 0], ss.soft_sort_matrix(x, 0.5).numpy())
+    inference = layer(x)  # S copies of the noise-free matrix: the same static shape
+    assert inference.shape == (3, 4, 5, 5)
+    for sample in range(4):
+        np.testing.assert_array_equal(inference.numpy()[:, sample],
+                                      ss.soft_sort_matrix(x, 0.5).numpy())
     ranks = ss.SoftSort(tau=0.5, stochastic=True, num_samples=4, seed=1, output_mode="ranks")
     assert ranks(x, training=True).shape == (3, 4, 5)
     sorted_values = ss.NeuralSort(stochastic=True, num_samples=2, output_mode="sorted", seed=0)
@@ -75,9 +77,9 @@ def test_num_samples_adds_a_sample_axis():
     (dict(), [(None, 6)], (None, 6, 6)),
     (dict(output_mode="ranks"), [(None, 6)], (None, 6)),
     (dict(output_mode="sorted"), [(None, 6), (None, 6)], (None, 6)),
-    (dict(stochastic=True, num_samples=3), [(None, 6)], (None, None, 6, 6)),
+    (dict(stochastic=True, num_samples=3), [(None, 6)], (None, 3, 6, 6)),
     (dict(stochastic=True, num_samples=3, output_mode="ranks"), [(None, 2, 6)],
-     (None, 2, None, 6)),
+     (None, 2, 3, 6)),
 ])
 def test_symbolic_output_shapes(kwargs, inputs, expected):
     tensors = [keras.Input(shape[1:]) for shape in inputs]
@@ -141,11 +143,31 @@ def test_xla_and_mixed_precision_models():
     model.get_layer("soft").seed_generator.state.assign(seed_state)
     xla_train = tf.function(lambda v: model(v, training=True), jit_compile=True)(x)[0]
     np.testing.assert_allclose(xla_train.numpy(), eager_train.numpy(), atol=1e-4)
-    layer = ss.SoftSort(tau=0.5, dtype="mixed_float16")
-    out = layer(x)
-    assert out.dtype == tf.float16
-    np.testing.assert_allclose(out.numpy().astype(np.float32),
-                               ss.soft_sort_matrix(x, 0.5).numpy(), atol=2e-3)
+    # Under a mixed policy the layers compute and return float32 (see
+    # tests/test_mixed_precision.py for training).
+    for policy in ("mixed_float16", "mixed_bfloat16", "float16"):
+        layer = ss.SoftSort(tau=0.5, dtype=policy)
+        out = layer(x)
+        assert out.dtype == tf.float32 and layer.compute_dtype == "float32"
+        np.testing.assert_allclose(out.numpy(), ss.soft_sort_matrix(x, 0.5).numpy(), atol=1e-6)
+    assert ss.SoftSort(dtype="float64")(x.astype(np.float64)).dtype == tf.float64
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_sample_axis_has_a_static_size_for_flatten_and_dense(name):
+    # Bug: the sample axis had no static size (and size S in training, 1 in inference),
+    # so a Flatten + Dense after a stochastic layer with num_samples failed.
+    cls, kwargs, _ = LAYERS[name]
+    inputs = keras.Input((5,))
+    perm = cls(stochastic=True, num_samples=3, seed=2, **kwargs)(inputs)
+    assert tuple(perm.shape) == (None, 3, 5, 5)
+    outputs = keras.layers.Dense(1)(keras.layers.Flatten()(perm))
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", "mse")
+    x = np.random.RandomState(0).randn(8, 5).astype(np.float32)
+    history = model.fit(x, x.sum(-1), batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert model.predict(x, batch_size=4, verbose=0).shape == (8, 1)
 
 
 @pytest.mark.parametrize("make, match", [

@@ -16,16 +16,27 @@ with Gumbel noise (reparameterised Plackett–Luce, see `permutation_ops`) when
 `training=True`, or always with `sample_at_inference=True`; otherwise the layer is
 deterministic. Fresh noise is drawn at every call from a
 `keras.random.SeedGenerator(seed)` whose state is saved with the model. With
-`num_samples=S` a sample axis is inserted before the matrix axes (`[batch, S, n, n]`
-or `[batch, S, n]`); it has size 1 when no noise is drawn. With the default
-`num_samples=None` one sample is drawn and no axis is added.
+`num_samples=S` a sample axis of static size S is inserted before the matrix axes
+(`[batch, S, n, n]` or `[batch, S, n]`), in training and inference alike, so that a
+`Flatten`/`Dense` may follow: when no noise is drawn (inference without
+`sample_at_inference`) its S entries are all the deterministic, noise-free output.
+With the default `num_samples=None` one sample is drawn and no axis is added.
+
+Mixed precision: the layers always compute in float32 (float64 stays float64). Under a
+policy whose compute dtype is float16 or bfloat16 (e.g. `mixed_float16`, or
+`dtype="mixed_bfloat16"`) they take a float32 policy instead: the scores are cast to
+float32 on the way in and the outputs are float32. P̂ holds entries far below float16's
+resolution, and the gradient of a cross-entropy on it, ≈ 1/P̂ (times the loss scale),
+overflows float16, which collapsed the loss scale and stalled training.
 """
 
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf.losses.base import full_precision_dtype
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, registry, sampling
 from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
@@ -55,6 +66,8 @@ class _PermutationLayer(keras.layers.Layer):
                  output_mode: str = "matrix", stochastic: bool = False,
                  num_samples: int | None = None, sample_at_inference: bool = False,
                  seed: int | None = None, **kwargs):
+        if "dtype" in kwargs or full_precision_dtype() == "float32":
+            kwargs["dtype"] = full_precision_dtype(kwargs.get("dtype"))
         super().__init__(**kwargs)
         self.direction = _checks.check_direction(direction)
         self.hard = permutation_ops._check_hard(hard)
@@ -83,9 +96,16 @@ class _PermutationLayer(keras.layers.Layer):
             perm = sampling.stochastic_permutation_matrix(
                 scores, self.num_samples or 1, self.seed_generator.next(), self.method,
                 **kwargs)
-            return perm if self.num_samples is not None else perm[..., 0, :, :]
-        perm = registry.permutation_matrix(scores, self.method, **kwargs)
-        return perm[..., None, :, :] if self.num_samples is not None else perm
+            if self.num_samples is None:
+                return perm[..., 0, :, :]
+        else:
+            perm = registry.permutation_matrix(scores, self.method, **kwargs)
+            if self.num_samples is None:
+                return perm
+            # S copies of the noise-free matrix: the sample axis keeps its size S.
+            perm = tf.repeat(perm[..., None, :, :], self.num_samples, axis=-3)
+        n = scores.shape[-1]
+        return tf.ensure_shape(perm, scores.shape[:-1].concatenate([self.num_samples, n, n]))
 
     def call(self, inputs, training=None):
         if isinstance(inputs, (list, tuple)):
@@ -109,7 +129,7 @@ class _PermutationLayer(keras.layers.Layer):
         shape = tuple(input_shape)
         lead, n = shape[:-1], shape[-1]
         if self.num_samples is not None:
-            lead = lead + (None,)
+            lead = lead + (self.num_samples,)
         return lead + (n, n) if self.output_mode == "matrix" else lead + (n,)
 
     def get_config(self) -> dict:

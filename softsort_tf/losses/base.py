@@ -12,6 +12,16 @@ from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
 _DEPRECATED = {"cost_power": "power"}
 
 
+def full_precision_dtype(dtype=None):
+    """`dtype` (a dtype or policy name, None for the global policy), or 'float32' where
+    it computes in float16/bfloat16: the relaxed permutations, the Sinkhorn operators
+    and their losses are computed and returned in float32 under a mixed precision
+    policy (their gradients, ≈ 1/P̂ for a cross-entropy, overflow float16)."""
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else (
+        keras.config.dtype_policy())
+    return "float32" if policy.compute_dtype in ("float16", "bfloat16") else dtype
+
+
 def _check_bool(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"`{name}` must be True or False, got {value!r}.")
@@ -45,7 +55,8 @@ class _SinkhornLoss(keras.losses.Loss, OptionFieldsMixin):
 
     Args:
       options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
-      reduction, name, dtype: as in `keras.losses.Loss`.
+      reduction, name, dtype: as in `keras.losses.Loss` (a float16/bfloat16 dtype or
+        policy computes in float32, see `full_precision_dtype`).
       **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
         `max_iterations`, `implicit`, `squash`, ...) overriding those of `options`.
 
@@ -54,7 +65,7 @@ class _SinkhornLoss(keras.losses.Loss, OptionFieldsMixin):
 
     def __init__(self, *, options: SinkhornOptions | dict | None = None, reduction, name,
                  dtype, **kwargs):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=full_precision_dtype(dtype))
         self.options, unknown = SinkhornOptions.split_kwargs(_legacy_option_kwargs(kwargs),
                                                              options)
         if unknown:

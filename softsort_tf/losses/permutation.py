@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
+from softsort_tf.losses.base import full_precision_dtype
 from softsort_tf.ops.permutation_targets import _check_format, _per_example, _pick, _read_targets
 
 _PACKAGE = "softsort_tf"
@@ -76,7 +77,9 @@ class PermutationCrossEntropy(keras.losses.Loss):
         holding the index of the i-th item) or 'matrix' (`[batch, n, n]`).
       reduction: Keras reduction (default 'sum_over_batch_size').
       name: loss name.
-      dtype: dtype of the loss computation (default: Keras floatx).
+      dtype: dtype of the loss computation (default: Keras floatx); float16 and
+        bfloat16 (or a mixed policy) compute in float32, as the permutation layers do
+        under mixed precision: the gradient ≈ 1/P̂ overflows float16.
 
     Example:
     >>> loss = PermutationCrossEntropy()
@@ -89,7 +92,7 @@ class PermutationCrossEntropy(keras.losses.Loss):
                  y_true_format: str = "auto", reduction: str = "sum_over_batch_size",
                  name: str = "permutation_cross_entropy", dtype=None, *,
                  epsilon: float | None = None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=full_precision_dtype(dtype))
         self.probability_floor = _checks.check_in_open_interval(
             "probability_floor", deprecated_probability_floor(probability_floor, epsilon),
             0.0, 1.0)
