@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import softsort_tf as ss
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops import squash as squash_lib
+from softsort_tf.ops import transport as transport_lib
 from softsort_tf.solvers import sinkhorn as sinkhorn_solver
 
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
@@ -588,6 +589,27 @@ BAD_CALLS = [
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("op", [ss.sinkhorn_sort, ss.sinkhorn_rank,
+                                lambda v, **kw: ss.sinkhorn_topk_mask(v, 2, **kw)])
+def test_epsilon_below_what_the_dtype_resolves_is_rejected(op):
+    """float32 sorts exploded to 1e9 at ε = 1e-10 and inf from 1e-11 (issue 15, item 3)."""
+    x = np.random.RandomState(14).randn(3, 8)
+    for eps in (1e-7, 1e-11):
+        with pytest.raises(ValueError, match="`epsilon`.*float32.*float64"):
+            op(x.astype(np.float32), epsilon=eps)
+    with pytest.raises(ValueError, match="`epsilon`.*float64"):
+        op(x, epsilon=1e-16)
+    # At the smallest accepted ε each dtype converges to a finite, nearly hard result.
+    for dtype in (np.float32, np.float64):
+        eps = transport_lib.min_epsilon(dtype)
+        out, info = op(x.astype(dtype), epsilon=eps, return_info=True)
+        assert np.all(info.error.numpy() < 1e-3)
+        assert np.all(np.isfinite(out.numpy()))
+    s = ss.sinkhorn_sort(x.astype(np.float32), epsilon=transport_lib.min_epsilon(
+        np.float32)).numpy()
+    np.testing.assert_allclose(s, np.sort(x, axis=1), atol=1e-2)
 
 
 def test_target_values_per_row_follow_the_rows_of_x():

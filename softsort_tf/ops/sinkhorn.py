@@ -51,7 +51,9 @@ Conventions shared by all operators:
   close to the hard one when ε ≪ 2/n², and each soft rank blurs over roughly
   n·√(ε/2) neighbours otherwise (≈ 21 neighbours for n = 300, ε = 1e-2; 0.35 for
   n = 5). Smaller ε is sharper but needs more iterations and gives smaller
-  gradients.
+  gradients. ε must be at least 32 machine epsilons of the compute dtype (3.8e-6 in
+  float32, 7.1e-15 in float64; `transport.min_epsilon`): below, the potentials
+  (≈ cost / ε) are rounded too coarsely to converge, and a `ValueError` says so.
 - `threshold` (default 1e-3) is the L1 marginal error at which a row stops;
   `max_iterations` (default 1000, rounded up to a multiple of `check_every`) bounds
   the iterations of a row; `return_info=True` reports rows that reached it.

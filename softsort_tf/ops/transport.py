@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
@@ -32,6 +33,31 @@ Attributes:
   error: final L1 marginal error of each row (compare with `threshold`).
 """
 
+
+
+# The potentials are of the order of the costs over ε (costs in [0, 1] after squashing),
+# so their rounding, machine-ε / ε relative to the plan's log, must stay small: below
+# this many machine epsilons the marginal error cannot reach the default threshold and
+# the read-outs degrade, then explode (the float32 sort returned 1e9 at ε = 1e-10 and
+# inf from 1e-11).
+MIN_EPSILON_ULPS = 32
+
+
+def min_epsilon(dtype) -> float:
+    """Smallest ε a Sinkhorn operator accepts in `dtype` (3.8e-6 in float32, 7.1e-15 in
+    float64): `MIN_EPSILON_ULPS` machine epsilons."""
+    return MIN_EPSILON_ULPS * float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
+
+
+def check_epsilon_for_dtype(epsilon: float, dtype) -> None:
+    """Raises a `ValueError` if ε is below `min_epsilon(dtype)`."""
+    smallest = min_epsilon(dtype)
+    if epsilon < smallest:
+        raise ValueError(
+            f"`epsilon` = {epsilon:g} is below the smallest ε that {tf.as_dtype(dtype).name} "
+            f"can resolve, {smallest:.3g} ({MIN_EPSILON_ULPS} machine epsilons; the potentials "
+            "are rounded to about machine-ε / ε and the solver cannot converge). Use a "
+            "larger `epsilon` or compute in float64 (cast `x`).")
 
 
 def bin_centres(b):
@@ -77,6 +103,7 @@ class Transport:
         if a is None:
             a = tf.fill(tf.shape(x2d), tf.constant(1.0 / self.n, self.dtype))
         self.a = a
+        check_epsilon_for_dtype(options.solver_kwargs()["epsilon"], self.dtype)
         m, target_weights = targets
         self.y, self.b = _target_measure(m, target_weights, self.dtype)
         squashed = squash_values(self.values, options.squash,
