@@ -235,3 +235,14 @@ def test_bad_metric_arguments():
         ss.SpearmanCorrelation(axis="rows")
     with pytest.raises(ValueError, match="same shape"):
         ss.spearman_correlation(np.ones((2, 3)), np.ones(3))
+
+
+@pytest.mark.parametrize("bad", [-1.0, np.nan])
+def test_regression_metrics_reject_negative_or_nan_sample_weights(bad):
+    # Unclear error: a negative (or NaN) mass was accepted silently.
+    weights = np.array([1.0, bad, 2.0, 1.0])
+    for metric in (ss.QuantileError(0.5), ss.TrimmedError(0.1, 0.8)):
+        with pytest.raises(ValueError, match="sample_weight"):
+            metric.update_state(np.zeros(4), np.arange(4.0), sample_weight=weights)
+        metric.update_state(np.zeros(4), np.arange(4.0), sample_weight=[1.0, 0.0, 2.0, 1.0])
+        assert np.isfinite(float(metric.result()))

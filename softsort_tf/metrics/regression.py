@@ -21,6 +21,10 @@ class _BatchErrorMetric(keras.metrics.Metric):
       error_power: exponent of the per-example error |y − ŷ|^error_power (mean over
         non-batch axes); `power` is its deprecated name.
       name, dtype: as in `keras.metrics.Metric`.
+
+    `sample_weight` gives the masses of the examples in each batch statistic: finite
+    and ≥ 0; a negative or NaN weight raises a `ValueError` where its value is known
+    when `update_state` runs (eagerly; inside a graph it is not checked).
     """
 
     def __init__(self, error_power: float, name: str, dtype=None, power: float | None = None):
@@ -43,6 +47,8 @@ class _BatchErrorMetric(keras.metrics.Metric):
         errors = regression_errors(y_true, tf.cast(y_pred, self.dtype), self.error_power)
         weights = None
         if sample_weight is not None:
+            # Masses of the examples: negative or NaN weights have no meaning here.
+            _checks.check_weight_values("sample_weight", sample_weight, allow_zero=True)
             weights = tf.reshape(tf.cast(sample_weight, errors.dtype), [-1])
             weights = tf.broadcast_to(weights, tf.shape(errors))
         value = tf.cast(self.statistic(errors, weights), self.dtype)
