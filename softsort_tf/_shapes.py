@@ -4,6 +4,11 @@ Every operator works internally on a `[batch, n]` matrix in float32 or float64.
 `to_batch` moves the chosen axis last, flattens the other axes into one batch axis
 and casts reduced-precision inputs (float16, bfloat16) to float32; `from_batch`
 undoes both on the result.
+
+Integer inputs are computed in float64 when their type holds integers that float32
+cannot represent (above 2²⁴: int32, uint32, int64, uint64), so that distinct large
+integers stay distinct (float32 made 16777216 and 16777217 a tie), and in float32
+otherwise. Results are float64 for 64-bit integers and float32 for the others.
 """
 
 from __future__ import annotations
@@ -30,6 +35,17 @@ def compute_dtype(dtype: tf.DType) -> tf.DType:
                      f"got {dtype.name}.")
 
 
+# Integer types whose values float32 (24-bit significand) cannot all represent.
+_WIDE_INTEGERS = (tf.int32, tf.uint32, tf.int64, tf.uint64)
+
+
+def batch_compute_dtype(dtype: tf.DType) -> tf.DType:
+    """The dtype `to_batch` computes in: `compute_dtype`, but float64 for integer types
+    wider than float32's 24-bit significand."""
+    dtype = tf.as_dtype(dtype)
+    return tf.float64 if dtype in _WIDE_INTEGERS else compute_dtype(dtype)
+
+
 @dataclasses.dataclass
 class BatchView:
     """How a `[..., n, ...]` tensor was turned into `[batch, n]`."""
@@ -41,6 +57,14 @@ class BatchView:
     static_moved_shape: tf.TensorShape
     input_dtype: tf.DType
     n: int
+
+    @property
+    def output_dtype(self) -> tf.DType:
+        """The dtype of results: the input's if floating, else float64 for 64-bit
+        integers and float32 for the others."""
+        if self.input_dtype.is_floating:
+            return self.input_dtype
+        return tf.float64 if self.input_dtype.size == 8 else tf.float32
 
 
 def to_batch(x, axis: int = -1, name: str = "x"):
@@ -77,7 +101,7 @@ def to_batch(x, axis: int = -1, name: str = "x"):
         n=int(n),
     )
     x2d = tf.reshape(moved, [-1, n])
-    x2d = tf.cast(x2d, compute_dtype(x.dtype))
+    x2d = tf.cast(x2d, batch_compute_dtype(x.dtype))
     return x2d, view
 
 
@@ -88,7 +112,8 @@ def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
       y2d: `[batch, m]` result, or `[batch]` when `keep_axis=False`.
       view: the `BatchView` returned by `to_batch`.
       keep_axis: when False the operated axis is removed from the output.
-      cast: cast back to the input dtype (when the input was floating point).
+      cast: cast back to the input dtype (when the input was floating point; results
+        of integer inputs are always cast to `view.output_dtype`).
     """
     lead = view.moved_shape[:-1]
     static_lead = view.static_moved_shape[:-1]
@@ -104,8 +129,8 @@ def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
     else:
         out = tf.reshape(y2d, lead)
         out.set_shape(static_lead)
-    if cast and view.input_dtype.is_floating:
-        out = tf.cast(out, view.input_dtype)
+    if view.input_dtype.is_integer or (cast and view.input_dtype.is_floating):
+        out = tf.cast(out, view.output_dtype)
     return out
 
 

@@ -522,6 +522,25 @@ def test_dtypes(dtype):
     assert ss.sinkhorn_quantile(x, 0.5).dtype == dtype
 
 
+@pytest.mark.parametrize("dtype, out_dtype", [(tf.int32, tf.float32), (tf.int64, tf.float64),
+                                              (tf.uint32, tf.float32)])
+def test_large_integers_stay_distinct(dtype, out_dtype):
+    """Integers above 2²⁴ collapsed into ties in float32 (issue 15, item 8)."""
+    big = np.array([[16777217, 16777216, 16777218, 16777219]])
+    x = tf.constant(big, dtype)
+    ranks = ss.sinkhorn_rank(x, epsilon=1e-3)
+    assert ranks.dtype == out_dtype
+    np.testing.assert_allclose(ranks.numpy(), [[2, 1, 3, 4]], atol=1e-3)
+    np.testing.assert_array_equal(ss.rankdata(x).numpy(), [[2, 1, 3, 4]])
+    s = ss.sinkhorn_sort(x, epsilon=1e-3)
+    assert s.dtype == out_dtype
+    if out_dtype == tf.float64:
+        np.testing.assert_allclose(s.numpy(), np.sort(big), rtol=0, atol=1e-3)
+    np.testing.assert_allclose(ss.soft_sort_matrix(x, tau=0.01).numpy()[0],
+                               np.eye(4)[[3, 2, 0, 1]], atol=1e-6)
+    assert ss.hard_permutation_matrix(x).dtype == out_dtype
+
+
 def test_nan_propagates_without_hanging_and_can_raise():
     x = np.random.RandomState(12).randn(3, 6)
     x[1, 2] = np.nan

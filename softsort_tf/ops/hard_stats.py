@@ -38,8 +38,8 @@ def rankdata(x, axis: int = -1):
       axis: the axis to rank along.
 
     Returns:
-      Float ranks in [1, n] with the shape of x (float32 for integer or reduced
-      precision inputs, else the dtype of x).
+      Float ranks in [1, n] with the shape of x (float32 for reduced precision and
+      up to 32-bit integer inputs, float64 for 64-bit integers, else the dtype of x).
 
     Example:
     >>> rankdata([[10.0, 30.0, 20.0, 20.0]]).numpy()

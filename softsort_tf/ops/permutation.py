@@ -83,8 +83,7 @@ def _to_matrix_output(perm2d, view: _shapes.BatchView):
     n = view.n
     out = tf.reshape(perm2d, tf.concat([view.moved_shape[:-1], [n, n]], axis=0))
     out.set_shape(view.static_moved_shape[:-1].concatenate([n, n]))
-    if view.input_dtype.is_floating:
-        out = tf.cast(out, view.input_dtype)
+    out = tf.cast(out, view.output_dtype)
     return out
 
 
@@ -140,7 +139,8 @@ def hard_permutation_matrix(scores, direction: str = "DESCENDING"):
       direction: 'DESCENDING' (default) or 'ASCENDING'.
 
     Returns:
-      `[..., n, n]` 0/1 matrix in the dtype of `scores` (float32 for integers).
+      `[..., n, n]` 0/1 matrix in the dtype of `scores` (float32 for integers, float64
+      for 64-bit integers).
 
     Example:
     >>> hard_permutation_matrix([[0.3, 2.0, 1.0]]).numpy()[0]

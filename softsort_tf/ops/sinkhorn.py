@@ -437,6 +437,5 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
     lead = view.moved_shape[:-1]
     out = tf.reshape(perm, tf.concat([lead, [n, n]], axis=0))
     out.set_shape(view.static_moved_shape[:-1].concatenate([n, n]))
-    if view.input_dtype.is_floating:
-        out = tf.cast(out, view.input_dtype)
+    out = tf.cast(out, view.output_dtype)
     return finish(out, t, return_info)
