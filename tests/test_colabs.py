@@ -1,0 +1,164 @@
+"""The Colab notebooks in `colabs/`: structure, committed outputs, and headless runs.
+
+The slow tests execute each notebook from a clean kernel (nbclient), on the CPU, at the
+small budget (the environment variable `SOFTSORT_TF_BUDGET` read by the notebook's
+`parameters` cell), and check that it finished, drew its figures and printed its key
+numbers. The kernel is this interpreter (a `python3` kernel spec written for the test),
+so the notebooks run against the checkout's installed package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+COLABS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "colabs")
+MAX_COMMITTED_BYTES = 1_500_000
+
+# notebook -> (minimum number of figures, regular expressions its printed output must match)
+NOTEBOOKS = {
+    "01_operators_tour.ipynb": (6, [
+        r"ranks\s+max \|soft − hard\| at ε = 1e-04: \d\.\d{4}",
+        r"n = \d+: blur at ε = 1e-02: measured \d+\.\d\d, rule \d+\.\d\d positions",
+        r"softsort\s+tau = 0\.05\s+row sums 1\.000-1\.000",
+        r"sinkhorn\s+epsilon = 0\.001\s+row sums 1\.000-1\.000, column sums 1\.000-1\.000",
+        r"Jacobian row sums \(≈ 0\)",
+        r"warm start off\s+ε = 1e-04:\s+\d+ iterations, error ",
+        r"n =   10, blur 1 position, .*'epsilon': 0\.02",
+    ]),
+    "02_learning_to_sort_large_mnist.ipynb": (3, [
+        r"Digits: embedded",
+        r"softsort\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
+        r"neuralsort\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
+        r"sinkhorn\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
+        r"Deterministic NeuralSort \(NeuralSort paper\)\s+0\.930 \(0\.951\)",
+        r"predicted order",
+    ]),
+    "03_robust_and_rank_based_learning.ipynb": (4, [
+        r"MSE\s+slope\s+-?\d+\.\d\d, intercept\s+-?\d+\.\d\d",
+        r"least median.*slope\s+-?\d+\.\d\d",
+        r"trimmed.*slope\s+-?\d+\.\d\d",
+        r"cross-entropy\s+final test top-1 accuracy \d\.\d{3}",
+        r"soft top-1\s+final test top-1 accuracy \d\.\d{3}",
+        r"learned f vs true f: max \|error\| \d+\.\d{3}",
+        r"Spearman loss\s+final test Spearman -?\d\.\d{3}",
+    ]),
+    "04_speed.ipynb": (2, [
+        r"Device: CPU",
+        r"softsort\s+graph\s+n =\s+\d+:\s+\d+\.\d+ ms",
+        r"sinkhorn ranks\s+xla\s+n =\s+\d+:\s+\d+\.\d+ ms",
+        r"tf\.sort\s+graph",
+        r"implicit\s+\d+ iterations: peak \+?-?\d+\.\d MB",
+        r"unrolled\s+\d+ iterations: peak \+?-?\d+\.\d MB",
+    ]),
+}
+
+
+def _read(name):
+    return nbformat.read(os.path.join(COLABS, name), as_version=4)
+
+
+def _text_outputs(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                parts.append(out["text"])
+            elif "data" in out and "text/plain" in out["data"]:
+                parts.append(out["data"]["text/plain"])
+    return "".join(parts)
+
+
+def _num_figures(nb) -> int:
+    return sum("image/png" in out.get("data", {})
+               for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def test_every_notebook_is_listed():
+    assert sorted(n for n in os.listdir(COLABS) if n.endswith(".ipynb")) == sorted(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_notebook_structure(name):
+    """First cell installs the package when missing and reports the device; one cell is
+    tagged `parameters` and holds the budget switch; everything else is fixed."""
+    nb = _read(name)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    first = code[0].source
+    assert re.search(r'^SOFTSORT_TF_SOURCE = "git\+https://github\.com/YOUR_GITHUB_ORG/', first,
+                     re.M)
+    assert "except ImportError:" in first and "pip" in first and "SOFTSORT_TF_SOURCE" in first
+    assert "tf.__version__" in first and "No GPU" in first and "Change runtime type" in first
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1
+    assert re.search(r'^BUDGET = os\.environ\.get\("SOFTSORT_TF_BUDGET", "colab"\)$',
+                     params[0].source, re.M)
+    assert code.index(params[0]) == 1
+    # No library code copied in: the notebooks import softsort_tf, they define no
+    # operators, layers, losses or models of their own.
+    assert not re.search(r"^class ", "\n".join(c.source for c in code), re.M)
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_committed_outputs(name):
+    """The committed notebook carries the outputs of a real run: figures, key numbers,
+    the device that produced them, and stays small enough to read on GitHub."""
+    path = os.path.join(COLABS, name)
+    assert os.path.getsize(path) < MAX_COMMITTED_BYTES
+    nb = _read(name)
+    min_figures, patterns = NOTEBOOKS[name]
+    assert _num_figures(nb) >= min_figures
+    text = _text_outputs(nb)
+    for pattern in patterns:
+        assert re.search(pattern, text), pattern
+    assert re.search(r"Run finished on CPU at budget 'medium'", text)
+    assert "No GPU in this runtime" in text
+    assert not any(o.get("output_type") == "error"
+                   for c in nb.cells for o in c.get("outputs", []))
+    intro = nb.cells[0].source
+    assert "CPU" in intro and "medium" in intro
+
+
+@pytest.fixture
+def venv_kernel(tmp_path, monkeypatch):
+    """A `python3` kernel spec running this interpreter, first on JUPYTER_PATH."""
+    spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (test)", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("SOFTSORT_TF_BUDGET", "small")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    return "python3"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_notebook_runs_at_small_budget(name, venv_kernel, tmp_path):
+    nb = _read(name)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    # Which interpreter the kernel runs, checked below (not part of the notebook).
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys\nprint('KERNEL', sys.executable)"))
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    client = nbclient.NotebookClient(nb, kernel_name=venv_kernel, timeout=240,
+                                     resources={"metadata": {"path": str(workdir)}})
+    client.execute()  # raises CellExecutionError if a cell fails
+    text = _text_outputs(nb)
+    assert f"KERNEL {sys.executable}\n" in text
+    assert "budget 'small'" in text
+    min_figures, patterns = NOTEBOOKS[name]
+    assert _num_figures(nb) >= min_figures
+    for pattern in patterns:
+        assert re.search(pattern, text), pattern
