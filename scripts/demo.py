@@ -4,9 +4,10 @@
    the exact values, so that the effect of the regularisation is visible.
 2. Fits a small Keras model through a `SinkhornRank` layer: a linear scorer of 5-d
    features whose soft ranks must match hidden ground-truth ranks.
-3. Runs the large-MNIST sorting benchmark (`scripts/train_sort.py`) on the embedded
-   offline digits (scikit-learn's 8×8 digits), printing the test accuracy of the
-   trained model next to an untrained one's.
+3. Runs the large-MNIST sorting benchmark (`softsort_tf.experiments.large_mnist.run`,
+   what `scripts/train_sort.py` runs) on the embedded offline digits (scikit-learn's
+   8×8 digits), printing the test accuracy of the trained model next to an untrained
+   one's.
 
 Runs on CPU in about two minutes and needs no network.
 """
@@ -14,7 +15,6 @@ Runs on CPU in about two minutes and needs no network.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,12 +23,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import softsort_tf as ss  # noqa: E402
+from softsort_tf.experiments import flags as experiment_flags  # noqa: E402
+from softsort_tf.experiments import large_mnist  # noqa: E402
 
 _SORT_DEMO = flags.DEFINE_bool(
-    "sort_demo", True, "Also run the large-MNIST sorting demo (scripts/train_sort.py).")
+    "sort_demo", True, "Also run the large-MNIST sorting demo (as scripts/train_sort.py).")
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None,
     "Where the sorting demo writes checkpoints and results (default: a fresh temporary "
@@ -89,16 +91,19 @@ def fit_scorer() -> None:
 
 
 def sorting_demo(output_dir: str | None) -> None:
-    """Runs the large-MNIST sorting binary (n = 3, 300 steps) on the embedded digits."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_sort.py")
-    output_dir = output_dir or tempfile.mkdtemp(prefix="softsort_tf_demo_")
-    cmd = [sys.executable, script, f"--output_dir={output_dir}", "--dataset=embedded",
-           "--n=3", "--epochs=5", "--steps_per_epoch=60", "--num_val_sequences=200",
-           "--num_test_sequences=1000",
-           # A progress bar on a terminal, one line per epoch in logs and pipes.
-           f"--verbose={1 if sys.stdout.isatty() else 2}"]
-    print("\nLarge-MNIST sorting on the embedded digits:\n  $", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, check=True)
+    """Learns to sort large-MNIST sequences (n = 3, 300 steps) on the embedded digits."""
+    config = large_mnist.ExperimentConfig(
+        task="sort", output_dir=output_dir or tempfile.mkdtemp(prefix="softsort_tf_demo_"),
+        dataset="embedded", n=3, epochs=5, steps_per_epoch=60, num_val_sequences=200,
+        num_test_sequences=1000,
+        # A progress bar on a terminal, one line per epoch in logs and pipes.
+        verbose=1 if sys.stdout.isatty() else 2)
+    print("\nLarge-MNIST sorting on the embedded digits, the run of\n  $ python "
+          f"scripts/train_sort.py --output_dir={config.output_dir} --n={config.n} "
+          f"--epochs={config.epochs} --steps_per_epoch={config.steps_per_epoch} "
+          f"--num_val_sequences={config.num_val_sequences} "
+          f"--num_test_sequences={config.num_test_sequences}", flush=True)
+    large_mnist.run(config)
 
 
 def main(argv) -> None:
@@ -112,4 +117,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    experiment_flags.run_binary(main)

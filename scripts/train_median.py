@@ -2,13 +2,11 @@
 
 Example (a quick run on the offline digits):
 
-    python scripts/train_median.py --output_dir=/tmp/median --n=3 --epochs=2 \
-        --steps_per_epoch=50
+    python scripts/train_median.py --output_dir=/tmp/median --n=3 --epochs=2 --steps_per_epoch=50
 
-Restarting with the same --output_dir resumes from the last finished epoch.
+Restarting with the same --output_dir resumes from the last finished epoch. The flags
+are those of `softsort_tf.experiments.flags`, shared with the other experiment binaries.
 """
-
-from absl import app
 
 from softsort_tf.experiments import flags as experiment_flags
 from softsort_tf.experiments import large_mnist
@@ -17,10 +15,9 @@ experiment_flags.define_flags("median")
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    del argv  # run_binary rejects positional arguments
     large_mnist.run(experiment_flags.config_from_flags("median"))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    experiment_flags.run_binary(main)

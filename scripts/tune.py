@@ -14,45 +14,42 @@ Restarting with the same --output_dir resumes the search; `tuning.json` in it li
 every trial and the test metrics of the best one.
 """
 
-from absl import app, flags
+from absl import flags
 
 from softsort_tf.experiments import flags as experiment_flags
-from softsort_tf.experiments import large_mnist, models, tuning
+from softsort_tf.experiments import models, tuning
 
-experiment_flags.define_flags(None)
-_TASK = flags.DEFINE_enum("task", "sort", large_mnist.TASKS, "Task to tune.")
+experiment_flags.define_flags(None)  # --task chooses sort or median
 _TUNER = flags.DEFINE_enum("tuner", "random", tuning.TUNERS,
                            "Search algorithm (hyperband ignores --max_trials).")
-_MAX_TRIALS = flags.DEFINE_integer("max_trials", 10, "Trials of the random/Bayesian search.")
+_MAX_TRIALS = flags.DEFINE_integer("max_trials", 10, "Trials of the random/Bayesian search.",
+                                   lower_bound=1)
 _EXECUTIONS = flags.DEFINE_integer("executions_per_trial", 1,
-                                   "Trainings per trial, averaged.")
+                                   "Trainings per trial, averaged.", lower_bound=1)
 _METHODS = flags.DEFINE_list("methods", None, "Operators to choose from, a subset of "
                              f"{','.join(models.METHODS)}; default: --method alone.")
+flags.register_validator(_METHODS, lambda methods: set(methods or ()) <= set(models.METHODS),
+                         f"must be a subset of {','.join(models.METHODS)}.")
 _TAU_RANGE = flags.DEFINE_list("tau_range", ["16", "4096"], "low,high of τ (log-uniform).")
 _EPSILON_RANGE = flags.DEFINE_list("epsilon_range", ["0.001", "0.1"],
                                    "low,high of the Sinkhorn ε (log-uniform).")
 _LR_RANGE = flags.DEFINE_list("learning_rate_range", ["0.0001", "0.01"],
                               "low,high of the learning rate (log-uniform).")
-
-
-def _pair(name: str, values: list[str]) -> tuple[float, float]:
-    if len(values) != 2:
-        raise app.UsageError(f"--{name} takes two values, low,high; got {values}.")
-    return float(values[0]), float(values[1])
+for _range in (_TAU_RANGE, _EPSILON_RANGE, _LR_RANGE):
+    flags.register_validator(_range, tuning.range_is_valid,
+                             "must be two numbers low,high with 0 < low <= high.")
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    config = experiment_flags.config_from_flags(_TASK.value)
+    del argv  # run_binary rejects positional arguments
+    config = experiment_flags.config_from_flags()
     space = tuning.SearchSpace(
         methods=tuple(_METHODS.value or [config.method]),
-        tau=_pair("tau_range", _TAU_RANGE.value),
-        epsilon=_pair("epsilon_range", _EPSILON_RANGE.value),
-        learning_rate=_pair("learning_rate_range", _LR_RANGE.value))
+        tau=tuple(_TAU_RANGE.value), epsilon=tuple(_EPSILON_RANGE.value),
+        learning_rate=tuple(_LR_RANGE.value))
     tuning.search(config, space, tuner=_TUNER.value, max_trials=_MAX_TRIALS.value,
                   executions_per_trial=_EXECUTIONS.value)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    experiment_flags.run_binary(main)

@@ -143,6 +143,9 @@ def test_bad_arguments_raise_value_errors(embedded, tmp_path):
         load_digit_splits("npz")
     with pytest.raises(ValueError, match="mnist_npz"):
         load_digit_splits("npz", str(tmp_path / "missing.npz"))
+    np.savez(tmp_path / "digits.npz", x_train=np.zeros([3, 28, 28], np.uint8))
+    with pytest.raises(ValueError, match=r"lacks the arrays \['y_train', 'x_test', 'y_test'\]"):
+        load_digit_splits("npz", str(tmp_path / "digits.npz"))
     with pytest.raises(ValueError, match="limit_per_class"):
         load_digit_splits("embedded", limit_per_class=0)
     with pytest.raises(ValueError, match="n must"):

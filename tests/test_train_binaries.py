@@ -46,16 +46,20 @@ def _check_outputs(output_dir, results):
     assert glob.glob(os.path.join(output_dir, "tensorboard", "train", "events.out.tfevents*"))
     assert glob.glob(os.path.join(output_dir, "tensorboard", "validation", "events.out*"))
     assert os.path.exists(os.path.join(output_dir, "checkpoints", "best.weights.h5"))
+    with open(os.path.join(output_dir, "history.csv")) as f:  # keras.callbacks.CSVLogger
+        assert len(f.read().splitlines()) == 1 + saved["epochs_completed"]
     return saved
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_continues_with_the_same_weights(tmp_path):
     # Stochastic SoftSort: the Gumbel noise of a step must also be the same after resume.
     config = dict(TINY, task="sort", n=3, epochs=2, stochastic=True, num_samples=2)
     stopped = str(tmp_path / "stopped")
     first = experiment.run(ExperimentConfig(output_dir=stopped, stop_after_epochs=1, **config))
     assert not first["finished"] and first["epochs_completed"] == 1 and "metrics" not in first
-    after_epoch_1 = _weights(os.path.join(stopped, "checkpoints", "epoch-1.weights.h5"))
+    backup = os.path.join("backup", "latest.weights.h5")  # keras.callbacks.BackupAndRestore
+    after_epoch_1 = _weights(os.path.join(stopped, backup))
 
     resumed = experiment.run(ExperimentConfig(output_dir=stopped, **config))
     assert resumed["resumed_from_epoch"] == 1 and resumed["epochs_completed"] == 2
@@ -69,13 +73,20 @@ def test_resume_after_interruption_continues_with_the_same_weights(tmp_path):
     for key, values in reference["history"].items():
         if key != "epoch_seconds":
             assert resumed["history"][key] == pytest.approx(values, rel=1e-5), key
-    final = _weights(os.path.join(stopped, "checkpoints", "epoch-2.weights.h5"))
-    final_ref = _weights(os.path.join(reference_dir, "checkpoints", "epoch-2.weights.h5"))
+    final = _weights(os.path.join(stopped, backup))
+    final_ref = _weights(os.path.join(reference_dir, backup))
     assert final.keys() == final_ref.keys() and len(final) > 8
     for key in final:
         np.testing.assert_allclose(final[key], final_ref[key], rtol=1e-5, atol=1e-6,
                                    err_msg=key)
     assert any(not np.array_equal(after_epoch_1[k], final[k]) for k in final)  # it trained
+    # The best-epoch weights too: the best value so far is carried over the restart.
+    best = os.path.join("checkpoints", "best.weights.h5")
+    best_resumed, best_ref = _weights(os.path.join(stopped, best)), _weights(
+        os.path.join(reference_dir, best))
+    for key in best_ref:
+        np.testing.assert_allclose(best_resumed[key], best_ref[key], rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
     # The untrained numbers come from the first session and survive the restart.
     assert resumed["metrics"]["untrained_test_exact_accuracy"] == pytest.approx(
         reference["metrics"]["untrained_test_exact_accuracy"])
@@ -86,6 +97,7 @@ def test_resume_after_interruption_continues_with_the_same_weights(tmp_path):
         saved["history"]["val_exact_accuracy"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task, method", [("sort", "sinkhorn"), ("median", "neuralsort")])
 def test_smoke_on_a_slice_of_mnist_npz(tmp_path, mnist_npz, task, method):
     out = str(tmp_path / task)
@@ -115,6 +127,7 @@ def _run_binary(script, tmp_path, *args):
         return json.load(f), proc.stdout
 
 
+@pytest.mark.slow
 def test_train_sort_binary_mirrored_on_two_logical_cpus(tmp_path):
     results, stdout = _run_binary("train_sort.py", tmp_path, "--n=3", "--strategy=mirrored",
                                   "--num_cpu_devices=2")
@@ -128,6 +141,7 @@ def test_train_sort_binary_mirrored_on_two_logical_cpus(tmp_path):
     assert results["flags"]["learning_rate"] == 0.005 and results["flags"]["tau"] == 1024.0
 
 
+@pytest.mark.slow
 def test_train_median_binary_on_embedded_digits(tmp_path):
     results, _ = _run_binary("train_median.py", tmp_path, "--n=3", "--stochastic",
                              "--num_samples=2", "--method=softsort")

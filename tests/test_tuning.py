@@ -37,6 +37,7 @@ def _check_trial(hp):
         assert space.epsilon[0] <= hp["epsilon"] <= space.epsilon[1]
 
 
+@pytest.mark.slow
 def test_search_records_trials_picks_the_best_and_resumes(tmp_path):
     out = str(tmp_path / "search")
     config = ExperimentConfig(task="sort", n=3, output_dir=out, **TINY)
@@ -77,6 +78,7 @@ def test_hypermodel_applies_the_trial_hyperparameters():
     assert out.shape == (2,)
 
 
+@pytest.mark.slow
 def test_hyperband_on_the_median_task(tmp_path):
     out = str(tmp_path / "hyperband")
     config = ExperimentConfig(task="median", n=3, output_dir=out, **dict(TINY, epochs=2))
@@ -101,6 +103,7 @@ def test_bad_arguments_raise(tmp_path, kwargs, match):
         tuning.search(config, **kwargs)
 
 
+@pytest.mark.slow
 def test_tune_binary(tmp_path):
     out = str(tmp_path / "binary")
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "tune.py"), f"--output_dir={out}",

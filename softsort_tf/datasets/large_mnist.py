@@ -54,6 +54,7 @@ SOURCES = ("embedded", "tfds", "npz")
 # Fractions of the 1797 scikit-learn digits (per class) given to train / validation /
 # test: the 55k / 5k / 10k proportions of MNIST.
 EMBEDDED_FRACTIONS = (55 / 70, 5 / 70, 10 / 70)
+_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 _EMBEDDED_SPLIT_SEED = 20200707  # fixed: the embedded splits never depend on --seed
 
 
@@ -190,7 +191,11 @@ def load_digit_splits(source: str = "embedded", mnist_npz: str | None = None,
         if not os.path.exists(mnist_npz):
             raise ValueError(f"mnist_npz={mnist_npz!r} does not exist.")
         with np.load(mnist_npz) as f:
-            splits = _mnist_splits(f["x_train"], f["y_train"], f["x_test"], f["y_test"], "npz")
+            missing = [key for key in _NPZ_KEYS if key not in f.files]
+            if missing:
+                raise ValueError(f"mnist_npz={mnist_npz!r} lacks the arrays {missing} "
+                                 f"(an MNIST npz holds {list(_NPZ_KEYS)}).")
+            splits = _mnist_splits(*(f[key] for key in _NPZ_KEYS), "npz")
     else:
         import tensorflow_datasets as tfds  # noqa: PLC0415 (optional heavy import)
 

@@ -1,78 +1,246 @@
-"""absl flags shared by `scripts/train_sort.py` and `scripts/train_median.py`.
+"""absl flags shared by the experiment binaries: one program family, one flag module.
 
-Each binary calls `define_flags(task)` at import time and `config_from_flags(task)` in
-`main`. Budget / hyper-parameter flags left unset take the task's published defaults
-(see `softsort_tf.experiments.large_mnist`).
+A binary picks the groups it needs at import time, defines its own flags next to them,
+and hands its `main` to `run_binary`:
+
+- `define_run_flags`: output folder, seed, budget, optimiser, `tf.distribute` strategy,
+  determinism, verbosity;
+- `define_relaxation_flags`: the relaxed sorting operator and its temperature
+  (`method`, `tau`, `epsilon`, `stochastic`, `num_samples`);
+- `define_large_mnist_flags`: the large-MNIST data (`n`, digit source, evaluation sets);
+- `define_flags(task)`: all three, as `scripts/train_sort.py`, `scripts/train_median.py`
+  and `scripts/tune.py` use them; `config_from_flags(task)` turns them into an
+  `ExperimentConfig`.
+
+Flags defined here count as key flags of the binary that calls these functions, so its
+`--help` lists them. Every flag has a validator (`softsort_tf.experiments.checks`): a
+bad value stops the binary before it starts, with absl's one-line
+`FATAL Flags parsing error: flag --epochs=0: ...` (exit code 1) instead of a traceback.
+Budget / hyper-parameter flags left unset take the task's published defaults (see
+`softsort_tf.experiments.large_mnist`).
+
+A new binary:
+
+    from absl import flags
+    from softsort_tf.experiments import flags as experiment_flags
+
+    experiment_flags.define_run_flags(batch_size=32, learning_rate=1e-3, epochs=10)
+    experiment_flags.define_relaxation_flags()
+    _K = flags.DEFINE_integer("k", 3, "Top-k size.", lower_bound=1)
+
+    def main(argv):
+        del argv
+        config = experiment_flags.dataclass_from_flags(MyConfig, k=_K.value)
+        ...
+
+    if __name__ == "__main__":
+        experiment_flags.run_binary(main)
 """
 
 from __future__ import annotations
 
-from absl import flags
+import dataclasses
+import sys
+from collections.abc import Callable
+
+import tensorflow as tf
+from absl import app, flags
 
 from softsort_tf.datasets.large_mnist import SOURCES
-from softsort_tf.experiments.large_mnist import ExperimentConfig
+from softsort_tf.experiments import checks
+from softsort_tf.experiments.large_mnist import TASKS, ExperimentConfig, dataset_error, n_error
 from softsort_tf.experiments.models import METHODS
 from softsort_tf.experiments.training import STRATEGIES
 
-__all__ = ["config_from_flags", "define_flags"]
+__all__ = ["config_from_flags", "dataclass_from_flags", "define_flags",
+           "define_large_mnist_flags", "define_relaxation_flags", "define_run_flags",
+           "run_binary"]
+
+# The DEFINE_* calls below are attributed to the module calling these functions (the
+# binary): its key flags, listed by --help.
+flags.disclaim_key_flags()
+
+_DEFAULTS = ExperimentConfig()
 
 
-def define_flags(task: str | None) -> None:
-    """Defines the flags of the `task` binary ('sort', 'median', or None for both)."""
-    sort = task == "sort"
-    d = ExperimentConfig()
+def _validate(*names: str) -> None:
+    """Registers `checks.setting_error` as the validator of each flag in `names`."""
+    for name in names:
+        def checker(value, name=name):
+            error = checks.setting_error(name, value)
+            if error:
+                raise flags.ValidationError(error)
+            return True
 
-    def per_task(sort_value, median_value) -> str:
-        if task is None:
-            return f"{sort_value} (sort) / {median_value} (median)"
-        return str(sort_value if sort else median_value)
+        flags.register_validator(name, checker)
 
-    flags.DEFINE_enum("method", d.method, METHODS, "Relaxed sorting operator.")
-    flags.DEFINE_bool("stochastic", d.stochastic,
-                      "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce).")
-    flags.DEFINE_integer("num_samples", d.num_samples, "Gumbel samples per sequence (stochastic).")
-    flags.DEFINE_integer("n", d.n, "Numbers per sequence" + ("." if sort else " (odd for the "
-                                                          "median)."))
-    flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw CNN scores; "
+
+def _multi_validate(names: list[str], error_fn: Callable[..., str | None]) -> None:
+    """Registers `error_fn(*values)` (a message or None) on the flags `names`."""
+    def checker(values):
+        error = error_fn(*(values[name] for name in names))
+        if error:
+            raise flags.ValidationError(error)
+        return True
+
+    flags.register_multi_flags_validator(names, checker)
+
+
+def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | None = None,
+                     batch_size: int | None = None, learning_rate: float | None = None,
+                     seed: int = _DEFAULTS.seed, defaults_help: dict[str, str] | None = None
+                     ) -> None:
+    """Defines the flags of a training run (folder, seed, budget, optimiser, devices).
+
+    Flags: `output_dir` (required), `seed`, `epochs`, `steps_per_epoch`, `batch_size`,
+    `learning_rate`, `strategy`, `num_cpu_devices`, `deterministic_ops`,
+    `stop_after_epochs`, `verbose`.
+
+    Args:
+      epochs, steps_per_epoch, batch_size, learning_rate, seed: the binary's defaults
+        (None: the binary picks one itself; say which in `defaults_help`).
+      defaults_help: flag name -> text appended to its help, e.g.
+        `{"batch_size": "default 20"}`.
+    """
+    extra = defaults_help or {}
+
+    def help_text(name: str, text: str) -> str:
+        return f"{text}; {extra[name]}." if name in extra else f"{text}."
+
+    flags.DEFINE_string("output_dir", None, "Run folder: checkpoints, TensorBoard, "
+                        "results. Restarting with the same folder resumes the run.")
+    flags.mark_flag_as_required("output_dir")
+    flags.DEFINE_integer("seed", seed, "Seed of initialisation, training data and noise.")
+    flags.DEFINE_integer("epochs", epochs, help_text("epochs", "Epochs"))
+    flags.DEFINE_integer("steps_per_epoch", steps_per_epoch,
+                         help_text("steps_per_epoch", "Training steps per epoch"))
+    flags.DEFINE_integer("batch_size", batch_size, help_text("batch_size", "Batch size"))
+    flags.DEFINE_float("learning_rate", learning_rate,
+                       help_text("learning_rate", "Adam learning rate"))
+    flags.DEFINE_enum("strategy", _DEFAULTS.strategy, STRATEGIES, "tf.distribute strategy.")
+    flags.DEFINE_integer("num_cpu_devices", _DEFAULTS.num_cpu_devices,
+                         "Split the CPU into this many logical devices (0: leave as is), "
+                         "e.g. to try --strategy=mirrored without GPUs.")
+    flags.DEFINE_bool("deterministic_ops", _DEFAULTS.deterministic_ops,
+                      "tf.config.experimental.enable_op_determinism().")
+    flags.DEFINE_integer("stop_after_epochs", None, "Stop (as if interrupted) after this many "
+                         "epochs; rerun without it to resume. For tests.")
+    flags.DEFINE_integer("verbose", 1, "Keras verbosity: 0 silent, 1 progress bar, "
+                         "2 one line per epoch.")
+    _validate("epochs", "steps_per_epoch", "batch_size", "learning_rate", "num_cpu_devices",
+              "stop_after_epochs", "verbose")
+
+
+def define_relaxation_flags() -> None:
+    """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`,
+    `stochastic`, `num_samples`."""
+    flags.DEFINE_enum("method", _DEFAULTS.method, METHODS, "Relaxed sorting operator.")
+    flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw scores; "
                        "default 1024 for n <= 7, else 128 (SoftSort paper).")
-    flags.DEFINE_float("epsilon", d.epsilon, "Sinkhorn regularisation (Cuturi et al.: 0.005).")
-    flags.DEFINE_float("learning_rate", None,
-                       f"Adam learning rate; default {per_task(0.005, 0.001)}.")
-    flags.DEFINE_integer("batch_size", None,
-                         f"Sequences per batch; default {per_task(20, 5)}.")
-    flags.DEFINE_integer("epochs", d.epochs, "Epochs (published protocol: 100).")
-    flags.DEFINE_integer("steps_per_epoch", None, "Steps per epoch; default 55000 / "
-                         f"(4 * batch_size) = {per_task(687, 2750)} with the default batch.")
-    flags.DEFINE_integer("seed", d.seed, "Seed of initialisation, training data and noise.")
-    flags.DEFINE_integer("eval_seed", d.eval_seed,
-                         "Seed of the validation and test sequences (fixed across runs).")
-    flags.DEFINE_enum("dataset", d.dataset, SOURCES,
+    flags.DEFINE_float("epsilon", _DEFAULTS.epsilon,
+                       "Sinkhorn regularisation (Cuturi et al.: 0.005).")
+    flags.DEFINE_bool("stochastic", _DEFAULTS.stochastic,
+                      "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce).")
+    flags.DEFINE_integer("num_samples", _DEFAULTS.num_samples,
+                         "Gumbel samples per sequence (stochastic).")
+    _validate("tau", "epsilon", "num_samples")
+
+
+def define_large_mnist_flags(task: str | None) -> None:
+    """Defines the large-MNIST data flags of `task` ('sort', 'median', or None: a
+    `--task` flag chooses): `n`, `dataset`, `mnist_npz`, `digits_per_class`,
+    `eval_seed`, `num_val_sequences`, `num_test_sequences`."""
+    if task is None:
+        flags.DEFINE_enum("task", TASKS[0], TASKS, "Large-MNIST task.")
+    flags.DEFINE_integer("n", _DEFAULTS.n, "Numbers per sequence" + (
+        "." if task == "sort" else " (odd for the median)."))
+    flags.DEFINE_enum("dataset", _DEFAULTS.dataset, SOURCES,
                       "Digit source: embedded (scikit-learn digits, offline), tfds, npz.")
     flags.DEFINE_string("mnist_npz", None, "npz with x_train/y_train/x_test/y_test "
                         "(--dataset=npz; implied when given).")
     flags.DEFINE_integer("digits_per_class", None,
                          "Keep only this many digit images per class and split (quick runs).")
-    flags.DEFINE_integer("num_val_sequences", d.num_val_sequences, "Validation sequences.")
-    flags.DEFINE_integer("num_test_sequences", d.num_test_sequences, "Test sequences.")
-    flags.DEFINE_string("output_dir", None, "Run folder: checkpoints, TensorBoard, "
-                        "results.json. Restarting with the same folder resumes the run.")
-    flags.DEFINE_enum("strategy", d.strategy, STRATEGIES, "tf.distribute strategy.")
-    flags.DEFINE_integer("num_cpu_devices", d.num_cpu_devices,
-                         "Split the CPU into this many logical devices (0: leave as is), "
-                         "e.g. to try --strategy=mirrored without GPUs.")
-    flags.DEFINE_bool("deterministic_ops", d.deterministic_ops,
-                      "tf.config.experimental.enable_op_determinism().")
-    flags.DEFINE_integer("stop_after_epochs", None, "Stop (as if interrupted) after this many "
-                         "epochs; rerun without it to resume. For tests.")
-    flags.DEFINE_integer("verbose", 1, "Keras verbosity: 1 progress bar, 2 one line per epoch.")
-    flags.mark_flag_as_required("output_dir")
+    flags.DEFINE_integer("eval_seed", _DEFAULTS.eval_seed,
+                         "Seed of the validation and test sequences (fixed across runs).")
+    flags.DEFINE_integer("num_val_sequences", _DEFAULTS.num_val_sequences,
+                         "Validation sequences.")
+    flags.DEFINE_integer("num_test_sequences", _DEFAULTS.num_test_sequences, "Test sequences.")
+    _validate("n", "mnist_npz", "digits_per_class", "num_val_sequences", "num_test_sequences")
+    if task is None:
+        _multi_validate(["task", "n"], n_error)
+    else:
+        flags.register_validator("n", lambda n: n_error(task, n) is None,
+                                 "n must be odd for the median task.")
+    _multi_validate(["dataset", "mnist_npz"], dataset_error)
 
 
-def config_from_flags(task: str) -> ExperimentConfig:
-    """The `ExperimentConfig` of the parsed flags."""
+def define_flags(task: str | None) -> None:
+    """Defines the flags of the large-MNIST binary of `task` ('sort', 'median', or None:
+    a `--task` flag chooses, as in `scripts/tune.py`)."""
+    sort = task == "sort"
+
+    def per_task(sort_value, median_value) -> str:
+        if task is None:
+            return f"default {sort_value} (sort) / {median_value} (median)"
+        return f"default {sort_value if sort else median_value}"
+
+    define_large_mnist_flags(task)
+    define_relaxation_flags()
+    define_run_flags(defaults_help={
+        "epochs": "published protocol: 100",
+        "learning_rate": per_task(0.005, 0.001),
+        "batch_size": per_task(20, 5) + " sequences",
+        "steps_per_epoch": "55000 / (4 * batch_size): " + per_task(687, 2750)
+                           + " with the default batch"})
+
+
+def dataclass_from_flags(cls, **overrides):
+    """An instance of the dataclass `cls` whose fields take the values of the flags of
+    the same name (fields without a flag keep their defaults; `overrides` win)."""
     f = flags.FLAGS
-    names = [field for field in ExperimentConfig.__dataclass_fields__ if field != "task"]
-    config = ExperimentConfig(task=task, **{name: f[name].value for name in names})
-    if config.mnist_npz and not f["dataset"].present:
+    values = {field.name: f[field.name].value for field in dataclasses.fields(cls)
+              if field.name in f}
+    return cls(**{**values, **overrides})
+
+
+def config_from_flags(task: str | None = None) -> ExperimentConfig:
+    """The `ExperimentConfig` of the parsed flags (`task` None: the `--task` flag's)."""
+    task = task or flags.FLAGS["task"].value
+    config = dataclass_from_flags(ExperimentConfig, task=task)
+    if config.mnist_npz and not flags.FLAGS["dataset"].present:
         config.dataset = "npz"
     return config
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parser; an unexpected positional argument is a one-line error as well."""
+    rest = app.parse_flags_with_usage(argv)
+    if len(rest) > 1:
+        sys.stderr.write(f"FATAL Flags parsing error: unexpected arguments {rest[1:]}\n"
+                         "Pass --helpshort or --helpfull to see help on flags.\n")
+        sys.exit(1)
+    return rest
+
+
+def _one_log_handler() -> None:
+    """Leaves absl's handler (on the root logger) as the only one printing TF's logs.
+
+    TensorFlow gives its logger a stream handler of its own when it is first used
+    before absl's handler is installed; its records then also propagate to the root
+    logger, so every TF log line was printed twice.
+    """
+    logger = tf.get_logger()
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    logger.propagate = True
+
+
+def run_binary(main: Callable[[list[str]], None]) -> None:
+    """`absl.app.run(main)` for the experiment binaries: flag errors (positional
+    arguments included) are one line, and each log line is printed once."""
+
+    def main_with_one_log_handler(argv):
+        _one_log_handler()
+        return main(argv)
+
+    app.run(main_with_one_log_handler, flags_parser=_parse_flags)

@@ -2,11 +2,12 @@
 
 `run(config)` does a whole run: data, strategy, model, resumable training, best
 checkpoint, test metrics next to the untrained model's, and `results.json`. The
-binaries `scripts/train_sort.py` and `scripts/train_median.py` only turn flags into an
-`ExperimentConfig`.
+binaries `scripts/train_sort.py` and `scripts/train_median.py` only turn the shared
+flags (`softsort_tf.experiments.flags`) into an `ExperimentConfig`; `scripts/demo.py`
+calls `run` directly.
 
-Defaults follow the published protocol (see `../shared/reference.md` and the SoftSort
-paper, App. A.1-A.2):
+Defaults follow the published protocol (NeuralSort, Grover et al. 2019, App. D.1; the
+SoftSort paper, Prillo & Eisenschlos 2020, App. A.1-A.2):
 - sorting: Adam lr 0.005, batch 20 sequences, 100 epochs of 55000 / (4 · 20) = 687 steps;
   SoftSort and NeuralSort with τ = 1024 for n ≤ 7 and τ = 128 above, on the raw CNN
   scores (the SoftSort paper's setting for both); Sinkhorn with ε = 0.005 on squashed
@@ -29,10 +30,10 @@ import tensorflow as tf
 
 import softsort_tf
 from softsort_tf.datasets import large_mnist
-from softsort_tf.experiments import models, training
+from softsort_tf.experiments import checks, models, training
 
-__all__ = ["TASKS", "ExperimentConfig", "build_model", "default_tau", "evaluate",
-           "make_datasets", "objective", "prepare_runtime", "run"]
+__all__ = ["TASKS", "ExperimentConfig", "build_model", "dataset_error", "default_tau",
+           "evaluate", "make_datasets", "n_error", "objective", "prepare_runtime", "run"]
 
 TASKS = ("sort", "median")
 NUM_TRAIN_DIGITS = 55000
@@ -80,21 +81,15 @@ class ExperimentConfig:
 
     def finalize(self) -> ExperimentConfig:
         """Validates the config and fills in the task's defaults."""
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}.")
-        if self.method not in models.METHODS:
-            raise ValueError(f"method must be one of {models.METHODS}, got {self.method!r}.")
-        if self.dataset not in large_mnist.SOURCES:
-            raise ValueError(
-                f"dataset must be one of {large_mnist.SOURCES}, got {self.dataset!r}.")
-        if self.strategy not in training.STRATEGIES:
-            raise ValueError(
-                f"strategy must be one of {training.STRATEGIES}, got {self.strategy!r}.")
-        if self.n < 2 or (self.task == "median" and self.n % 2 == 0):
-            raise ValueError(f"n must be >= 2 (odd for the median task), got {self.n}.")
-        for name in ("epochs", "num_samples", "num_val_sequences", "num_test_sequences"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
+        for name, allowed in (("task", TASKS), ("method", models.METHODS),
+                              ("dataset", large_mnist.SOURCES),
+                              ("strategy", training.STRATEGIES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        checks.check_settings(dataclasses.asdict(self))
+        for error in (n_error(self.task, self.n), dataset_error(self.dataset, self.mnist_npz)):
+            if error:
+                raise ValueError(error)
         sort = self.task == "sort"
         if self.batch_size is None:
             self.batch_size = 20 if sort else 5
@@ -105,9 +100,21 @@ class ExperimentConfig:
         if self.steps_per_epoch is None:
             self.steps_per_epoch = NUM_TRAIN_DIGITS // (large_mnist.DIGITS_PER_NUMBER
                                                         * self.batch_size)
-        if min(self.batch_size, self.steps_per_epoch) < 1 or self.learning_rate <= 0:
-            raise ValueError("batch_size, steps_per_epoch and learning_rate must be > 0.")
         return self
+
+
+def n_error(task: str, n: int) -> str | None:
+    """Why `n` numbers per sequence do not suit `task` (the median needs an odd n)."""
+    if task == "median" and isinstance(n, int) and n % 2 == 0:
+        return f"n must be odd for the median task, got {n}."
+    return None
+
+
+def dataset_error(dataset: str, mnist_npz: str | None) -> str | None:
+    """Why the digit source `dataset` cannot be used with `mnist_npz`."""
+    if dataset == "npz" and not mnist_npz:
+        return "dataset='npz' needs mnist_npz (the path of an MNIST npz file)."
+    return None
 
 
 def _labels(batch: dict, task: str) -> tf.Tensor:
@@ -133,10 +140,13 @@ def _to_example(task: str, samples: int | None = None):
 def _compile(model: keras.Model, config: ExperimentConfig) -> None:
     optimizer = keras.optimizers.Adam(config.learning_rate)
     if config.task == "sort":
-        model.compile(optimizer, loss=softsort_tf.PermutationCrossEntropy(),
-                      metrics=[softsort_tf.ExactPermutationAccuracy(name="exact_accuracy"),
+        # Labels are orderings `[batch, (S,) n]` (Keras casts them to float): say so.
+        targets = "indices"
+        model.compile(optimizer, loss=softsort_tf.PermutationCrossEntropy(y_true_format=targets),
+                      metrics=[softsort_tf.ExactPermutationAccuracy(
+                                   name="exact_accuracy", y_true_format=targets),
                                softsort_tf.ElementwisePermutationAccuracy(
-                                   name="elementwise_accuracy")])
+                                   name="elementwise_accuracy", y_true_format=targets)])
     else:
         model.compile(optimizer, loss="mse", metrics=[keras.metrics.MeanSquaredError("mse")])
 
@@ -181,13 +191,12 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
 
 
 def prepare_runtime(config: ExperimentConfig) -> tf.distribute.Strategy:
-    """Devices, seeds, op determinism and the output folder of a run; its strategy."""
+    """Devices, seeds and op determinism of a run; its strategy."""
     if config.num_cpu_devices:
         training.set_cpu_devices(config.num_cpu_devices)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic_ops:
         tf.config.experimental.enable_op_determinism()
-    os.makedirs(config.output_dir, exist_ok=True)
     return training.make_strategy(config.strategy)
 
 
@@ -239,9 +248,15 @@ def run(config: ExperimentConfig) -> dict:
     """Runs (or resumes) one experiment; returns the results dict (also in results.json).
 
     When training stops early (`stop_after_epochs`) the results hold `"finished": False`
-    and no test metrics, and no results.json is written.
+    and no test metrics, and no results.json is written. A run that fails before writing
+    anything removes the output folder it created.
     """
     config = config.finalize()
+    with training.output_directory(config.output_dir):
+        return _run(config)
+
+
+def _run(config: ExperimentConfig) -> dict:
     wall_start = time.time()
     strategy = prepare_runtime(config)
     chief = training.is_chief(strategy)
@@ -256,7 +271,6 @@ def run(config: ExperimentConfig) -> dict:
         monitor=monitor, mode=mode, writer=chief, stop_after_epochs=config.stop_after_epochs,
         verbose=config.verbose,
         on_fresh_start=lambda: {"untrained": evaluate(model, test_ds, config.task)})
-    state = fit.checkpoint.state
     results = {
         "task": config.task,
         "flags": dataclasses.asdict(config),
@@ -264,22 +278,23 @@ def run(config: ExperimentConfig) -> dict:
         "finished": fit.finished,
         "resumed_from_epoch": fit.resumed_from_epoch,
         "epochs_completed": fit.epochs_completed,
-        "best_epoch": state["best_epoch"],
-        "history": state["history"],
+        "best_epoch": fit.best_epoch,
+        "history": fit.history,
         "train_seconds_this_session": fit.train_seconds,
         # Over all sessions of the run (epochs, validation included).
-        "train_seconds_all_sessions": float(sum(state["history"].get("epoch_seconds", []))),
+        "train_seconds_all_sessions": float(sum(fit.history.get("epoch_seconds", []))),
         "train_steps": fit.epochs_completed * config.steps_per_epoch,
     }
     if not fit.finished:
         results["wall_time_s"] = time.time() - wall_start
         return results
-    model.load_weights(fit.checkpoint.best_path)
+    if os.path.exists(fit.best_path):  # else no epoch had a finite validation metric
+        model.load_weights(fit.best_path)
     trained = evaluate(model, test_ds, config.task)
-    untrained = state["extra"].get("untrained", {})
+    untrained = fit.extra.get("untrained", {})
     metrics = {f"test_{k}": v for k, v in trained.items()}
     metrics.update({f"untrained_test_{k}": v for k, v in untrained.items()})
-    metrics[f"best_{monitor}"] = state["best_value"]
+    metrics[f"best_{monitor}"] = fit.best_value
     results["metrics"] = metrics
     results["test_sequences"] = _rounded(config.num_test_sequences)
     results["wall_time_s"] = time.time() - wall_start

@@ -1,21 +1,29 @@
-"""Training infrastructure shared by the binaries: strategies, resumable checkpoints, results.
+"""Training infrastructure shared by the experiment binaries: strategies, resumable fits.
 
-`fit_resumable` wraps `keras.Model.fit` with
-- a checkpoint of the model and optimizer every epoch, and automatic resume: a run that
-  is killed and restarted with the same `output_dir` continues after its last finished
-  epoch (the data streams are keyed by step, so it also sees the same batches);
-- the best weights chosen on a validation metric;
-- TensorBoard logs and Keras' progress bar.
+`fit_resumable` is `keras.Model.fit` with Keras' own callbacks doing the bookkeeping:
+- `BackupAndRestore`: the model and optimizer after every epoch; a run that is killed
+  and restarted with the same `output_dir` continues after its last finished epoch
+  (the data streams are keyed by step, so it also sees the same batches);
+- `ModelCheckpoint`: the weights of the best epoch on a validation metric (its best
+  value so far carried over a restart);
+- `CSVLogger`: the per-epoch logs of all sessions, epoch times included;
+- `TensorBoard` logs and Keras' progress bar.
+
+`output_directory` creates a run's folder and removes it again if the run fails before
+writing anything; `write_json` writes results atomically.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import dataclasses
-import glob
 import importlib.util
 import json
+import math
 import os
 import platform
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -24,7 +32,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["STRATEGIES", "EpochCheckpoint", "fit_resumable", "machine_info", "make_strategy",
+__all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "StopAfterEpochs",
+           "best_epoch", "should_stop_early",
+           "fit_resumable", "machine_info", "make_strategy", "output_directory", "read_history",
            "set_cpu_devices", "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
@@ -93,104 +103,169 @@ def _to_builtin(x):
     return str(x)
 
 
-class EpochCheckpoint(keras.callbacks.Callback):
-    """Checkpoints model + optimizer every epoch and keeps the best weights.
+@contextlib.contextmanager
+def output_directory(path: str):
+    """Creates the run folder `path`; removes it again if the run fails before writing a
+    file in it (a folder that existed before is left alone).
 
-    Files in `directory`:
-    - `epoch-{k}.weights.h5`: the model and optimizer after epoch k (the last one kept);
-    - `best.weights.h5`: the model after the epoch with the best `monitor` value;
-    - `state.json`: epochs completed, the current checkpoint's file name, the best value
-      and epoch, the per-epoch history and `extra` (anything the caller stores). It is
-      written last, atomically, so it always names a complete checkpoint.
-
-    Args:
-      directory: where the files go.
-      monitor: the `logs` key deciding the best epoch (e.g. `'val_exact_accuracy'`).
-      mode: `'max'` or `'min'`.
-      stop_after_epochs: stop training (as an interruption would) once this many epochs
-        are completed; for tests of resume. None never stops.
+    Example:
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "run")
+    >>> try:
+    ...     with output_directory(path):
+    ...         raise RuntimeError("no data")
+    ... except RuntimeError:
+    ...     pass
+    >>> os.path.exists(path)
+    False
     """
+    created = not os.path.exists(path)
+    os.makedirs(path, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        if created and not any(files for _, _, files in os.walk(path)):
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
-    def __init__(self, directory: str, monitor: str, mode: str = "max",
-                 stop_after_epochs: int | None = None):
-        super().__init__()
-        if mode not in ("max", "min"):
-            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}.")
-        self.directory, self.monitor, self.mode = directory, monitor, mode
-        self.stop_after_epochs = stop_after_epochs
-        os.makedirs(directory, exist_ok=True)
-        self.state_path = os.path.join(directory, "state.json")
-        self.best_path = os.path.join(directory, "best.weights.h5")
-        self.state = {"epochs_completed": 0, "checkpoint": None, "best_value": None,
-                      "best_epoch": None, "history": {}, "extra": {}}
-        if os.path.exists(self.state_path):
-            with open(self.state_path) as f:
-                self.state = json.load(f)
 
-    @property
-    def epochs_completed(self) -> int:
-        return int(self.state["epochs_completed"])
-
-    def restore(self, model: keras.Model) -> int:
-        """Loads the last checkpoint into `model` (built, compiled); returns its epoch."""
-        if not self.state["checkpoint"]:
-            return 0
-        if model.optimizer is not None and not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-        model.load_weights(os.path.join(self.directory, self.state["checkpoint"]))
-        return self.epochs_completed
-
-    def save_state(self) -> None:
-        write_json(self.state_path, self.state)
-
-    def _better(self, value: float) -> bool:
-        best = self.state["best_value"]
-        if best is None:
-            return True
-        return value > best if self.mode == "max" else value < best
+class EpochTimer(keras.callbacks.Callback):
+    """Adds the epoch's wall time to the epoch logs as `epoch_seconds` (put it before
+    the callbacks that should record it, e.g. `CSVLogger`)."""
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.time()
+        self._start = time.time()
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = dict(logs or {})
-        logs["epoch_seconds"] = time.time() - getattr(self, "_epoch_start", time.time())
-        done = epoch + 1
-        for key, value in logs.items():
-            self.state["history"].setdefault(key, []).append(float(value))
-        value = float(logs[self.monitor])
-        if np.isfinite(value) and self._better(value):
-            self.model.save_weights(self.best_path + ".tmp.weights.h5")
-            os.replace(self.best_path + ".tmp.weights.h5", self.best_path)
-            self.state["best_value"], self.state["best_epoch"] = value, done
-        name = f"epoch-{done}.weights.h5"
-        self.model.save_weights(os.path.join(self.directory, name))
-        self.state["epochs_completed"], self.state["checkpoint"] = done, name
-        self.save_state()
-        for old in glob.glob(os.path.join(self.directory, "epoch-*.weights.h5")):
-            if os.path.basename(old) != name:
-                os.remove(old)
-        if self.stop_after_epochs is not None and done >= self.stop_after_epochs:
+        if logs is not None:
+            logs["epoch_seconds"] = time.time() - getattr(self, "_start", time.time())
+
+
+class StopAfterEpochs(keras.callbacks.Callback):
+    """Stops training (as an interruption would) once `epochs` epochs are completed."""
+
+    def __init__(self, epochs: int):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 >= self.epochs:
             self.model.stop_training = True
+
+
+class PatienceStop(keras.callbacks.Callback):
+    """Early stopping that survives a restart: stops once `patience` epochs have passed
+    since the best epoch on `monitor` (the best so far is given when resuming).
+
+    Args:
+      monitor, mode: the metric and 'max' or 'min'.
+      patience: epochs without improvement before stopping.
+      best_epoch, best_value: the best (1-based) epoch and value of the epochs already
+        completed (None when there are none).
+    """
+
+    def __init__(self, monitor: str, mode: str, patience: int,
+                 best_epoch: int | None = None, best_value: float | None = None):
+        super().__init__()
+        self.monitor, self.mode, self.patience = monitor, mode, patience
+        self.best_epoch, self.best_value = best_epoch, best_value
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = float((logs or {}).get(self.monitor, math.nan))
+        if math.isfinite(value) and (self.best_value is None or (
+                value > self.best_value if self.mode == "max" else value < self.best_value)):
+            self.best_epoch, self.best_value = epoch + 1, value
+        if should_stop_early(epoch + 1, self.best_epoch, self.patience):
+            self.model.stop_training = True
+
+
+def should_stop_early(epochs_completed: int, best: int | None, patience: int | None) -> bool:
+    """Whether `patience` epochs have passed since the best epoch `best` (1-based)."""
+    if patience is None or not epochs_completed:
+        return False
+    return epochs_completed - (best or 0) >= patience
+
+
+def read_history(path: str, epochs: int) -> dict[str, list[float]]:
+    """The per-epoch logs of the first `epochs` epochs in `CSVLogger`'s file `path`.
+
+    An epoch logged twice (a session stopped after logging it but before backing it up
+    runs it again) counts once, with its last row.
+    """
+    rows = {}
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                rows[int(row.pop("epoch"))] = row
+    history: dict[str, list[float]] = {}
+    for epoch in range(epochs):
+        for key, value in rows.get(epoch, {}).items():
+            history.setdefault(key, []).append(float(value))
+    return history
+
+
+def best_epoch(values: list[float], mode: str) -> tuple[int | None, float | None]:
+    """(1-based epoch, value) of the best finite value (the first one on ties)."""
+    best, best_value = None, None
+    for epoch, value in enumerate(values, start=1):
+        if not math.isfinite(value):
+            continue
+        if best_value is None or (value > best_value if mode == "max" else value < best_value):
+            best, best_value = epoch, value
+    return best, best_value
 
 
 @dataclasses.dataclass
 class FitResult:
-    """What `fit_resumable` did: epochs run now, where it resumed from, the checkpoint."""
+    """What `fit_resumable` did, and the run's state over all its sessions.
+
+    Attributes:
+      resumed_from_epoch: epochs completed before this session.
+      epochs_completed: epochs completed now.
+      finished: whether all epochs are completed.
+      train_seconds: wall time of this session's `fit`.
+      history: per-epoch logs of all sessions (`CSVLogger`'s file), `epoch_seconds`
+        included.
+      best_epoch, best_value: the best epoch on the monitored metric (1-based).
+      best_path: weights of the best epoch (`ModelCheckpoint`).
+      extra: what `on_fresh_start` returned in the run's first session.
+      stopped_early: whether `patience` ended the run before `epochs`.
+    """
 
     resumed_from_epoch: int
     epochs_completed: int
     finished: bool
     train_seconds: float
-    checkpoint: EpochCheckpoint
+    history: dict
+    best_epoch: int | None
+    best_value: float | None
+    best_path: str
+    extra: dict
+    stopped_early: bool = False
+
+
+def _backed_up_epoch(backup_dir: str) -> int:
+    """Epochs completed according to `BackupAndRestore`'s metadata in `backup_dir`."""
+    path = os.path.join(backup_dir, "training_metadata.json")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return int(json.load(f)["epoch"])
 
 
 def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.data.Dataset],
                   validation_dataset: tf.data.Dataset, *, epochs: int, steps_per_epoch: int,
                   output_dir: str, monitor: str, mode: str, writer: bool = True,
                   stop_after_epochs: int | None = None, verbose: int | str = "auto",
-                  on_fresh_start: Callable[[], dict] | None = None) -> FitResult:
-    """Trains `model` (built and compiled) with per-epoch checkpoints and automatic resume.
+                  on_fresh_start: Callable[[], dict] | None = None,
+                  patience: int | None = None,
+                  callbacks: list[keras.callbacks.Callback] | None = None) -> FitResult:
+    """Trains `model` (built and compiled) with per-epoch backups and automatic resume.
+
+    Files in `output_dir`: `backup/` (`BackupAndRestore`: model and optimizer after the
+    last finished epoch), `checkpoints/best.weights.h5` (`ModelCheckpoint`: the best
+    epoch on `monitor`), `checkpoints/fresh_start.json` (`on_fresh_start`'s dict),
+    `history.csv` (`CSVLogger`), `tensorboard/`.
 
     Args:
       model: a built, compiled model (created under the strategy's scope).
@@ -198,42 +273,78 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
       validation_dataset: finite dataset evaluated after every epoch.
       epochs: total epochs of the run (resumed epochs included).
       steps_per_epoch: training steps per epoch.
-      output_dir: the run's folder: `checkpoints/` and `tensorboard/` go there.
-      monitor, mode: the validation metric choosing the best epoch.
-      writer: whether this process writes the checkpoints (False on non-chief workers,
+      output_dir: the run's folder.
+      monitor, mode: the validation metric choosing the best epoch; mode 'max' or 'min'.
+      writer: whether this process writes the run's files (False on non-chief workers,
         which write to a throw-away folder).
-      stop_after_epochs: see `EpochCheckpoint`.
+      stop_after_epochs: stop (as an interruption would) once this many epochs are
+        completed; for tests of resume. None never stops.
       verbose: passed to `fit` (1: progress bar, 2: one line per epoch).
       on_fresh_start: called once, before the first epoch of a fresh (not resumed) run;
-        the dict it returns is stored in the checkpoint state's `extra` (e.g. the
-        untrained model's test metrics) and survives restarts.
+        the dict it returns (e.g. the untrained model's test metrics) survives restarts.
+      patience: early stopping: stop once this many epochs have passed since the best
+        epoch on `monitor`; a resumed run stops where an uninterrupted one would (and a
+        rerun of a stopped run does not train again). None trains all `epochs`.
+      callbacks: more Keras callbacks, run after the bookkeeping ones (their logs
+        include `epoch_seconds`).
 
     Returns:
-      A `FitResult`; `checkpoint.state['extra']` holds `on_fresh_start`'s dict.
+      A `FitResult`.
     """
-    ckpt_dir = os.path.join(output_dir, "checkpoints")
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}.")
     if not writer:
-        ckpt_dir = os.path.join(output_dir, f"worker-tmp-{os.getpid()}")
-    checkpoint = EpochCheckpoint(ckpt_dir, monitor, mode, stop_after_epochs)
-    initial_epoch = checkpoint.restore(model)
+        output_dir = os.path.join(output_dir, f"worker-tmp-{os.getpid()}")
+    backup_dir = os.path.join(output_dir, "backup")
+    ckpt_dir = os.path.join(output_dir, "checkpoints")
+    os.makedirs(ckpt_dir, exist_ok=True)
+    history_path = os.path.join(output_dir, "history.csv")
+    best_path = os.path.join(ckpt_dir, "best.weights.h5")
+    extra_path = os.path.join(ckpt_dir, "fresh_start.json")
+
+    initial_epoch = _backed_up_epoch(backup_dir)
     if initial_epoch:
-        print(f"Resuming from the checkpoint of epoch {initial_epoch} in {ckpt_dir}.")
+        print(f"Resuming after epoch {initial_epoch} from {backup_dir}.")
     elif on_fresh_start is not None:
-        checkpoint.state["extra"] = on_fresh_start()
-        checkpoint.save_state()
+        write_json(extra_path, on_fresh_start())
+    best_before, best_so_far = best_epoch(
+        read_history(history_path, initial_epoch).get(monitor, []), mode)
     start = time.time()
-    if initial_epoch < epochs and not (stop_after_epochs and initial_epoch >= stop_after_epochs):
-        callbacks = [checkpoint]
+    if (initial_epoch < min(epochs, stop_after_epochs or epochs)
+            and not should_stop_early(initial_epoch, best_before, patience)):
+        bookkeeping = [
+            EpochTimer(),
+            keras.callbacks.CSVLogger(history_path, append=True),
+            keras.callbacks.ModelCheckpoint(best_path, monitor=monitor, mode=mode,
+                                            save_best_only=True, save_weights_only=True,
+                                            initial_value_threshold=best_so_far),
+            keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False),
+        ]
+        if stop_after_epochs is not None:
+            bookkeeping.append(StopAfterEpochs(stop_after_epochs))
+        if patience is not None:
+            bookkeeping.append(PatienceStop(monitor, mode, patience, best_before, best_so_far))
         if importlib.util.find_spec("tensorboard") is not None:
-            callbacks.append(keras.callbacks.TensorBoard(
+            bookkeeping.append(keras.callbacks.TensorBoard(
                 os.path.join(output_dir, "tensorboard"), profile_batch=0))
         else:
             print("tensorboard is not installed: no TensorBoard logs (pip install tensorboard).")
         model.fit(make_train_dataset(initial_epoch * steps_per_epoch), epochs=epochs,
                   initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-                  validation_data=validation_dataset, callbacks=callbacks, verbose=verbose,
+                  validation_data=validation_dataset, callbacks=bookkeeping + list(callbacks or []),
+                  verbose=verbose,
                   shuffle=False)
-    return FitResult(resumed_from_epoch=initial_epoch,
-                     epochs_completed=checkpoint.epochs_completed,
-                     finished=checkpoint.epochs_completed >= epochs,
-                     train_seconds=time.time() - start, checkpoint=checkpoint)
+    train_seconds = time.time() - start
+    completed = _backed_up_epoch(backup_dir)
+    history = read_history(history_path, completed)
+    best, best_value = best_epoch(history.get(monitor, []), mode)
+    extra = {}
+    if os.path.exists(extra_path):
+        with open(extra_path) as f:
+            extra = json.load(f)
+    stopped_early = completed < epochs and should_stop_early(completed, best, patience)
+    return FitResult(resumed_from_epoch=initial_epoch, epochs_completed=completed,
+                     finished=completed >= epochs or stopped_early,
+                     train_seconds=train_seconds, history=history, best_epoch=best,
+                     best_value=best_value, best_path=best_path, extra=extra,
+                     stopped_early=stopped_early)

@@ -33,7 +33,7 @@ import keras_tuner as kt
 from softsort_tf.experiments import large_mnist, models, training
 from softsort_tf.ops.registry import PERMUTATION_OPERATORS
 
-__all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "search"]
+__all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "range_is_valid", "search"]
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Operators whose temperature is τ (the others, Sinkhorn, take ε).
@@ -46,6 +46,15 @@ def _check_range(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
     if not (0 < low <= high and math.isfinite(high)):
         raise ValueError(f"`{name}` must be a range 0 < low <= high, got {bounds}.")
     return low, high
+
+
+def range_is_valid(bounds) -> bool:
+    """Whether `bounds` is a pair of numbers `0 < low <= high` (strings allowed)."""
+    try:
+        _check_range("range", bounds)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 @dataclasses.dataclass
@@ -156,6 +165,12 @@ def search(config: large_mnist.ExperimentConfig, space: SearchSpace | None = Non
                         ("executions_per_trial", executions_per_trial)):
         if int(value) != value or value < 1:
             raise ValueError(f"`{name}` must be a positive int, got {value}.")
+    with training.output_directory(config.output_dir):
+        return _search(config, space, tuner, max_trials, executions_per_trial)
+
+
+def _search(config: large_mnist.ExperimentConfig, space: SearchSpace, tuner: str,
+            max_trials: int, executions_per_trial: int) -> dict:
     wall_start = time.time()
     strategy = large_mnist.prepare_runtime(config)
     train_dataset, val_ds, test_ds = large_mnist.make_datasets(config)
