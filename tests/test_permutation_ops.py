@@ -329,6 +329,34 @@ def test_dtypes(dtype, method):
     assert stochastic.dtype == dtype and stochastic.shape == (2, 2, 5, 5)
 
 
+@pytest.mark.parametrize("method, kwargs", [
+    ("softsort", dict(tau=1e-4, distance_power=0.1)),  # τ^(−1/p) = 1e40 overflowed
+    ("softsort", dict(tau=1e-30)),
+    ("softsort", dict(tau=1e-30, distance_power=2.0)),
+    ("softsort", dict(tau=1e30, distance_power=0.5)),
+    ("neuralsort", dict(tau=1e-30)),  # max|s|/τ overflowed
+    ("neuralsort", dict(tau=1e-37)),
+])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e30])
+def test_extreme_temperatures_stay_finite_and_exact(method, kwargs, scale):
+    """NaN once max|s|/τ overflowed; uniform rows with a wrong argmax for p < 1 (issue 15,
+    item 9). The limits are the exact permutation (τ → 0) or uniform rows (τ → ∞)."""
+    s = tf.constant(separated(3, (2, 5), gap=1.0) * scale, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        p = OPS[method](s, **kwargs)
+        loss = tf.reduce_sum(p * np.random.RandomState(0).randn(2, 5, 5))
+    grad = tape.gradient(loss, s).numpy()
+    p = p.numpy()
+    assert np.all(np.isfinite(p)) and np.all(np.isfinite(grad))
+    if kwargs["tau"] < 1:
+        np.testing.assert_allclose(p, np_perm_matrix(s.numpy(), "DESCENDING"), atol=1e-6)
+    else:  # |d|^0.5 / 1e30 ≈ 0: uniform rows (float64 reference)
+        np.testing.assert_allclose(p, np_soft_sort(s.numpy(), **{
+            "tau": kwargs["tau"], "power": kwargs["distance_power"],
+            "direction": "DESCENDING"}), rtol=1e-5)
+
+
 def test_integer_scores_are_accepted():
     out = ss.soft_sort_matrix([[3, 1, 2]], tau=0.01)
     assert out.dtype == tf.float32

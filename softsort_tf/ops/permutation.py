@@ -178,8 +178,15 @@ def _in_xla_context() -> bool:
         return False
 
 
-def _soft_sort_rows(top, s, power: float):
-    """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p) for `[batch, n]` `top` and `s`.
+def _soft_sort_rows(top, s, power: float, tau: float):
+    """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p / τ) for `[batch, n]` `top`, `s`.
+
+    The differences are taken before any scaling, so scores near the float range or
+    a tiny τ give logits of −inf (weight 0) instead of inf − inf = NaN; the diagonal
+    pair (difference 0) keeps logit 0. The 1/τ factor is applied as a scale of the
+    differences, τ^(−1/p), when that is a normal number of the dtype (so |d|^p / τ
+    stays finite where |d|^p alone would overflow), and to the cost otherwise (e.g.
+    p = 0.1, τ = 1e-4: τ^(−10) overflows float32).
 
     The gradient is written by hand. Autodiff would take the sign of
     top_i − s_j from a recomputed difference; under XLA the diagonal entry
@@ -190,14 +197,23 @@ def _soft_sort_rows(top, s, power: float):
     the same sign (or slope 0) on both paths so that they cancel.
     """
     xla = _in_xla_context()
+    info = np.finfo(s.dtype.as_numpy_dtype)
+    scale = tau ** (-1.0 / power)
+    by_scale = bool(float(info.tiny) <= scale <= float(info.max))
+    # Factors ∂cost/∂d gain: scale (differences scaled) or 1/τ (cost scaled).
+    diff_factor = tf.constant(scale if by_scale else 1.0, s.dtype)
+    cost_factor = tf.constant(1.0 if by_scale else 1.0 / tau, s.dtype)
 
     @tf.custom_gradient
     def rows(top, s):
         t, u = top[:, :, None], s[:, None, :]
+        d = (t - u) * diff_factor if by_scale else t - u
         if power == 2.0:
-            cost = tf.math.squared_difference(t, u)
+            cost = tf.square(d)
         else:
-            cost = pair_cost(t, u, power)
+            cost = pair_cost(d, tf.zeros([], d.dtype), power)
+        if not by_scale:
+            cost = cost * cost_factor
         if xla:
             # Row i contains s_[i] itself (`top` holds copies of the entries of `s`), so
             # its largest logit is 0: exp needs no max-shift (no overflow, and the row
@@ -210,22 +226,25 @@ def _soft_sort_rows(top, s, power: float):
         def grad(upstream):
             # ∂L/∂logits of a row-wise softmax; its rows sum to 0.
             h = perm * (upstream - tf.reduce_sum(upstream * perm, axis=-1, keepdims=True))
+            factor = diff_factor * cost_factor
             if power == 1.0:
                 # logits = −|d|, d = t_i − s_j: ∂L/∂d = −σ h with σ = sign(d) read as
                 # 1 − 2·[t_i < s_j] (+1 on ties), so Σ_j σ h = −2 Σ_j [t_i < s_j] h.
+                h = h * factor
                 below = tf.where(t < u, h, tf.zeros([], h.dtype))
                 return (2.0 * tf.reduce_sum(below, axis=-1),
                         tf.reduce_sum(h, axis=-2) - 2.0 * tf.reduce_sum(below, axis=-2))
-            d = t - u
             if power == 2.0:
-                slope = 2.0 * d
+                slope = 2.0 * d * factor
             else:
                 a = tf.abs(d)
                 valid = tf.logical_and(a > 0, tf.not_equal(t, u))
                 safe = tf.where(valid, a, tf.ones_like(a))
                 slope = tf.where(valid, power * tf.pow(safe, power - 1.0) * tf.sign(d),
-                                 tf.zeros_like(a))
-            d_grad = -h * slope  # ∂L/∂d = ∂L/∂logits · (−∂cost/∂d)
+                                 tf.zeros_like(a)) * factor
+            # ∂L/∂d = ∂L/∂logits · (−∂cost/∂d); a weight of exactly 0 (an overflowed
+            # logit, whose slope may be inf) contributes 0, not NaN.
+            d_grad = -tf.math.multiply_no_nan(slope, h)
             return tf.reduce_sum(d_grad, axis=-1), -tf.reduce_sum(d_grad, axis=-2)
 
         return perm, grad
@@ -235,10 +254,7 @@ def _soft_sort_rows(top, s, power: float):
 
 def _soft_sort_core(s, tau: float, power: float):
     """SoftSort on `[batch, n]` scores, DESCENDING: softmax_j(−|s_[i] − s_j|^p / τ)."""
-    # |a − b|^p / τ = |a/τ^{1/p} − b/τ^{1/p}|^p: scaling the n scores instead of the
-    # n² distances saves one full pass over the matrix.
-    s = s * tf.constant(tau ** (-1.0 / power), s.dtype)
-    return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power)
+    return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power, tau)
 
 
 @_not_converted
@@ -312,13 +328,36 @@ def _abs_row_sums(s):
 
 
 def _neural_sort_core(s, tau: float):
-    """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory."""
+    """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory.
+
+    The logits are linear in s: they are computed for s / M, with M the power of two
+    at or above max |s| of the row (an exact scaling), so they are bounded by 2n, and
+    then shifted to a maximum of 0 and multiplied by M / τ, capped at the largest float.
+    Scores near the float range or a tiny τ thus give a one-hot row instead of
+    inf − inf = NaN.
+    """
     n = s.shape[-1]
-    s = s / tf.constant(tau, s.dtype)  # the logits are linear in s: scale the n scores once
-    a_sum = _abs_row_sums(s)  # A_s·1 as a [batch, n] vector
-    coeff = tf.cast(n + 1 - 2 * tf.range(1, n + 1), s.dtype)  # n + 1 − 2i, i = 1..n
-    logits = coeff[None, :, None] * s[:, None, :] - a_sum[:, None, :]
-    return tf.nn.softmax(logits, axis=-1)
+    dtype = s.dtype
+    info = np.finfo(dtype.as_numpy_dtype)
+    largest = tf.stop_gradient(tf.reduce_max(tf.abs(s), axis=-1, keepdims=True))
+    positive = tf.logical_and(largest > 0, tf.math.is_finite(largest))
+    top_exponent = float(info.maxexp - 1)  # 2^top_exponent is the largest power of two
+    exponent = tf.math.ceil(tf.math.log(tf.where(positive, largest, tf.ones_like(largest)))
+                            / np.log(2.0))
+    exponent = tf.minimum(exponent, top_exponent)
+    scale = tf.where(positive, tf.pow(tf.constant(2.0, dtype), exponent), tf.ones_like(largest))
+    # The logarithm may round below an exact power of two.
+    scale = tf.where(tf.logical_and(scale < largest, exponent < top_exponent), 2.0 * scale,
+                     scale)
+    u = s / scale
+    a_sum = _abs_row_sums(u)  # A_s·1 as a [batch, n] vector
+    coeff = tf.cast(n + 1 - 2 * tf.range(1, n + 1), dtype)  # n + 1 − 2i, i = 1..n
+    logits = coeff[None, :, None] * u[:, None, :] - a_sum[:, None, :]
+    logits = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
+    largest_float = float(info.max)
+    inv_tau = tf.constant(min(1.0 / tau, largest_float), dtype)
+    factor = tf.minimum(scale * inv_tau, largest_float)  # inf (overflow) → largest float
+    return tf.nn.softmax(logits * factor[:, :, None], axis=-1)
 
 
 @_not_converted
