@@ -460,7 +460,9 @@ def test_converged_rows_do_not_drift():
     assert n_both[0] != n_both[1]
     for i, (alone, info_alone) in enumerate(rows):
         assert n_both[i] == info_alone.num_iterations.numpy()[0]
-        np.testing.assert_allclose(both.numpy()[i], alone.numpy()[0], rtol=1e-12, atol=0)
+        # Sorted values are read out around the row's median (`Transport.sorted_values`):
+        # agreement to float64 rounding of that centre (~1e-16 · 0.1), not of each value.
+        np.testing.assert_allclose(both.numpy()[i], alone.numpy()[0], rtol=1e-12, atol=1e-14)
 
 
 def test_info_reports_iterations_and_error_with_batch_shape():

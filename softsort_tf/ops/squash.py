@@ -6,16 +6,27 @@ increasing transform of the inputs, so inputs are first standardised along the s
 axis and then passed through an increasing map g̃ into [0, 1] (the talk's
 Algorithm 2, g̃(x) = g((x − mean) / std)).
 
-- `'logistic'`: g(z) = sigmoid(π z / √3), the CDF of a logistic law with unit
-  variance, as in the papers and the reference implementation.
+- `'logistic'` (default): g(z) = sigmoid(π z / √3), the CDF of a logistic law with
+  unit variance, as in the papers and the reference implementation.
 - `'atan'`: g(z) = 1/2 + arctan(z) / π, heavier-tailed: outliers are squashed less
   hard against 0 and 1.
+- `'robust'`: z is the robust z-score (x − median) / (1.4826 · MAD), log-compressed
+  beyond a few MADs by asinh, then the heavy-tailed map 1/2 + arctan(z)/π (outliers
+  of different magnitudes, 1e5, 1e10, 1e30, stay apart). The mean and standard deviation
+  of 'logistic' are dominated by outliers: one value of 1e30 in a row of values
+  between 1e-3 and 10 squashes all of them onto one point, and at small ε their
+  ranks tie. Use 'robust' when rows have outliers, heavy tails or values spanning
+  many orders of magnitude (it resolves the bulk as long as fewer than half of a
+  row's entries are outliers). Median and MAD are weighted by the input weights.
 - `None`: inputs are used as given (use for values already in [0, 1]).
 
-The standardisation is scale-free and safe: it divides by the largest absolute
-deviation before squaring, so inputs from 1e-30 to 1e30 give finite outputs, and a
-constant row maps to 0.5 everywhere with finite gradients. With input weights (the
-operators' `weights`) the mean and standard deviation are weighted by them.
+Every squash is computed without overflow or loss of range: float32 inputs are
+standardised in float64, after centring on the mid-range and dividing by the largest
+absolute deviation, so values from about 1e-45 (subnormal; TensorFlow's CPU kernels
+flush those to zero, so they are read from their bits) to 3.4e38 in float32, and up to
+1.7e308 in float64, give finite outputs; a constant row maps to 0.5 everywhere with
+finite gradients. With input weights (the operators' `weights`) the statistics are
+weighted by them.
 """
 
 from __future__ import annotations
@@ -24,7 +35,8 @@ import math
 
 import tensorflow as tf
 
-SQUASHES = ("logistic", "atan", None)
+SQUASHES = ("logistic", "atan", "robust", None)
+MAD_TO_STD = 1.4826  # MAD of a normal law times this is its standard deviation
 
 
 def check_squash(squash):
@@ -33,7 +45,7 @@ def check_squash(squash):
         if squash == "none":
             squash = None
     if squash not in SQUASHES:
-        raise ValueError(f"`squash` must be 'logistic', 'atan' or None, got {squash!r}.")
+        raise ValueError(f"`squash` must be one of {SQUASHES}, got {squash!r}.")
     return squash
 
 
@@ -41,8 +53,52 @@ def _safe_positive(v):
     return tf.where(v > 0, v, tf.ones_like(v))
 
 
+def exact_float64(x):
+    """x as float64 (float32, float16 and bfloat16 via float32), keeping float32
+    subnormals: TensorFlow's CPU kernels treat them as zero (flush-to-zero), so they are
+    rebuilt from their bits. The gradient is that of a plain cast."""
+    x = tf.convert_to_tensor(x)
+    if x.dtype == tf.float64:
+        return x
+    x32 = tf.cast(x, tf.float32)
+    cast = tf.cast(x32, tf.float64)
+    bits = tf.bitcast(x32, tf.int32)
+    mantissa = tf.bitwise.bitwise_and(bits, 0x7FFFFF)
+    subnormal = tf.logical_and(tf.bitwise.bitwise_and(bits, 0x7F800000) == 0, mantissa != 0)
+    magnitude = tf.cast(mantissa, tf.float64) * (2.0 ** -149)
+    rebuilt = tf.where(bits < 0, -magnitude, magnitude)
+    return cast + tf.stop_gradient(tf.where(subnormal, rebuilt, cast) - cast)
+
+
+def _weighted(x, weights, axis):
+    """Normalised weights broadcast to x (uniform for None) and the mask of entries with
+    mass."""
+    if weights is None:
+        w = tf.ones_like(x)
+    else:
+        w = tf.broadcast_to(tf.cast(weights, x.dtype), tf.shape(x))
+    w = w / _safe_positive(tf.reduce_sum(w, axis=axis, keepdims=True))
+    return w, w > 0
+
+
+def _scale_free_centre(x, has_mass, axis):
+    """(x − c) / s with c the mid-range and s the largest absolute deviation of the
+    entries with mass: in [−1, 1] for them, and computed without overflow even for
+    values near the largest float (|x − c| ≤ (max − min)/2)."""
+    big = tf.constant(x.dtype.max, x.dtype)
+    hi = tf.reduce_max(tf.where(has_mass, x, -big), axis=axis, keepdims=True)
+    lo = tf.reduce_min(tf.where(has_mass, x, big), axis=axis, keepdims=True)
+    centred = x - (0.5 * hi + 0.5 * lo)
+    zeros = tf.zeros_like(x)
+    scale = tf.reduce_max(tf.where(has_mass, tf.abs(centred), zeros), axis=axis, keepdims=True)
+    return centred / _safe_positive(scale)
+
+
 def standardize(x, axis: int = -1, weights=None):
     """(x − mean) / std along `axis`, computed without overflow; 0 for constant rows.
+
+    Computed in float64 (float32 subnormals kept, see `exact_float64`) after scaling
+    into [−1, 1] (see the module docstring), and returned in the dtype of x.
 
     Args:
       x: input of any rank.
@@ -55,44 +111,90 @@ def standardize(x, axis: int = -1, weights=None):
     Returns:
       A tensor like x.
     """
-    if weights is None:
-        centred = x - tf.reduce_mean(x, axis=axis, keepdims=True)
-        scale = tf.reduce_max(tf.abs(centred), axis=axis, keepdims=True)
-        z = centred / _safe_positive(scale)
-        std = tf.sqrt(tf.reduce_mean(tf.square(z), axis=axis, keepdims=True))
-        return z / _safe_positive(std)
-    w = tf.broadcast_to(tf.cast(weights, x.dtype), tf.shape(x))
-    w = w / _safe_positive(tf.reduce_sum(w, axis=axis, keepdims=True))
-    # Scale-free like the unweighted case, but only entries with mass set the scale, so
-    # a zero-weight outlier cannot underflow the others; such an outlier gets a large
-    # |z| (the squash maps it to ~0 or ~1) instead.
-    has_mass = w > 0
-    zeros = tf.zeros_like(x)
-    mean = tf.reduce_sum(tf.where(has_mass, w * x, zeros), axis=axis, keepdims=True)
-    centred = x - mean
-    scale = tf.reduce_max(tf.where(has_mass, tf.abs(centred), zeros), axis=axis,
-                          keepdims=True)
-    z = centred / _safe_positive(scale)
+    x = tf.convert_to_tensor(x)
+    x64 = exact_float64(x)
+    w, has_mass = _weighted(x64, weights, axis)
+    # Only entries with mass set the scale, so a zero-weight outlier cannot compress the
+    # others; such an outlier gets a large |z| (the squash maps it to ~0 or ~1) instead.
+    z = _scale_free_centre(x64, has_mass, axis)
+    zeros = tf.zeros_like(z)
+    z = z - tf.reduce_sum(tf.where(has_mass, w * z, zeros), axis=axis, keepdims=True)
     var = tf.reduce_sum(tf.where(has_mass, w * tf.square(z), zeros), axis=axis, keepdims=True)
-    return z / _safe_positive(tf.sqrt(var))
+    return tf.cast(z / _safe_positive(tf.sqrt(var)), x.dtype)
 
 
-def squash_values(x, squash="logistic", axis: int = -1, weights=None):
-    """Applies the squashing `squash` ('logistic', 'atan' or None) along `axis`.
+def _weighted_median(x, w, axis):
+    """The lower weighted median of x along `axis` (w: normalised weights)."""
+    x_t = tf.experimental.numpy.moveaxis(x, axis, -1)
+    w_t = tf.experimental.numpy.moveaxis(w, axis, -1)
+    order = tf.argsort(x_t, axis=-1, stable=True)
+    xs = tf.gather(x_t, order, batch_dims=x_t.shape.rank - 1)
+    cum = tf.cumsum(tf.gather(w_t, order, batch_dims=x_t.shape.rank - 1), axis=-1)
+    index = tf.minimum(tf.reduce_sum(tf.cast(cum < 0.5 - 1e-12, tf.int32), axis=-1,
+                                     keepdims=True), tf.shape(x_t)[-1] - 1)
+    median = tf.gather(xs, index, batch_dims=x_t.shape.rank - 1)
+    return tf.experimental.numpy.moveaxis(median, -1, axis)
+
+
+def robust_zscore(x, axis: int = -1, weights=None):
+    """asinh((x − median) / (1.4826 · MAD)) along `axis`, in float64 internally.
+
+    The robust z-score (median and median absolute deviation, weighted by `weights`),
+    log-compressed beyond a few MADs by asinh (linear near 0, log|z| for large |z|).
+    Where the MAD is 0 (more than half of the entries equal), the largest absolute
+    deviation is the scale; a constant row gives 0.
 
     Args:
       x: input of any rank.
-      squash: 'logistic', 'atan' or None (returns x unchanged).
+      axis: the axis along which the statistics are taken.
+      weights: optional non-negative weights broadcastable to x.
+
+    Returns:
+      A tensor like x.
+    """
+    x = tf.convert_to_tensor(x)
+    x64 = exact_float64(x)
+    w, has_mass = _weighted(x64, weights, axis)
+    # Not rescaled by the range (that would merge the bulk next to a 1e30 outlier);
+    # float32 values are far from float64's limits, and float64 values beyond 2^1000
+    # are halved 2^24 times (exactly) so that differences cannot overflow.
+    huge = tf.reduce_max(tf.abs(x64), axis=axis, keepdims=True) > 2.0 ** 1000
+    u = tf.where(huge, x64 * 2.0 ** -24, x64)
+    u = u - tf.stop_gradient(_weighted_median(u, w, axis))
+    deviation = tf.abs(u)
+    mad = tf.stop_gradient(_weighted_median(deviation, w, axis)) * MAD_TO_STD
+    widest = tf.reduce_max(tf.where(has_mass, deviation, tf.zeros_like(u)), axis=axis,
+                           keepdims=True)
+    scale = tf.where(mad > 0, mad, widest)
+    return tf.cast(tf.math.asinh(u / _safe_positive(scale)), x.dtype)
+
+
+def squash_values(x, squash="logistic", axis: int = -1, weights=None):
+    """Applies the squashing `squash` ('logistic', 'atan', 'robust' or None) along `axis`.
+
+    Args:
+      x: input of any rank.
+      squash: 'logistic', 'atan', 'robust' or None (returns x unchanged); see the
+        module docstring for when to use which.
       axis: the axis the values are compared along.
       weights: optional non-negative weights for a weighted standardisation (see
         `standardize`); the Sinkhorn operators pass their input weights a.
 
     Returns:
       A tensor like x, in [0, 1] unless `squash` is None.
+
+    Example:
+    >>> x = np.array([[1e-3, 1e30, 0.5, 1.0, 2.0, 4.0, 8.0]])
+    >>> np.round(squash_values(x, "robust").numpy(), 2)
+    array([[0.32, 1.  , 0.36, 0.4 , 0.5 , 0.68, 0.81]])
+    >>> np.round(squash_values(x, "logistic").numpy(), 2)
+    array([[0.32, 0.99, 0.32, 0.32, 0.32, 0.32, 0.32]])
     """
     squash = check_squash(squash)
     if squash is None:
         return x
+    if squash == "robust":
+        return 0.5 + tf.atan(robust_zscore(x, axis=axis, weights=weights)) / math.pi
     z = standardize(x, axis=axis, weights=weights)
     if squash == "logistic":
         return tf.sigmoid(z * (math.pi / math.sqrt(3.0)))
