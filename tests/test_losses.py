@@ -403,6 +403,17 @@ def test_spearman_propagates_nan_per_list():
     assert np.isfinite(ss.spearman_correlation(y_true, y_pred).numpy()[1])
 
 
+@pytest.mark.parametrize("label", [3, -1])
+def test_top_k_sparse_label_out_of_range_raises_a_clear_error(label):
+    # Unclear error: a raw GatherV2 message.
+    logits = [[0.0, 5.0, 1.0], [1.0, 0.0, 2.0]]
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        ss.SoftTopKLoss(1, from_sparse=True)([label, 0], logits)
+    graph = tf.function(lambda y, x: ss.soft_top_k_loss(y, x, from_sparse=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[0, 3\)"):
+        graph(tf.constant([0, label]), tf.constant(logits))
+
+
 def test_spearman_lists_of_different_lengths_raise_a_clear_error():
     # Bug: lists of lengths 5 and 6 raised a raw `Mul` error.
     for fn in (ss.SpearmanLoss(), ss.soft_spearman_correlation, ss.spearman_correlation):

@@ -8,6 +8,7 @@ import tensorflow as tf
 from softsort_tf import _checks
 from softsort_tf.losses.base import _check_bool, _SinkhornLoss
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops.permutation_targets import check_at_run_time
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
@@ -56,8 +57,9 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     the expectation Σ_j y_j J_k(·)_j; for one-hot labels it is the term of the label.
 
     Args:
-      y_true: integer labels `[...]` or `[..., 1]` if `from_sparse`, else one-hot or
-        soft labels `[..., L]`.
+      y_true: integer labels in [0, L) `[...]` or `[..., 1]` if `from_sparse` (a label
+        out of range raises, see `permutation_targets.check_at_run_time`), else one-hot
+        or soft labels `[..., L]`.
       logits: `[..., L]` real tensor, L ≥ 2 known statically.
       k: an integer in [1, L).
       form: 'rank' or 'cdf' (see above).
@@ -105,6 +107,9 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
                                  f"{labels.shape} for logits {logits.shape}.")
             labels = labels[..., 0]
         labels = tf.cast(labels, tf.int32)
+        labels = check_at_run_time(
+            tf.reduce_all((labels >= 0) & (labels < num_classes)), labels,
+            f"Sparse `y_true` must hold class indices in [0, L) = [0, {num_classes}).")
         return tf.gather(per_class, labels, batch_dims=labels.shape.rank)
     labels = tf.cast(y_true, per_class.dtype)
     if labels.shape.rank != logits.shape.rank or labels.shape[-1] != num_classes:

@@ -107,16 +107,23 @@ def _checked_ordering(y_true, n):
     size = tf.shape(order)[-1]
     valid = tf.logical_and(integral, tf.reduce_all(
         tf.equal(tf.sort(order, axis=-1), tf.range(size, dtype=tf.int32))))
-    message = ("`y_true` read as orderings must hold each index 0..n − 1 exactly once "
-               "per row (a permutation); got a row that does not (an index out of range "
-               "[0, n), a repeated index or a non-integer value). Pass "
-               "y_true_format='matrix' for permutation matrices.")
+    return check_at_run_time(
+        valid, order, "`y_true` read as orderings must hold each index 0..n − 1 exactly "
+        "once per row (a permutation); got a row that does not (an index out of range "
+        "[0, n), a repeated index or a non-integer value). Pass y_true_format='matrix' "
+        "for permutation matrices.")
+
+
+def check_at_run_time(valid, tensor, message: str):
+    """`tensor`, once the scalar boolean `valid` holds: eagerly a `ValueError(message)`
+    otherwise; in a graph an `InvalidArgumentError` with `message` from a
+    `tf.debugging.Assert` (compiled out under XLA, where nothing is checked)."""
     if tf.executing_eagerly():
         if not bool(valid):
             raise ValueError(message)
-        return order
+        return tensor
     with tf.control_dependencies([tf.debugging.Assert(valid, [message])]):
-        return tf.identity(order)
+        return tf.identity(tensor)
 
 
 def _per_example(row_values, num_sample_axes: int):
