@@ -33,8 +33,9 @@ Defaults and what they mean for the user:
 - `epsilon_start` = None, `epsilon_decay` = 0.9: optional ε annealing
   ε_t = max(ε, ε_start · decay^t).
 - `check_every` = 1: iterations between two stopping decisions.
-- `squash` = 'logistic': maps the (weighted-)standardised inputs into [0, 1]; 'atan'
-  or None (inputs already in [0, 1]).
+- `squash` = 'logistic': maps the (weighted-)standardised inputs into [0, 1]; 'atan',
+  'robust' (median/MAD, for rows with outliers or mixed scales) or None (inputs
+  already in [0, 1]).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class SinkhornOptions:
       epsilon_start: if set above ε, anneal ε_t = max(ε, ε_start · decay^t).
       epsilon_decay: annealing factor in (0, 1) (default 0.9).
       check_every: iterations between two stopping decisions (default 1).
-      squash: 'logistic' (default), 'atan' or None.
+      squash: 'logistic' (default), 'atan', 'robust' (rows with outliers or mixed
+        scales, see `softsort_tf.ops.squash`) or None.
 
     Example:
     >>> options = SinkhornOptions(epsilon=1e-3)
