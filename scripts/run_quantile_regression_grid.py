@@ -1,0 +1,59 @@
+"""Runs the quantile-regression grid of Cuturi et al. (2019), Table 1, and writes the table.
+
+5 data sets × τ ∈ {0.1, 0.2, 0.5} × {pinball, squantile} × 12 seeds, each run in
+`<runs_dir>/<dataset>/tau<τ>/<method>/seed<k>/` (its own `results.json`, checkpoints
+and TensorBoard logs; see `softsort_tf.experiments.quantile_regression`). Resumable: a
+finished run (results.json present) is skipped, an interrupted one resumes from its
+last checkpoint. Runs go seed by seed, so a partial grid already covers every cell.
+
+After every run the table (mean ± standard error over the finished seeds of the
+held-out pinball loss, beside the paper's numbers) is written to
+`<runs_dir>/table.md`; when the grid is complete, or with `--summarize_only`, it also
+replaces the quantile-regression table of docs/RESULTS.md (between its markers).
+
+    nice -n 19 python scripts/run_quantile_regression_grid.py \
+        --data_dir=../shared/data/cqr --runs_dir=runs/quantile_regression
+"""
+
+import os
+
+from absl import app, flags
+
+from softsort_tf.experiments import quantile_grid
+
+_DATA_DIR = flags.DEFINE_string("data_dir", "../shared/data/cqr",
+                                "Folder of the data files (softsort_tf.datasets.cqr).")
+_RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/quantile_regression", "Folder of the runs.")
+_SEEDS = flags.DEFINE_integer("seeds", quantile_grid.NUM_SEEDS, "Seeds per cell.",
+                              lower_bound=1)
+_DATASETS = flags.DEFINE_list("datasets", list(quantile_grid.DATASETS), "Data sets.")
+_TAUS = flags.DEFINE_list("taus", [str(t) for t in quantile_grid.TAUS], "Levels τ.")
+_METHODS = flags.DEFINE_list("methods", list(quantile_grid.METHODS), "Methods.")
+_EPOCHS = flags.DEFINE_integer("epochs", None, "Override the runs' epochs (tests, quick "
+                               "looks); default that of train_quantile_regression.")
+_STEPS = flags.DEFINE_integer("steps_per_epoch", None, "Override the runs' steps per epoch.")
+_SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False,
+                                    "Only write the tables from the finished runs.")
+_RESULTS_MD = flags.DEFINE_string(
+    "results_md", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "docs", "RESULTS.md"),
+    "Markdown file whose quantile-regression table is replaced ('' : none).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    grid = quantile_grid.Grid(runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
+                              datasets=tuple(_DATASETS.value),
+                              taus=tuple(float(t) for t in _TAUS.value),
+                              methods=tuple(_METHODS.value), seeds=_SEEDS.value,
+                              overrides={k: v for k, v in (("epochs", _EPOCHS.value),
+                                                           ("steps_per_epoch", _STEPS.value))
+                                         if v is not None})
+    if not _SUMMARIZE_ONLY.value:
+        grid.run()
+    grid.write_tables(_RESULTS_MD.value or None, force=_SUMMARIZE_ONLY.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,155 @@
+"""The grid of Cuturi et al. (2019), Table 1: runs, aggregation and the Markdown table.
+
+Used by `scripts/run_quantile_regression_grid.py`. Each cell (data set, τ, method) is
+run for `seeds` seeds with `quantile_regression.run`; the table gives the mean ± the
+standard error (sample standard deviation / √runs) of the held-out pinball loss, next
+to the number published in the paper's Table 1 (`PAPER_TABLE1`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import keras
+import numpy as np
+
+from softsort_tf.experiments import quantile_regression
+
+__all__ = ["DATASETS", "METHODS", "NUM_SEEDS", "PAPER_TABLE1", "TAUS", "Grid", "format_table"]
+
+DATASETS = ("bio", "bike", "star", "concrete", "community")
+TAUS = (0.1, 0.2, 0.5)
+METHODS = quantile_regression.METHODS
+NUM_SEEDS = 12
+# Cuturi, Teboul & Vert (2019), Table 1: pinball loss averaged over 12 runs (the
+# paper's `facebook` column is not among our data sets).
+PAPER_TABLE1 = {
+    (0.1, "pinball"): {"bio": 0.109, "bike": 0.145, "star": 0.170, "concrete": 0.105,
+                       "community": 0.099},
+    (0.1, "squantile"): {"bio": 0.281, "bike": 0.144, "star": 0.353, "concrete": 0.482,
+                         "community": 0.100},
+    (0.2, "pinball"): {"bio": 0.206, "bike": 0.272, "star": 0.279, "concrete": 0.176,
+                       "community": 0.178},
+    (0.2, "squantile"): {"bio": 0.206, "bike": 0.274, "star": 0.367, "concrete": 0.367,
+                         "community": 0.176},
+    (0.5, "pinball"): {"bio": 0.430, "bike": 0.513, "star": 0.421, "concrete": 0.299,
+                       "community": 0.337},
+    (0.5, "squantile"): {"bio": 0.442, "bike": 0.572, "star": 0.434, "concrete": 0.287,
+                         "community": 0.357},
+}
+BEGIN_MARKER = "<!-- quantile-regression-table:begin -->"
+END_MARKER = "<!-- quantile-regression-table:end -->"
+
+
+def _stats(values: list[float]) -> tuple[float, float, int]:
+    v = np.asarray(values, np.float64)
+    se = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+    return float(v.mean()), se, len(v)
+
+
+def format_table(results: dict, datasets=DATASETS, taus=TAUS, methods=METHODS,
+                 seeds: int = NUM_SEEDS) -> str:
+    """Markdown table of `results[(dataset, tau, method)] = [results dicts]`.
+
+    Each cell: our mean ± s.e. of the test pinball loss (with the number of runs when
+    fewer than `seeds` are finished) and, in brackets, the paper's value. A row per τ
+    gives the constant predictor (training τ-quantile) for scale.
+    """
+    names = {"pinball": "Pinball", "squantile": "S-quantile"}
+    lines = ["| τ, method | " + " | ".join(datasets) + " |",
+             "|---|" + "---|" * len(datasets)]
+    for tau in taus:
+        for method in methods:
+            cells = []
+            for ds in datasets:
+                runs = results.get((ds, tau, method), [])
+                paper = PAPER_TABLE1.get((tau, method), {}).get(ds)
+                paper_txt = f" ({paper:.3f})" if paper is not None else ""
+                if not runs:
+                    cells.append(f"pending{paper_txt}")
+                    continue
+                mean, se, n = _stats([r["metrics"]["test_pinball"] for r in runs])
+                count = "" if n >= seeds else f" [{n} runs]"
+                cells.append(f"{mean:.4f} ± {se:.4f}{count}{paper_txt}")
+            lines.append(f"| {tau}, {names.get(method, method)} | " + " | ".join(cells) + " |")
+        consts = []
+        for ds in datasets:
+            runs = [r for m in methods for r in results.get((ds, tau, m), [])]
+            consts.append(f"{np.mean([r['metrics']['constant_test_pinball'] for r in runs]):.4f}"
+                          if runs else "pending")
+        lines.append(f"| {tau}, constant τ-quantile | " + " | ".join(consts) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass
+class Grid:
+    """The runs of the grid (see the module docstring)."""
+
+    runs_dir: str
+    data_dir: str
+    datasets: tuple = DATASETS
+    taus: tuple = TAUS
+    methods: tuple = METHODS
+    seeds: int = NUM_SEEDS
+    overrides: dict = dataclasses.field(default_factory=dict)
+
+    def run_dir(self, dataset: str, tau: float, method: str, seed: int) -> str:
+        return os.path.join(self.runs_dir, dataset, f"tau{tau}", method, f"seed{seed}")
+
+    def cells(self):
+        """(dataset, τ, method, seed), seed-major: every cell gets its first runs first."""
+        for seed in range(self.seeds):
+            for ds in self.datasets:
+                for tau in self.taus:
+                    for method in self.methods:
+                        yield ds, tau, method, seed
+
+    def run(self) -> None:
+        """Runs every missing run; rewrites `runs_dir/table.md` after each."""
+        for ds, tau, method, seed in self.cells():
+            out = self.run_dir(ds, tau, method, seed)
+            if os.path.exists(os.path.join(out, "results.json")):
+                continue
+            keras.backend.clear_session()
+            config = quantile_regression.QuantileRegressionConfig(
+                output_dir=out, dataset=ds, data_dir=self.data_dir, method=method, tau=tau,
+                seed=seed, **self.overrides)
+            quantile_regression.run(config)
+            self.write_tables(None)
+
+    def collect(self) -> dict:
+        """`{(dataset, τ, method): [results dicts of the finished runs]}`."""
+        results = {}
+        for ds, tau, method, seed in self.cells():
+            path = os.path.join(self.run_dir(ds, tau, method, seed), "results.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    results.setdefault((ds, tau, method), []).append(json.load(f))
+        return results
+
+    def complete(self, results: dict) -> bool:
+        return sum(len(v) for v in results.values()) == (
+            len(self.datasets) * len(self.taus) * len(self.methods) * self.seeds)
+
+    def write_tables(self, results_md: str | None, force: bool = False) -> str:
+        """Writes `runs_dir/table.md`; also the section of `results_md` (between
+        `BEGIN_MARKER` and `END_MARKER`) when the grid is complete or `force`."""
+        results = self.collect()
+        table = format_table(results, self.datasets, self.taus, self.methods, self.seeds)
+        os.makedirs(self.runs_dir, exist_ok=True)
+        with open(os.path.join(self.runs_dir, "table.md"), "w") as f:
+            f.write(table)
+        if results_md and (force or self.complete(results)):
+            with open(results_md) as f:
+                text = f.read()
+            if BEGIN_MARKER not in text or END_MARKER not in text:
+                raise ValueError(f"{results_md} has no {BEGIN_MARKER} ... {END_MARKER} section.")
+            head, rest = text.split(BEGIN_MARKER, 1)
+            _, tail = rest.split(END_MARKER, 1)
+            tmp = results_md + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{head}{BEGIN_MARKER}\n{table}{END_MARKER}{tail}")
+            os.replace(tmp, results_md)
+        return table
