@@ -56,9 +56,6 @@ for name, make in LOSSES.items():
         reference_loss = 0.5 * (halves[0] + halves[1])
     grads = tape.gradient(reference_loss, m.trainable_weights)
     expected = [w - LR * g.numpy() for w, g in zip(w0, grads)]
-    with tf.GradientTape() as tape:
-        whole = make()(y, m(x))
-    whole_grads = tape.gradient(whole, m.trainable_weights)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         mm = model()
@@ -68,8 +65,6 @@ for name, make in LOSSES.items():
         "replicas": strategy.num_replicas_in_sync,
         "mirrored_weights": [w.ravel().tolist() for w in mm.get_weights()],
         "expected_weights": [w.ravel().tolist() for w in expected],
-        "whole_batch_step": [(w - LR * g.numpy()).ravel().tolist()
-                             for w, g in zip(w0, whole_grads)],
         "w0": [w.ravel().tolist() for w in w0],
         "mirrored_loss": history.history["loss"][0],
         "expected_loss": float(reference_loss),
