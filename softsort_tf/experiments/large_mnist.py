@@ -190,14 +190,7 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
             "spearman": _spearman(pred, true)}
 
 
-def prepare_runtime(config: ExperimentConfig) -> tf.distribute.Strategy:
-    """Devices, seeds and op determinism of a run; its strategy."""
-    if config.num_cpu_devices:
-        training.set_cpu_devices(config.num_cpu_devices)
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic_ops:
-        tf.config.experimental.enable_op_determinism()
-    return training.make_strategy(config.strategy)
+prepare_runtime = training.prepare_runtime  # devices, seeds, determinism -> strategy
 
 
 def objective(task: str) -> tuple[str, str]:

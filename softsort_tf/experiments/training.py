@@ -33,9 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "StopAfterEpochs",
-           "best_epoch", "should_stop_early",
-           "fit_resumable", "machine_info", "make_strategy", "output_directory", "read_history",
-           "set_cpu_devices", "write_json"]
+           "best_epoch", "fit_resumable", "machine_info", "make_strategy", "output_directory",
+           "prepare_runtime", "read_history", "set_cpu_devices", "should_stop_early",
+           "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -62,6 +62,21 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
+
+
+def prepare_runtime(config) -> tf.distribute.Strategy:
+    """Devices, seeds and op determinism of a run; returns its strategy.
+
+    Args:
+      config: any config with the run fields `num_cpu_devices`, `seed`,
+        `deterministic_ops` and `strategy` (those of `flags.define_run_flags`).
+    """
+    if config.num_cpu_devices:
+        set_cpu_devices(config.num_cpu_devices)
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic_ops:
+        tf.config.experimental.enable_op_determinism()
+    return make_strategy(config.strategy)
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
