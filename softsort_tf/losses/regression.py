@@ -110,9 +110,10 @@ class _BatchStatisticLoss(_SinkhornLoss):
 
         S = Σ_i c_i,   c_i = P_{i,mid} e_i / b_mid,
 
-    P the transport plan. `call(y_true, y_pred)` returns each example's share
-    `B·c_i` `[B]`, and Keras reduces it like any other per-example loss (the class
-    never overrides `Loss.__call__`):
+    P the transport plan (b_mid read as the column's own sum Σ_i P_{i,mid}).
+    `call(y_true, y_pred)` returns each example's share `B·c_i` `[B]`, and Keras
+    reduces it like any other per-example loss (the class never overrides
+    `Loss.__call__`):
 
     - 'sum_over_batch_size' (default), 'mean': the mean share, S itself;
     - 'sum': B·S; 'none' (or None): the `[B]` shares, whose mean is S.
@@ -172,10 +173,13 @@ class _BatchStatisticLoss(_SinkhornLoss):
         transport = Transport(errors[None, :], axis=-1, direction="ASCENDING", weights=None,
                               targets=(b.size, b), options=self.options,
                               check_numerics=False)
-        plan = transport.plan[0, :, index]  # P_{i,mid}, column sum b_mid
+        plan = transport.plan[0, :, index]  # P_{i,mid}
+        # Divided by the column's own sum (b_mid up to the solver's rounding), as the
+        # operators' read-out: the mean share is an exact convex combination of errors.
+        column = tf.reduce_sum(plan)
+        column = tf.where(column > 0, column, tf.cast(b[index], plan.dtype))
         batch = tf.cast(tf.shape(errors)[0], plan.dtype)
-        shares = batch * plan * transport.values[0] / tf.cast(b[index], plan.dtype)
-        return tf.cast(shares, errors.dtype)
+        return tf.cast(batch * plan * transport.values[0] / column, errors.dtype)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "error_power": self.error_power}
