@@ -262,16 +262,22 @@ def test_image_splits_are_disjoint_and_scaled():
         images.load_image_splits("imagenet")
 
 
-def test_grid_table_and_results_md_section(tmp_path):
+def test_grid_table_and_results_md_section(tmp_path, cqr_dir):
     results = {("concrete", 0.1, "pinball"): [
         {"metrics": {"test_pinball": v, "constant_test_pinball": 0.07}} for v in (0.1, 0.2)]}
     table = quantile_grid.format_table(results, datasets=("concrete",), taus=(0.1,),
-                                       seeds=2)
+                                       seeds=2, constants={("concrete", 0.1): (0.07, 0.2)})
     assert "0.1500 ± 0.0500 (0.105)" in table  # mean ± std/√2, the paper's value
     assert "pending (0.482)" in table and "| 0.1, constant τ-quantile | 0.0700 |" in table
+    for r in results["concrete", 0.1, "pinball"]:
+        r["f"] = 2.0
+    table = quantile_grid.format_table(results, datasets=("concrete",), taus=(0.1,),
+                                       seeds=2, factor_key="f",
+                                       constants={("concrete", 0.1): (0.07, 0.2)})
+    assert "0.3000 ± 0.1000 (0.105)" in table and "constant τ-quantile | 0.2000 |" in table
     md = tmp_path / "R.md"
     md.write_text(f"a\n{quantile_grid.BEGIN_MARKER}\nold\n{quantile_grid.END_MARKER}\nb\n")
-    grid = quantile_grid.Grid(str(tmp_path / "runs"), "unused", datasets=("concrete",),
+    grid = quantile_grid.Grid(str(tmp_path / "runs"), cqr_dir[0], datasets=("concrete",),
                               taus=(0.1,), seeds=1)
     grid.write_tables(str(md), force=True)
     text = md.read_text()

@@ -15,6 +15,7 @@ import os
 import keras
 import numpy as np
 
+from softsort_tf.datasets import cqr
 from softsort_tf.experiments import quantile_regression
 
 __all__ = ["DATASETS", "METHODS", "NUM_SEEDS", "PAPER_TABLE1", "TAUS", "Grid", "format_table"]
@@ -50,13 +51,21 @@ def _stats(values: list[float]) -> tuple[float, float, int]:
 
 
 def format_table(results: dict, datasets=DATASETS, taus=TAUS, methods=METHODS,
-                 seeds: int = NUM_SEEDS) -> str:
+                 seeds: int = NUM_SEEDS, factor_key: str | None = None,
+                 constants: dict | None = None) -> str:
     """Markdown table of `results[(dataset, tau, method)] = [results dicts]`.
 
     Each cell: our mean ± s.e. of the test pinball loss (with the number of runs when
-    fewer than `seeds` are finished) and, in brackets, the paper's value. A row per τ
-    gives the constant predictor (training τ-quantile) for scale.
+    fewer than `seeds` are finished) and, in brackets, the paper's value. With
+    `constants` (`{(dataset, τ): (loss, loss in std units)}`, see `Grid.constants`) a
+    row per τ gives the constant predictor. With `factor_key`, every run's losses are
+    multiplied by `run[factor_key]` first (a change of units; the constants' second
+    value is then used).
     """
+
+    def value(run, key):
+        return run["metrics"][key] * (run[factor_key] if factor_key else 1.0)
+
     names = {"pinball": "Pinball", "squantile": "S-quantile"}
     lines = ["| τ, method | " + " | ".join(datasets) + " |",
              "|---|" + "---|" * len(datasets)]
@@ -70,16 +79,14 @@ def format_table(results: dict, datasets=DATASETS, taus=TAUS, methods=METHODS,
                 if not runs:
                     cells.append(f"pending{paper_txt}")
                     continue
-                mean, se, n = _stats([r["metrics"]["test_pinball"] for r in runs])
+                mean, se, n = _stats([value(r, "test_pinball") for r in runs])
                 count = "" if n >= seeds else f" [{n} runs]"
                 cells.append(f"{mean:.4f} ± {se:.4f}{count}{paper_txt}")
             lines.append(f"| {tau}, {names.get(method, method)} | " + " | ".join(cells) + " |")
-        consts = []
-        for ds in datasets:
-            runs = [r for m in methods for r in results.get((ds, tau, m), [])]
-            consts.append(f"{np.mean([r['metrics']['constant_test_pinball'] for r in runs]):.4f}"
-                          if runs else "pending")
-        lines.append(f"| {tau}, constant τ-quantile | " + " | ".join(consts) + " |")
+        if constants:
+            consts = [f"{constants[ds, tau][1 if factor_key else 0]:.4f}"
+                      if (ds, tau) in constants else "–" for ds in datasets]
+            lines.append(f"| {tau}, constant τ-quantile | " + " | ".join(consts) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -119,14 +126,43 @@ class Grid:
             quantile_regression.run(config)
             self.write_tables(None)
 
+    def constants(self) -> dict:
+        """`{(dataset, τ): (test pinball, same in std units)}` of the constant predictor
+        (the training part's τ-quantile), averaged over the seeds; no training needed."""
+        if getattr(self, "_constants", None) is None:
+            out = {}
+            for ds in self.datasets:
+                splits = [cqr.load_split(ds, self.data_dir, seed) for seed in range(self.seeds)]
+                for tau in self.taus:
+                    losses, scaled = [], []
+                    for split in splits:
+                        y = np.concatenate([split.y_train, split.y_val]).astype(np.float64)
+                        r = split.y_test.astype(np.float64) - np.quantile(y, tau)
+                        losses.append(np.mean(np.maximum(tau * r, (tau - 1) * r)))
+                        scaled.append(losses[-1] / np.std(y))
+                    out[ds, tau] = (float(np.mean(losses)), float(np.mean(scaled)))
+            self._constants = out
+        return self._constants
+
     def collect(self) -> dict:
-        """`{(dataset, τ, method): [results dicts of the finished runs]}`."""
-        results = {}
+        """`{(dataset, τ, method): [results dicts of the finished runs]}`.
+
+        Each run also gets `std_factor` = 1 / std of its (scaled) training responses,
+        which converts its losses to units of the response's standard deviation.
+        """
+        results, factors = {}, {}
         for ds, tau, method, seed in self.cells():
             path = os.path.join(self.run_dir(ds, tau, method, seed), "results.json")
             if os.path.exists(path):
                 with open(path) as f:
-                    results.setdefault((ds, tau, method), []).append(json.load(f))
+                    run = json.load(f)
+                if (ds, seed) not in factors:
+                    split = cqr.load_split(ds, self.data_dir, seed,
+                                           run["flags"]["validation_fraction"])
+                    factors[ds, seed] = 1.0 / float(np.std(np.concatenate(
+                        [split.y_train, split.y_val]).astype(np.float64)))
+                run["std_factor"] = factors[ds, seed]
+                results.setdefault((ds, tau, method), []).append(run)
         return results
 
     def complete(self, results: dict) -> bool:
@@ -137,7 +173,14 @@ class Grid:
         """Writes `runs_dir/table.md`; also the section of `results_md` (between
         `BEGIN_MARKER` and `END_MARKER`) when the grid is complete or `force`."""
         results = self.collect()
-        table = format_table(results, self.datasets, self.taus, self.methods, self.seeds)
+        args = (results, self.datasets, self.taus, self.methods, self.seeds)
+        constants = self.constants()
+        table = (f"Held-out pinball loss, responses divided by the mean absolute training "
+                 f"response (the reference protocol):\n\n"
+                 f"{format_table(*args, constants=constants)}\n"
+                 f"The same runs in units of the training responses' standard deviation "
+                 f"(loss × mean\\|y\\| / std(y)):\n\n"
+                 f"{format_table(*args, factor_key='std_factor', constants=constants)}")
         os.makedirs(self.runs_dir, exist_ok=True)
         with open(os.path.join(self.runs_dir, "table.md"), "w") as f:
             f.write(table)
