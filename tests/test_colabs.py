@@ -24,8 +24,9 @@ MAX_COMMITTED_BYTES = 1_500_000
 
 # notebook -> (minimum number of figures, regular expressions its printed output must match)
 NOTEBOOKS = {
-    "01_operators_tour.ipynb": (6, [
+    "01_operators_tour.ipynb": (7, [
         r"ranks\s+max \|soft − hard\| at ε = 1e-04: \d\.\d{4}",
+        r"neuralsort max \|soft − hard\| sort at τ = 1e-03: \d\.\d{4}",
         r"n = \d+: blur at ε = 1e-02: measured \d+\.\d\d, rule \d+\.\d\d positions",
         r"softsort\s+tau = 0\.05\s+row sums 1\.000-1\.000",
         r"sinkhorn\s+epsilon = 0\.001\s+row sums 1\.000-1\.000, column sums 1\.000-1\.000",
