@@ -353,3 +353,16 @@ def test_train_topk_binary_writes_curves(tmp_path):
     assert os.path.getsize(os.path.join(out, "curves.png")) > 1000
     with open(os.path.join(out, "results.json")) as f:
         assert json.load(f)["finished"]
+
+
+@pytest.mark.slow
+def test_train_quantile_regression_offline_default_under_mirrored_strategy(tmp_path):
+    # Two logical CPUs: the S-quantile loss is a statistic of each replica's batch.
+    out = str(tmp_path / "qr_mirrored")
+    _run("train_quantile_regression.py", f"--output_dir={out}", "--epochs=1",
+         "--steps_per_epoch=3", "--strategy=mirrored", "--num_cpu_devices=2", "--verbose=0")
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    assert res["flags"]["dataset"] == "synthetic" and res["flags"]["strategy"] == "mirrored"
+    assert "/device:CPU:1" in " ".join(res["machine"]["devices"])
+    assert np.isfinite(res["metrics"]["test_pinball"])
