@@ -366,3 +366,19 @@ def test_train_quantile_regression_offline_default_under_mirrored_strategy(tmp_p
     assert res["flags"]["dataset"] == "synthetic" and res["flags"]["strategy"] == "mirrored"
     assert "/device:CPU:1" in " ".join(res["machine"]["devices"])
     assert np.isfinite(res["metrics"]["test_pinball"])
+
+
+def test_new_keras_objects_round_trip(tmp_path):
+    y = np.linspace(-1, 1, 40).astype(np.float32)
+    pred = np.zeros_like(y)
+    for loss in (quantile_regression.SQuantileRegressionLoss(0.2, epsilon=0.05),
+                 quantile_regression.PinballLoss(0.3)):
+        restored = keras.losses.deserialize(keras.losses.serialize(loss))
+        assert type(restored) is type(loss) and restored.get_config() == loss.get_config()
+        assert float(restored(y, pred)) == pytest.approx(float(loss(y, pred)), rel=1e-6)
+    model = topk.build_cnn((8, 8, 1), 10, quantile_norm=True, num_targets=4)
+    x = np.random.default_rng(7).random((3, 8, 8, 1)).astype(np.float32)
+    path = str(tmp_path / "cnn.keras")
+    model.save(path)
+    np.testing.assert_allclose(keras.models.load_model(path)(x), model(x), rtol=1e-5,
+                               atol=1e-6)

@@ -94,6 +94,13 @@ class KnnEmbedder(keras.Model):
       tau: temperature (on squared embedding distances).
       stochastic, num_samples: Gumbel-perturbed scores in training.
       seed: seed of the noise (with the step).
+
+    Example:
+    >>> model = KnnEmbedder((28, 28, 1), num_classes=10, k=3)
+    >>> episode = {"queries": tf.zeros([4, 28, 28, 1]), "candidates": tf.zeros([6, 28, 28, 1]),
+    ...            "candidate_labels": tf.range(6), "step": tf.zeros([4], tf.int64)}
+    >>> model(episode).shape
+    TensorShape([4, 10])
     """
 
     def __init__(self, image_shape=(28, 28, 1), num_classes=10, k=9, method="softsort",
