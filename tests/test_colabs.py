@@ -14,10 +14,9 @@ import os
 import re
 import sys
 
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 COLABS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "colabs")
 MAX_COMMITTED_BYTES = 1_500_000
