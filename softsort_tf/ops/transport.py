@@ -178,10 +178,10 @@ class Transport:
         # Divided by the plan's own column sums (b up to rounding: in float32 at small ε
         # the potentials are ~1/ε, so P carries relative errors ~1e-5): each output is
         # then an exact convex combination of the inputs, within [min x, max x].
-        columns = tf.reduce_sum(self.plan, axis=1)
+        columns = solver_lib.accurate_sum(self.plan, axis=1)
         b = tf.broadcast_to(self.bcast_b(), tf.shape(columns))
         columns = tf.where(columns > 0, columns, b)
-        pushed = tf.linalg.matvec(self.plan, u, transpose_a=True) / columns
+        pushed = solver_lib.accurate_sum(self.plan * u[:, :, None], axis=1) / columns
         s = tf.cast(centre + tf.cast(pushed, tf.float64) / q, self.dtype)
         return -s if self.sign < 0 else s
 
