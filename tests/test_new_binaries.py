@@ -382,3 +382,19 @@ def test_new_keras_objects_round_trip(tmp_path):
     model.save(path)
     np.testing.assert_allclose(keras.models.load_model(path)(x), model(x), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_knn_training_episodes_never_use_a_query_as_its_own_candidate():
+    x = np.arange(60, dtype=np.float32)[:, None, None, None] * np.ones((1, 2, 2, 1), np.float32)
+    y = np.arange(60) % 10
+    train = (x, y)
+    seen = []
+    for features, labels in knn._episodes(train, train, 5, 7, seed=3).take(20):
+        q = features["queries"].numpy()[:, 0, 0, 0]
+        c = features["candidates"].numpy()[:, 0, 0, 0]
+        assert not set(q) & set(c) and len(set(c)) == 7
+        np.testing.assert_array_equal(labels.numpy(), q.astype(int) % 10)
+        np.testing.assert_array_equal(features["candidate_labels"].numpy(), c.astype(int) % 10)
+        seen.append(q)
+    later = next(iter(knn._episodes(train, train, 5, 7, seed=3, start_step=19)))[0]
+    np.testing.assert_array_equal(later["queries"].numpy()[:, 0, 0, 0], seen[19])  # resume

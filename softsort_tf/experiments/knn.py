@@ -1,8 +1,8 @@
 """Differentiable k-nearest-neighbours (SoftSort paper §5.4; NeuralSort paper §6).
 
 An embedding CNN is trained on episodes: a step draws `num_queries` query images and
-`num_candidates` candidate images (100 and 100, as in the papers) from the training
-split; each query scores the candidates by the negative squared distance of their
+`num_candidates` other candidate images (100 and 100, as in the papers) from the
+training split; each query scores the candidates by the negative squared distance of their
 embeddings, s_j = −‖φ(q) − φ(c_j)‖²; a relaxed sorting permutation P̂ of those scores
 (SoftSort or NeuralSort, deterministic or with Gumbel noise; row i = the i-th nearest
 candidate) is applied to the candidates' one-hot labels Y, and the class
@@ -202,19 +202,31 @@ class KnnConfig:
 
 def _episodes(queries, candidates, num_queries: int, num_candidates: int, seed: int,
               start_step: int = 0, num_steps: int | None = None) -> tf.data.Dataset:
-    """Episodes `(features, query_labels)`; queries and candidates are drawn from their
-    own resumable shuffled streams (the same split for training)."""
-    q = arrays.shuffled_batches(queries, num_queries, seed, start_step)
-    c = arrays.shuffled_batches(candidates, num_candidates, seed + 7919, start_step)
-    steps = tf.data.Dataset.counter(start_step)
-    ds = tf.data.Dataset.zip((q, c, steps))
+    """Episodes `(features, query_labels)` from resumable shuffled streams.
+
+    Training (`candidates is queries`): one batch of `num_queries + num_candidates`
+    distinct images per step, split into queries and candidates (a query is never its
+    own candidate). Validation: queries from their split, candidates from the training
+    split, each from its own stream.
+    """
+    if candidates is queries:
+        both = arrays.shuffled_batches(queries, num_queries + num_candidates, seed,
+                                       start_step)
+        pairs = both.map(lambda x, y: ((x[:num_queries], y[:num_queries]),
+                                       (x[num_queries:], y[num_queries:])))
+    else:
+        pairs = tf.data.Dataset.zip((
+            arrays.shuffled_batches(queries, num_queries, seed, start_step),
+            arrays.shuffled_batches(candidates, num_candidates, seed + 7919, start_step)))
+    ds = tf.data.Dataset.zip((pairs, tf.data.Dataset.counter(start_step)))
     if num_steps is not None:
         ds = ds.take(num_steps)
 
-    def to_example(qb, cb, step):
-        features = {"queries": qb[0], "candidates": cb[0], "candidate_labels": cb[1],
+    def to_example(pair, step):
+        (qx, qy), (cx, cy) = pair
+        features = {"queries": qx, "candidates": cx, "candidate_labels": cy,
                     "step": tf.fill([num_queries], step)}
-        return features, qb[1]
+        return features, qy
 
     return ds.map(to_example)
 
