@@ -53,7 +53,7 @@ NOTEBOOKS = {
     "04_speed.ipynb": (2, [
         r"Device: CPU",
         r"softsort\s+graph\s+n =\s+\d+:\s+\d+\.\d+ ms",
-        r"sinkhorn ranks\s+xla\s+n =\s+\d+:\s+\d+\.\d+ ms",
+        r"sinkhorn ranks\s+graph\s+n =\s+\d+:\s+\d+\.\d+ ms",
         r"tf\.sort\s+graph",
         r"implicit\s+\d+ iterations: peak \+?-?\d+\.\d MB",
         r"unrolled\s+\d+ iterations: peak \+?-?\d+\.\d MB",
