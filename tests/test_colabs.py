@@ -138,6 +138,7 @@ def venv_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("SOFTSORT_TF_BUDGET", "small")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' run folders go there
     return "python3"
 
 
