@@ -398,3 +398,25 @@ def test_knn_training_episodes_never_use_a_query_as_its_own_candidate():
         seen.append(q)
     later = next(iter(knn._episodes(train, train, 5, 7, seed=3, start_step=19)))[0]
     np.testing.assert_array_equal(later["queries"].numpy()[:, 0, 0, 0], seen[19])  # resume
+
+
+def _knn_fit_validation_vs_eager(tmp_path, jit_compile):
+    config = knn.KnnConfig(output_dir=str(tmp_path / f"knn_{jit_compile}"), epochs=1,
+                           steps_per_epoch=20, k=3, num_val_episodes=3, verbose=0,
+                           jit_compile=jit_compile)
+    res = knn.run(config)
+    s = images.load_image_splits("embedded")
+    model = knn.KnnEmbedder(s.image_shape, 10, 3, "softsort", config.tau)
+    model.build()
+    model.load_weights(os.path.join(config.output_dir, "checkpoints", "best.weights.h5"))
+    val = knn._episodes((s.x_val, s.y_val), (s.x_train, s.y_train), 100, 100,
+                        seed=10_000, num_steps=3)
+    eager = np.mean([np.mean(model(f, training=False).numpy().argmax(-1) == y.numpy())
+                     for f, y in val])
+    return res["history"]["val_accuracy"][0], eager
+
+
+@pytest.mark.slow
+def test_knn_validation_inside_fit_matches_eager_execution(tmp_path):
+    in_fit, eager = _knn_fit_validation_vs_eager(tmp_path, jit_compile=True)
+    assert in_fit == pytest.approx(eager, abs=1e-6)

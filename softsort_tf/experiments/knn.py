@@ -175,6 +175,7 @@ class KnnConfig:
     strategy: str = "default"
     num_cpu_devices: int = 0
     deterministic_ops: bool = False
+    jit_compile: bool = True
     stop_after_epochs: int | None = None
     verbose: int | str = 2
 
@@ -282,9 +283,12 @@ def run(config: KnnConfig) -> dict:
                                 config.method, config.tau, config.stochastic,
                                 config.num_samples, config.seed)
             model.build()
+            # XLA: Keras' non-XLA graph evaluation of this model disagreed with eager
+            # execution (and with XLA) on the validation episodes; see tests.
             model.compile(keras.optimizers.SGD(config.learning_rate, momentum=0.9),
                           loss=negative_probability,
-                          metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")])
+                          metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],
+                          jit_compile=config.jit_compile)
         val = _episodes((splits.x_val, splits.y_val), train, config.num_queries,
                         config.num_candidates, seed=10_000 + config.seed,
                         num_steps=config.num_val_episodes).cache()
