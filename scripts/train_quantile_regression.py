@@ -21,6 +21,8 @@ experiment_flags.define_run_flags(epochs=_D.epochs, steps_per_epoch=_D.steps_per
                                   batch_size=_D.batch_size, learning_rate=_D.learning_rate,
                                   defaults_help={"epochs": "an epoch is a validation "
                                                  "interval of steps_per_epoch steps"})
+# Keras turns XLA off under op determinism (5x slower steps here).
+flags.FLAGS.set_default("deterministic_ops", False)
 flags.DEFINE_enum("dataset", _D.dataset, cqr.ALL_DATASETS,
                   "Data set (softsort_tf.datasets.cqr); 'synthetic' needs no file.")
 flags.DEFINE_string("data_dir", _D.data_dir, "Folder of the data files (not for 'synthetic').")
