@@ -209,9 +209,11 @@ def _soft_sort_rows(top, s, power: float, tau: float):
     @tf.custom_gradient
     def rows(top, s):
         t, u = top[:, :, None], s[:, None, :]
-        d = (t - u) * diff_factor if by_scale else t - u
+        d = (t - u) * diff_factor if by_scale and scale != 1.0 else t - u
         if power == 2.0:
             cost = tf.square(d)
+        elif power == 1.0:
+            cost = tf.abs(d)
         else:
             cost = pair_cost(d, tf.zeros([], d.dtype), power)
         if not by_scale:
