@@ -36,6 +36,12 @@ Defaults and what they mean for the user:
 - `squash` = 'logistic': maps the (weighted-)standardised inputs into [0, 1]; 'atan',
   'robust' (median/MAD, for rows with outliers or mixed scales) or None (inputs
   already in [0, 1]).
+- `targets` = 'centres': where the m targets sit on [0, 1]. 'centres': at the centres
+  of the target bins in mass, y_j = b̄_j − b_j/2 ((j − 1/2)/m for uniform bins);
+  'regular': the paper's regular grid y_j = (j − 1)/(m − 1) (Fig. 2, eq. 4; 0.5 for
+  m = 1), whatever the bin masses, as in the reference implementations. Both give the
+  same hard (ε → 0) limits and read-outs; they differ in how much a given ε blurs
+  (see `TARGET_GRIDS` and docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ DEFAULT_EPSILON = 1e-2
 DEFAULT_POWER = 2.0
 DEFAULT_THRESHOLD = 1e-3
 DEFAULT_MAX_ITERATIONS = 1000
+# Placements of the targets on [0, 1] (`SinkhornOptions.targets`).
+TARGET_GRIDS = ("centres", "regular")
+DEFAULT_TARGETS = "centres"
 # Cost exponents p ≤ 1 make the 1-D transport degenerate (p = 1: every monotone and
 # many non-monotone plans are optimal; p < 1: the optimum is not the sort), so their
 # ε → 0 limit is not the sort: only p > 1 is accepted.
@@ -95,6 +104,8 @@ class SinkhornOptions:
       check_every: iterations between two stopping decisions (default 1).
       squash: 'logistic' (default), 'atan', 'robust' (rows with outliers or mixed
         scales, see `softsort_tf.ops.squash`) or None.
+      targets: 'centres' (default): targets at the centres of the target bins in mass,
+        y_j = b̄_j − b_j/2; 'regular': the paper's regular grid y_j = (j − 1)/(m − 1).
 
     Example:
     >>> options = SinkhornOptions(epsilon=1e-3)
@@ -116,6 +127,7 @@ class SinkhornOptions:
     epsilon_decay: float = 0.9
     check_every: int = 1
     squash: str | None = "logistic"
+    targets: str = DEFAULT_TARGETS
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen
@@ -145,6 +157,8 @@ class SinkhornOptions:
             "epsilon_decay", _check_real("epsilon_decay", self.epsilon_decay), 0.0, 1.0))
         set_("check_every", _checks.check_positive_int("check_every", self.check_every))
         set_("squash", check_squash(self.squash))
+        if self.targets not in TARGET_GRIDS:
+            raise ValueError(f"`targets` must be one of {TARGET_GRIDS}, got {self.targets!r}.")
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -204,6 +218,7 @@ class SinkhornOptions:
         the default 1e-2)."""
         config = self.get_config()
         config.pop("squash")
+        config.pop("targets")
         if config["epsilon"] is None:
             config["epsilon"] = DEFAULT_EPSILON
         return config

@@ -23,6 +23,10 @@ HARD = dict(epsilon=1e-7, threshold=1e-10, max_iterations=20000)
 TOL = 1e-6
 
 
+# Both placements of the targets (`SinkhornOptions.targets`) have the same hard limits.
+GRIDS = ["centres", "regular"]
+
+
 def run(op, *args, **kwargs):
     """`op(*args, **kwargs, **HARD)` as numpy, and the largest reported marginal error."""
     out, info = op(*args, return_info=True, **kwargs, **HARD)
@@ -57,23 +61,25 @@ def uniform(m):
     return np.full(m, 1.0 / m)
 
 
-def test_the_issue_examples():
+@pytest.mark.parametrize("grid", GRIDS)
+def test_the_issue_examples(grid):
     """Weighted CDF and ranks on a grid of m ≠ n targets (issue 15, item 1)."""
     x = np.array([[0.3, -1.2, 2.0, 0.9, -0.1]])
-    ranks = ss.sinkhorn_rank(x, num_targets=50, **HARD).numpy()
+    ranks = ss.sinkhorn_rank(x, num_targets=50, targets=grid, **HARD).numpy()
     np.testing.assert_allclose(ranks, [[3.0, 1.0, 5.0, 4.0, 2.0]], atol=TOL)
     # Target bins aligned with the cumulative weights resolve the weighted CDF exactly.
     cdf = ss.sinkhorn_cdf(np.array([[1.0, 2.0, 3.0]]), weights=[0.8, 0.1, 0.1],
-                          target_weights=[0.8, 0.1, 0.1], **HARD).numpy()
+                          target_weights=[0.8, 0.1, 0.1], targets=grid, **HARD).numpy()
     np.testing.assert_allclose(cdf, [[0.8, 0.9, 1.0]], atol=TOL)
     cdf = ss.sinkhorn_cdf(np.array([[1.0, 2.0, 3.0]]), weights=[0.8, 0.1, 0.1], num_targets=10,
-                          **HARD).numpy()
+                          targets=grid, **HARD).numpy()
     np.testing.assert_allclose(cdf, [[0.8, 0.9, 1.0]], atol=TOL)
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @SETTINGS
 @given(st.integers(2, 9), st.integers(1, 4), seeds, directions, st.booleans())
-def test_rank_and_cdf_limits(n, multiple, seed, direction, weighted):
+def test_rank_and_cdf_limits(grid, n, multiple, seed, direction, weighted):
     x, w = problem(seed, n, weighted)
     rng = np.random.RandomState(seed + 1)
     for m in (n * multiple, int(rng.randint(1, 3 * n + 1))):
@@ -81,7 +87,7 @@ def test_rank_and_cdf_limits(n, multiple, seed, direction, weighted):
         plan, a, upto = hard_plan(x, w, b, direction)
         centres = np.cumsum(b) - b / 2
         expected = plan @ centres / a + a / 2
-        kw = dict(weights=w, num_targets=m, direction=direction)
+        kw = dict(weights=w, num_targets=m, direction=direction, targets=grid)
         cdf, err = run(ss.sinkhorn_cdf, x, **kw)
         tol = TOL + 2 * err / a.min()
         np.testing.assert_allclose(cdf, expected, atol=tol)
@@ -96,20 +102,21 @@ def test_rank_and_cdf_limits(n, multiple, seed, direction, weighted):
     if w is not None:
         order = np.argsort(-x if direction == "DESCENDING" else x)
         cdf, err = run(ss.sinkhorn_cdf, x, weights=w, target_weights=w[order],
-                       direction=direction)
+                       direction=direction, targets=grid)
         np.testing.assert_allclose(cdf, hard_plan(x, w, uniform(n), direction)[2],
                                    atol=TOL + 2 * err / w.min() * w.sum())
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @SETTINGS
 @given(st.integers(2, 9), st.integers(1, 12), seeds, directions, st.booleans())
-def test_sort_quantile_normalisation_and_mask_limits(n, m, seed, direction, weighted):
+def test_sort_quantile_normalisation_and_mask_limits(grid, n, m, seed, direction, weighted):
     x, w = problem(seed, n, weighted)
     rng = np.random.RandomState(seed + 2)
     b = rng.uniform(0.2, 1.0, m)
     b /= b.sum()
     plan, a, _ = hard_plan(x, w, b, direction)
-    kw = dict(weights=w, direction=direction)
+    kw = dict(weights=w, direction=direction, targets=grid)
     scale = np.abs(x).max()
     # Sort: bin j gets the mean of x over the cumulative mass [B_j − b_j, B_j].
     s, err = run(ss.sinkhorn_sort, x, target_weights=b, **kw)
@@ -123,7 +130,8 @@ def test_sort_quantile_normalisation_and_mask_limits(n, m, seed, direction, weig
     # Quantile normalisation (ascending; its `direction` is handled with issue 9): the
     # overlap-weighted mean of the sorted target values.
     f = rng.randn(m) * 3
-    out, err = run(ss.sinkhorn_quantile_normalization, x, f, target_weights=b, weights=w)
+    out, err = run(ss.sinkhorn_quantile_normalization, x, f, target_weights=b, weights=w,
+                   targets=grid)
     plan_up, _, _ = hard_plan(x, w, b, "ASCENDING")
     np.testing.assert_allclose(out, plan_up @ np.sort(f) / a,
                                atol=10 * TOL + 2 * err * np.abs(f).max() / a.min())
@@ -144,25 +152,27 @@ def test_sort_quantile_normalisation_and_mask_limits(n, m, seed, direction, weig
         mask, err = run(ss.sinkhorn_topk_mask, x, k, **kw)
         plan_k, _, _ = hard_plan(x, w, np.array([k / n, 1 - k / n]), direction)
         np.testing.assert_allclose(mask, plan_k[:, 0] / a, atol=TOL + 2 * err / a.min())
-        top, err = run(ss.sinkhorn_sort, x, topk=k, direction=direction)
+        top, err = run(ss.sinkhorn_sort, x, topk=k, direction=direction, targets=grid)
         np.testing.assert_allclose(top, np.sort(sign * x)[:k] * sign,
                                    atol=10 * TOL + 2 * err * scale * n)
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @SETTINGS
 @given(st.integers(1, 9), seeds, directions)
-def test_permutation_matrix_limit(n, seed, direction):
+def test_permutation_matrix_limit(grid, n, seed, direction):
     x, _ = problem(seed, n, False)
-    p, err = run(ss.sinkhorn_permutation_matrix, x, direction=direction)
+    p, err = run(ss.sinkhorn_permutation_matrix, x, direction=direction, targets=grid)
     plan, _, _ = hard_plan(x, None, uniform(n), direction)
     np.testing.assert_allclose(p, n * plan.T, atol=TOL + 2 * n * err)
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("m", [3, 7, 40])
-def test_ranks_stay_in_range_at_every_epsilon(m):
+def test_ranks_stay_in_range_at_every_epsilon(m, grid):
     """Soft ranks of uniform weights lie in [1, n] for any grid size (up to threshold)."""
     x = np.random.RandomState(0).randn(4, 10)
     for eps in (1e-4, 1e-2, 1.0):
-        r = ss.sinkhorn_rank(x, num_targets=m, epsilon=eps, threshold=1e-9,
+        r = ss.sinkhorn_rank(x, num_targets=m, epsilon=eps, threshold=1e-9, targets=grid,
                              max_iterations=20000).numpy()
         assert r.min() >= 1 - 1e-6 and r.max() <= 10 + 1e-6

@@ -65,8 +65,19 @@ def bin_centres(b):
     return tf.cumsum(b, axis=-1) - 0.5 * b
 
 
-def _target_measure(m: int | None, target_weights, dtype):
-    """Returns (y, b) for a target of m uniform bins or the given (positive) weights."""
+def regular_grid(b):
+    """The paper's regular grid y_j = (j − 1)/(m − 1) on [0, 1] (Fig. 2, eq. 4) for
+    target weights b `[..., m]`, whatever their masses; 0.5 for m = 1."""
+    m = tf.shape(b)[-1]
+    steps = tf.cast(tf.range(m), b.dtype)
+    offset = tf.cast(tf.where(m > 1, 0.0, 0.5), b.dtype)
+    y = steps / tf.cast(tf.maximum(m - 1, 1), b.dtype) + offset
+    return tf.broadcast_to(y, tf.shape(b))
+
+
+def _target_measure(m: int | None, target_weights, dtype, grid: str = "centres"):
+    """Returns (y, b) for a target of m uniform bins or the given (positive) weights,
+    with y on `grid` ('centres': `bin_centres(b)`; 'regular': `regular_grid(b)`)."""
     if target_weights is None:
         m = _checks.check_positive_int("num_targets", m)
         b = tf.fill([m], tf.constant(1.0 / m, dtype))
@@ -82,7 +93,7 @@ def _target_measure(m: int | None, target_weights, dtype):
         if m is not None and b.shape[-1] is not None and b.shape[-1] != m:
             raise ValueError(f"`target_weights` must have length m = {m}, got {b.shape[-1]}.")
         b = b / tf.reduce_sum(b, axis=-1, keepdims=True)
-    return bin_centres(b), b
+    return (regular_grid(b) if grid == "regular" else bin_centres(b)), b
 
 
 class Transport:
@@ -107,7 +118,7 @@ class Transport:
         self.a = a
         check_epsilon_for_dtype(options.solver_kwargs()["epsilon"], self.dtype)
         m, target_weights = targets
-        self.y, self.b = _target_measure(m, target_weights, self.dtype)
+        self.y, self.b = _target_measure(m, target_weights, self.dtype, options.targets)
         squashed = squash_values(self.values, options.squash,
                                  weights=None if self.uniform_a else a)
         self.result = solver_lib.solve(squashed, self.y, a, self.b, **options.solver_kwargs())
