@@ -10,6 +10,13 @@ from softsort_tf.layers.sinkhorn import (
     SinkhornSort,
 )
 from softsort_tf.losses.permutation import PermutationCrossEntropy, permutation_cross_entropy
+from softsort_tf.losses.ranking import (
+    ListwisePermutationLoss,
+    SoftNDCGLoss,
+    listwise_permutation_loss,
+    soft_ndcg,
+    soft_ranks,
+)
 from softsort_tf.losses.regression import (
     SoftLeastQuantileRegressionLoss,
     SoftTrimmedRegressionLoss,
@@ -23,6 +30,7 @@ from softsort_tf.metrics.permutation import (
     elementwise_permutation_accuracy,
     exact_permutation_accuracy,
 )
+from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
 from softsort_tf.metrics.regression import QuantileError, TrimmedError
 from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
 from softsort_tf.ops.hard_stats import rankdata
@@ -57,5 +65,5 @@ from softsort_tf.ops.sinkhorn import (
     sinkhorn_topk_mask,
 )
 from softsort_tf.ops.squash import squash_values
-from softsort_tf.ops.transport import SinkhornInfo
+from softsort_tf.ops.transport import SinkhornConvergenceWarning, SinkhornInfo
 from softsort_tf.options import SinkhornOptions

@@ -20,10 +20,15 @@ Defaults and what they mean for the user:
   `MIN_POWER`).
 - `threshold` = 1e-3: a row of the batch stops when the L1 error of its input marginal
   is below it. Gradient checks against finite differences need a tighter threshold
-  (e.g. 1e-8 in float64): at 1e-3 the forward values are only converged to that level.
+  (e.g. 1e-8 in float64): at 1e-3 the forward values are only converged to that level,
+  and a finite difference of them is not the derivative of the converged map (measured
+  on `sinkhorn_sort`, ε = 1e-3, n = 10, float64, 5 random rows, central differences
+  with h = 1e-5: up to 0.74 from the implicit gradient at 1e-3, 2.9e-4 at 1e-8).
 - `max_iterations` = 1000: bound on the Sinkhorn iterations of a row, rounded up to a
   multiple of `check_every`. A row that reaches it unconverged is reported by
-  `return_info=True` (its `error` is above `threshold`).
+  `return_info=True` (its `error` is above `threshold`) and, in eager mode, by a
+  `SinkhornConvergenceWarning` (not inside `tf.function`/XLA, where checking would
+  need a host round-trip: read `return_info` there).
 - `implicit` = True: gradients by implicit differentiation (memory independent of the
   iterations); False backpropagates through the unrolled loop.
 - `implicit_solver` = 'auto': the backward linear solve, dense Cholesky for at most 64

@@ -9,6 +9,7 @@ reads out CDFs, sorted values and pushed-forward target values (see
 from __future__ import annotations
 
 import collections
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -33,6 +34,34 @@ Attributes:
   error: final L1 marginal error of each row (compare with `threshold`).
 """
 
+
+
+class SinkhornConvergenceWarning(UserWarning):
+    """Issued in eager mode when a Sinkhorn operator returns rows that stopped at
+    `max_iterations` with a marginal error above `threshold` (not converged).
+
+    Inside `tf.function`/XLA nothing is checked (that would need a host round-trip):
+    use `return_info=True` and read `SinkhornInfo.error` there. Silence it with
+    `warnings.simplefilter("ignore", SinkhornConvergenceWarning)`.
+    """
+
+
+def warn_if_unconverged(result, threshold: float) -> None:
+    """In eager mode, issues a `SinkhornConvergenceWarning` if any row of the solver
+    `result` ended with a finite error above `threshold` (it then stopped at
+    `max_iterations`; rows with NaN/Inf inputs are not counted). No-op in graph mode."""
+    if not tf.executing_eagerly():
+        return
+    error = result.error.numpy()
+    unconverged = np.isfinite(error) & (error > threshold)
+    if unconverged.any():
+        iterations = int(np.max(result.num_iterations.numpy()[unconverged]))
+        warnings.warn(
+            f"Sinkhorn did not converge on {int(unconverged.sum())} of {error.size} rows: they "
+            f"stopped after {iterations} iterations (`max_iterations`) with an L1 marginal "
+            f"error up to {float(error[unconverged].max()):.3g} > `threshold` = {threshold:g}. "
+            "Raise `max_iterations` or `epsilon` (`return_info=True` reports every row).",
+            SinkhornConvergenceWarning, stacklevel=4)
 
 
 # The potentials are of the order of the costs over ε (costs in [0, 1] after squashing),
@@ -122,6 +151,7 @@ class Transport:
         squashed = squash_values(self.values, options.squash,
                                  weights=None if self.uniform_a else a)
         self.result = solver_lib.solve(squashed, self.y, a, self.b, **options.solver_kwargs())
+        warn_if_unconverged(self.result, options.threshold)
         self._plan = None
         self._row_plan = None
 
