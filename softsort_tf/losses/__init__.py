@@ -12,6 +12,13 @@ part of the NeurIPS 2019 talk), plus a Spearman loss for learning to rank:
   (trimmed regression), read from one bin of the same transport problem;
 - `SpearmanLoss`: 1 − Pearson correlation of soft prediction ranks and hard target ranks.
 
+Listwise learning-to-rank losses over padded or ragged lists (`ranking`, padding
+convention: label < 0 or a boolean mask; see that module):
+
+- `SoftNDCGLoss`: 1 − NDCG of the soft ranks (Sinkhorn, SoftSort or NeuralSort);
+- `ListwisePermutationLoss`: NeuralSort/SoftSort cross-entropy against the order by
+  relevance (PiRank/NeuralSort style).
+
 Every loss is a thin wrapper over a functional op (`soft_top_k_loss`,
 `sinkhorn_quantile`, `sinkhorn_trimmed_mean`, `soft_spearman_correlation`), which in
 turn only reads out `softsort_tf.ops.sinkhorn` operators: no loss runs its own

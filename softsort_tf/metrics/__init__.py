@@ -6,6 +6,8 @@
   counterpart of `SoftTrimmedRegressionLoss`.
 - `SpearmanCorrelation`: Spearman's ρ along an axis with ties averaged, the exact
   counterpart of 1 − `SpearmanLoss`.
+- `NDCGMetric` (NDCG@k) and `MRRMetric` (mean reciprocal rank): ranking metrics over
+  padded or ragged lists (`ranking`; label < 0 = padding).
 
 For `SoftTopKLoss` no new metric is needed: Keras' own
 `keras.metrics.SparseTopKCategoricalAccuracy(k)` (integer labels) and
@@ -17,6 +19,6 @@ they match, which are batch statistics): each `update_state` call computes the
 statistic of that batch, and `result()` is the mean of these per-batch values
 weighted by batch size, which is how `Model.fit` averages a loss over an epoch. It is
 not the quantile of all the errors of the epoch (that would need to keep every error);
-evaluate with one large batch to get that. `SpearmanCorrelation` is a per-list value
-and streams as an ordinary (sample-weighted) mean over lists.
+evaluate with one large batch to get that. `SpearmanCorrelation`, `NDCGMetric` and
+`MRRMetric` are per-list values and stream as ordinary (sample-weighted) means over lists.
 """

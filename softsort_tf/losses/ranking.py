@@ -1,0 +1,433 @@
+"""Listwise learning-to-rank losses over padded and ragged lists.
+
+Padding convention (shared by these losses, `softsort_tf.metrics.ranking` and the
+masked Spearman functions):
+
+- Lists are the last axis of `y_true` (graded relevance labels, 0, 1, 2, …) and
+  `y_pred` (scores, larger = ranked higher), shape `[..., n]`.
+- An entry is padding when its label is negative (TF-Ranking's convention, e.g. −1),
+  or when the optional boolean `mask` `[..., n]` is False there. `tf.RaggedTensor`
+  inputs are padded to the longest row with the rows' ends marked as padding.
+- Padded entries get no mass: the soft ranks, sorts and losses of the valid entries
+  are those of the valid entries alone (up to the Sinkhorn solver's `threshold`, see
+  `soft_ranks`), whatever the padded scores (NaN included), and padded scores get a
+  zero gradient. A list with no valid entry has loss 0.
+
+Soft ranks come from one of the package's operators, chosen by `method`:
+'sinkhorn' (`sinkhorn_cdf` with the padded entries at weight 0, O(n²) per list) or a
+relaxed permutation matrix of `PERMUTATION_OPERATORS` ('softsort', 'neuralsort')
+read out with `ranks_from_permutation`.
+
+The operators need a static list length n. When n is unknown at trace time (a Keras
+model fed lists of several lengths, `tf.function` with `None` dimensions), pass
+`list_size`: shorter lists are padded up to it (which, by the convention above, does
+not change the result); longer ones raise an error at run time.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks
+from softsort_tf.losses.base import full_precision_dtype
+from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
+from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops.permutation_readout import ranks_from_permutation
+from softsort_tf.ops.registry import PERMUTATION_OPERATORS, get_permutation_operator
+
+_PACKAGE = "softsort_tf"
+RANK_METHODS = tuple(PERMUTATION_OPERATORS)  # 'sinkhorn' reads Sinkhorn ranks, not the plan
+PERMUTATION_LOSS_METHODS = tuple(m for m in PERMUTATION_OPERATORS if m != "sinkhorn")
+# A padded score is moved this many temperatures below the valid ones: its weight in
+# the rows of the valid entries is then below exp(−60) ≈ 1e-26 (SoftSort, NeuralSort).
+_FILL_TEMPERATURES = 60.0
+# Mass of the surplus Sinkhorn target bins of a padded list (relative to 1 per valid
+# entry): the target grid is then that of the valid entries alone.
+_SURPLUS_TARGET_MASS = 1e-30
+
+
+# ---------------------------------------------------------------------------------
+# The padding convention.
+# ---------------------------------------------------------------------------------
+def _dense(t, default):
+    """`(dense tensor, row mask or None)` of a tensor or `tf.RaggedTensor`."""
+    if isinstance(t, tf.RaggedTensor):
+        present = tf.ones_like(t, dtype=tf.bool).to_tensor(default_value=False)
+        return t.to_tensor(default_value=default), present
+    return tf.convert_to_tensor(t), None
+
+
+def check_list_size(list_size) -> int | None:
+    """`list_size` as an int ≥ 1, or None."""
+    if list_size is None:
+        return None
+    return _checks.check_positive_int("list_size", list_size)
+
+
+def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool = True,
+                 list_size: int | None = None):
+    """Applies the padding convention: `(labels, scores, mask)` as dense `[..., n]` tensors.
+
+    Args:
+      y_true: labels `[..., n]` (tensor or `tf.RaggedTensor`).
+      y_pred: scores of the same shape.
+      mask: optional boolean `[..., n]`, False for padding.
+      negative_labels_are_padding: whether a label < 0 marks padding (TF-Ranking).
+      list_size: pad lists of unknown length up to this static length (see the module
+        docstring).
+
+    Returns:
+      `labels` (floating, 0 at padded entries), `scores` (the input values, floating)
+      and `mask` (bool), all of one static shape.
+    """
+    labels, present_t = _dense(y_true, -1)
+    scores, present_p = _dense(y_pred, 0)
+    if not scores.dtype.is_floating:
+        scores = tf.cast(scores, tf.float32)
+    labels = tf.cast(labels, scores.dtype)
+    if labels.shape.rank is not None and labels.shape.rank != scores.shape.rank:
+        raise ValueError(f"`y_true` and `y_pred` must have the same shape [..., n], got "
+                         f"{labels.shape} and {scores.shape}.")
+    valid = tf.ones_like(scores, dtype=tf.bool)
+    for present in (present_t, present_p, mask):
+        if present is not None:
+            valid = tf.logical_and(valid, tf.cast(present, tf.bool))
+    if negative_labels_are_padding:
+        valid = tf.logical_and(valid, labels >= 0)
+    if scores.shape.rank is None or scores.shape.rank < 1:
+        raise ValueError(f"`y_pred` must have shape [..., n], got {scores.shape}.")
+    list_size = check_list_size(list_size)
+    n = scores.shape[-1]
+    if list_size is not None and n is not None and n > list_size:
+        raise ValueError(f"The lists have length {n} > `list_size` = {list_size}.")
+    if list_size is not None and n is None:
+        length = tf.shape(scores)[-1]
+        check = tf.debugging.assert_less_equal(
+            length, list_size, message="softsort_tf: a list is longer than `list_size`")
+        with tf.control_dependencies([check]):
+            extra = list_size - length
+        rank = scores.shape.rank
+        paddings = tf.concat([tf.zeros([rank - 1, 2], tf.int32),
+                              tf.reshape(tf.stack([0, extra]), [1, 2])], axis=0)
+        labels, scores, valid = (tf.pad(t, paddings) for t in (labels, scores, valid))
+        for t in (labels, scores, valid):
+            t.set_shape(scores.shape[:-1].concatenate([list_size]))
+    labels = tf.where(valid, labels, tf.zeros_like(labels))
+    return labels, scores, valid
+
+
+def _static_n(scores, what: str) -> int:
+    n = scores.shape[-1]
+    if n is None:
+        raise ValueError(f"{what} needs the list length n to be known when the model is "
+                         "built (its operators have a static n): pass `list_size` (the "
+                         "longest list) to pad lists of unknown length.")
+    return n
+
+
+def _masked_extremes(scores, mask):
+    """Smallest and largest valid score of each list (0 for a list without one)."""
+    has_valid = tf.reduce_any(mask, axis=-1, keepdims=True)
+    big = tf.constant(np.inf, scores.dtype)
+    lo = tf.reduce_min(tf.where(mask, scores, big), axis=-1, keepdims=True)
+    hi = tf.reduce_max(tf.where(mask, scores, -big), axis=-1, keepdims=True)
+    zero = tf.zeros_like(lo)
+    return tf.where(has_valid, lo, zero), tf.where(has_valid, hi, zero)
+
+
+def _fill_below(scores, mask, margin: float):
+    """Scores with the padded ones (no gradient) moved `margin` + the list's spread below
+    the smallest valid score: they sort last and take no weight from the valid rows."""
+    lo, hi = _masked_extremes(tf.stop_gradient(scores), mask)
+    fill = lo - (hi - lo) - tf.abs(lo) - tf.constant(margin, scores.dtype)
+    return tf.where(mask, scores, tf.broadcast_to(fill, tf.shape(scores)))
+
+
+def _operator_kwargs(method: str, temperature: float | None) -> tuple[dict, float]:
+    """`({name: temperature} or {} for the default, the temperature's value)`."""
+    op = get_permutation_operator(method)
+    if temperature is None:
+        return {}, op.default_temperature
+    return {op.temperature: _checks.check_positive("temperature", temperature)}, temperature
+
+
+def check_method(method: str, allowed: tuple) -> str:
+    if method not in allowed:
+        raise ValueError(f"`method` must be one of {allowed}, got {method!r}.")
+    return method
+
+
+def soft_ranks(scores, mask=None, method: str = "sinkhorn", temperature: float | None = None,
+               **operator_kwargs):
+    """Differentiable 1-based ranks of the valid entries among the valid entries alone.
+
+    Rank 1 goes to the largest score ('DESCENDING', the ranking convention).
+
+    - 'sinkhorn': `n_v · sinkhorn_cdf(x, weights=mask, target_weights=b)` with n_v the
+      number of valid entries and b one bin of mass 1 per valid entry (the surplus
+      n − n_v bins get mass 1e-30): the transport problem is then that of the valid
+      list, so the ranks match those of the unpadded list up to the solver's
+      `threshold`. (`sinkhorn_rank(x, weights=mask)` alone returns n·CDF with n the
+      padded length, on a grid of n bins: its ranks are not those of the valid list.)
+    - 'softsort', 'neuralsort': `ranks_from_permutation` of the operator's P̂ for scores
+      whose padded entries are moved far below the valid ones: they take the last
+      positions and a weight below e⁻⁶⁰ in the rows of the valid entries.
+
+    Args:
+      scores: `[..., n]` real scores, n static.
+      mask: optional boolean `[..., n]` (default: all valid).
+      method: one of `RANK_METHODS` ('softsort', 'neuralsort', 'sinkhorn').
+      temperature: the operator's temperature (τ for SoftSort/NeuralSort, ε for
+        Sinkhorn); default that of `PERMUTATION_OPERATORS[method]`.
+      **operator_kwargs: further arguments of the operator (e.g. `options=` for
+        Sinkhorn).
+
+    Returns:
+      `[..., n]` ranks in [1, n_v] at valid entries (padded entries: unspecified, ignore).
+
+    Example:
+    >>> r = soft_ranks([[0.5, 3.0, 1.0, 0.0]], [[True, True, True, False]],
+    ...                method="softsort", temperature=0.01)
+    >>> np.round(r.numpy()[0, :3], 3)
+    array([3., 1., 2.], dtype=float32)
+    """
+    check_method(method, RANK_METHODS)
+    scores = tf.convert_to_tensor(scores)
+    if not scores.dtype.is_floating:
+        scores = tf.cast(scores, tf.float32)
+    mask = tf.ones_like(scores, tf.bool) if mask is None else tf.cast(mask, tf.bool)
+    n = _static_n(scores, f"soft_ranks(method={method!r})")
+    kwargs, value = _operator_kwargs(method, temperature)
+    kwargs.update(operator_kwargs)
+    if method == "sinkhorn":
+        # An empty list is computed as a full one (its result is discarded by the losses).
+        has_valid = tf.reduce_any(mask, axis=-1, keepdims=True)
+        mask = tf.logical_or(mask, tf.logical_not(has_valid))
+        lo, _ = _masked_extremes(tf.stop_gradient(scores), mask)
+        x = tf.where(mask, scores, tf.broadcast_to(lo, tf.shape(scores)))
+        weights = tf.cast(mask, scores.dtype)
+        n_valid = tf.reduce_sum(weights, axis=-1, keepdims=True)
+        bins = tf.cast(tf.range(n), scores.dtype)
+        target = tf.where(bins < n_valid, tf.ones_like(weights),
+                          tf.fill(tf.shape(weights), tf.constant(_SURPLUS_TARGET_MASS,
+                                                                 scores.dtype)))
+        target = tf.reshape(target, [-1, n])
+        cdf = sinkhorn_ops.sinkhorn_cdf(x, direction="DESCENDING", weights=weights,
+                                        target_weights=target, **kwargs)
+        return n_valid * cdf
+    perm = PERMUTATION_OPERATORS[method].matrix(
+        _fill_below(scores, mask, _FILL_TEMPERATURES * value), **kwargs)
+    return ranks_from_permutation(perm)
+
+
+# ---------------------------------------------------------------------------------
+# Soft NDCG.
+# ---------------------------------------------------------------------------------
+def gains(labels):
+    """NDCG gains 2^label − 1 (labels of padded entries are 0 here: gain 0)."""
+    return tf.pow(tf.constant(2.0, labels.dtype), labels) - 1.0
+
+
+def ideal_dcg(labels, k=None):
+    """DCG of the labels sorted in decreasing order (the ideal ranking), top k if set."""
+    g = tf.sort(gains(labels), axis=-1, direction="DESCENDING")
+    positions = tf.cast(tf.range(1, tf.shape(g)[-1] + 1), g.dtype)
+    discounts = 1.0 / (tf.math.log1p(positions) / np.log(2.0))
+    if k is not None:
+        discounts = tf.where(positions <= k, discounts, tf.zeros_like(discounts))
+    return tf.reduce_sum(g * discounts, axis=-1)
+
+
+def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
+              temperature: float | None = None, list_size: int | None = None,
+              **operator_kwargs):
+    """NDCG of soft ranks: Σ_j (2^{y_j} − 1) / log₂(1 + r̃_j) / IDCG over the valid entries.
+
+    r̃ are `soft_ranks` of the predictions among the valid entries; IDCG is the DCG of
+    the ideal (label-sorted) order. As the temperature → 0 this is the NDCG of the
+    predicted order. A list without a positive label (IDCG = 0) has soft NDCG 1 and
+    no gradient (nothing to rank).
+
+    Args:
+      y_true: relevance labels `[..., n]` (graded, ≥ 0; < 0 = padding), or ragged.
+      y_pred: scores of the same shape, or ragged.
+      mask: optional boolean `[..., n]`, False for padding.
+      method, temperature, **operator_kwargs: see `soft_ranks`.
+      list_size: see `padded_lists`.
+
+    Returns:
+      `[...]` soft NDCG values in (0, 1].
+
+    Example:
+    >>> v = soft_ndcg([[2.0, 0.0, 1.0, -1.0]], [[3.0, 1.0, 2.0, 9.0]],
+    ...               method="neuralsort", temperature=0.01)
+    >>> round(float(v[0]), 4)
+    1.0
+    """
+    labels, scores, valid = padded_lists(y_true, y_pred, mask, list_size=list_size)
+    ranks = soft_ranks(scores, valid, method, temperature, **operator_kwargs)
+    ranks = tf.where(valid, ranks, tf.ones_like(ranks))
+    dcg = tf.reduce_sum(gains(labels) / (tf.math.log1p(ranks) / np.log(2.0)), axis=-1)
+    ideal = ideal_dcg(labels)
+    positive = ideal > 0
+    return tf.where(positive, dcg / tf.where(positive, ideal, tf.ones_like(ideal)),
+                    tf.ones_like(ideal))
+
+
+class _ListwiseLoss(keras.losses.Loss):
+    """Shared arguments of the listwise losses: method, temperature, list_size."""
+
+    _methods: tuple = RANK_METHODS
+
+    def __init__(self, method, temperature, list_size, reduction, name, dtype):
+        super().__init__(name=name, reduction=reduction, dtype=full_precision_dtype(dtype))
+        self.method = check_method(method, self._methods)
+        _operator_kwargs(method, temperature)  # validates the temperature
+        self.temperature = None if temperature is None else float(temperature)
+        self.list_size = check_list_size(list_size)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "method": self.method,
+                "temperature": self.temperature, "list_size": self.list_size}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftNDCGLoss(_ListwiseLoss):
+    """1 − soft NDCG (`soft_ndcg`) of each list: a listwise learning-to-rank loss.
+
+    Padded entries (label < 0, or the ends of `tf.RaggedTensor` rows) take no part;
+    see the module docstring for the convention.
+
+    Args:
+      method: 'sinkhorn' (default), 'softsort' or 'neuralsort' (`soft_ranks`).
+      temperature: the operator's temperature (ε for Sinkhorn, τ otherwise); default
+        that of `PERMUTATION_OPERATORS[method]`. For Sinkhorn, each soft rank of a list
+        of n items blurs over ≈ n·√(ε/2) neighbours.
+      list_size: pad lists of unknown length to this length (needed inside models fed
+        several list lengths).
+      reduction, name, dtype: as in `keras.losses.Loss`.
+
+    Input shapes: `[batch, n]` labels and scores (or ragged); `sample_weight` `[batch]`.
+    Output: a scalar, or `[batch]` for reduction 'none'.
+
+    Example:
+    >>> loss = SoftNDCGLoss(method="softsort", temperature=0.01)
+    >>> round(float(loss([[2.0, 0.0, 1.0, -1.0]], [[3.0, 1.0, 2.0, 9.0]])), 4)
+    0.0
+    """
+
+    def __init__(self, method: str = "sinkhorn", temperature: float | None = None,
+                 list_size: int | None = None, reduction: str = "sum_over_batch_size",
+                 name: str = "soft_ndcg_loss", dtype=None):
+        super().__init__(method, temperature, list_size, reduction, name, dtype)
+
+    def call(self, y_true, y_pred):
+        return 1.0 - soft_ndcg(y_true, y_pred, method=self.method,
+                               temperature=self.temperature, list_size=self.list_size)
+
+
+# ---------------------------------------------------------------------------------
+# Listwise permutation cross-entropy.
+# ---------------------------------------------------------------------------------
+def relevance_permutation_targets(labels, mask):
+    """Target matrix Y `[..., n, n]` of the ordering by decreasing relevance, ties shared.
+
+    Row i (the i-th position) spreads mass 1 uniformly over the valid items whose
+    label equals the i-th largest valid label; rows of padded positions (i > n_v)
+    are 0 (they cost nothing in the cross-entropy).
+    """
+    low = tf.constant(-np.inf, labels.dtype)
+    sorted_labels = tf.sort(tf.where(mask, labels, low), axis=-1, direction="DESCENDING")
+    n_valid = tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1, keepdims=True)
+    positions = tf.range(tf.shape(labels)[-1])
+    row_valid = positions < n_valid  # [..., n] over positions i
+    match = tf.logical_and(tf.equal(sorted_labels[..., :, None], labels[..., None, :]),
+                           mask[..., None, :])
+    match = tf.logical_and(match, row_valid[..., :, None])
+    match = tf.cast(match, labels.dtype)
+    count = tf.reduce_sum(match, axis=-1, keepdims=True)
+    return match / tf.maximum(count, 1.0)
+
+
+def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neuralsort",
+                              temperature: float | None = None,
+                              probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
+                              list_size: int | None = None):
+    """NeuralSort/PiRank-style listwise cross-entropy against the order by relevance.
+
+    With P̂ the operator's relaxed permutation matrix of the scores (rows = positions
+    in decreasing score order) and Y the relevance ordering (`relevance_permutation_
+    targets`, tied labels share a row's mass), the loss is the mean over the n_v valid
+    positions of −Σ_j Y_ij log(δ + (1 − δ) P̂_ij) (`permutation_cross_entropy`, the
+    objective of the NeuralSort sorting experiments, Grover et al. 2019 §6, with the
+    ties of graded labels spread uniformly). Padded scores sort last and take no mass.
+
+    Args:
+      y_true: relevance labels `[..., n]` (< 0 = padding), or ragged.
+      y_pred: scores of the same shape, or ragged.
+      mask: optional boolean `[..., n]`, False for padding.
+      method: 'neuralsort' (default) or 'softsort'.
+      temperature: τ (default that of the operator).
+      probability_floor: δ in (0, 1), as in `permutation_cross_entropy`.
+      list_size: see `padded_lists`.
+
+    Returns:
+      `[...]` per-list losses ≥ 0 (0 for a list without valid entries).
+
+    Example:
+    >>> v = listwise_permutation_loss([[2.0, 0.0, 1.0]], [[3.0, 1.0, 2.0]], temperature=0.01)
+    >>> float(v[0]) < 1e-6
+    True
+    """
+    check_method(method, PERMUTATION_LOSS_METHODS)
+    labels, scores, valid = padded_lists(y_true, y_pred, mask, list_size=list_size)
+    _static_n(scores, f"listwise_permutation_loss(method={method!r})")
+    kwargs, value = _operator_kwargs(method, temperature)
+    perm = PERMUTATION_OPERATORS[method].matrix(
+        _fill_below(scores, valid, _FILL_TEMPERATURES * value), **kwargs)
+    target = relevance_permutation_targets(labels, valid)
+    per_row_mean = permutation_cross_entropy(target, perm, probability_floor,
+                                             y_true_format="matrix")
+    n = tf.cast(tf.shape(scores)[-1], per_row_mean.dtype)
+    n_valid = tf.reduce_sum(tf.cast(valid, per_row_mean.dtype), axis=-1)
+    return per_row_mean * n / tf.maximum(n_valid, 1.0)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ListwisePermutationLoss(_ListwiseLoss):
+    """`listwise_permutation_loss` as a Keras loss (NeuralSort/SoftSort, padded lists).
+
+    Args:
+      method: 'neuralsort' (default) or 'softsort'.
+      temperature: τ; default that of `PERMUTATION_OPERATORS[method]`.
+      probability_floor: δ in (0, 1) (default 1e-7): each row costs at most −log δ.
+      list_size: pad lists of unknown length to this length.
+      reduction, name, dtype: as in `keras.losses.Loss`.
+
+    Input shapes: `[batch, n]` labels and scores (or ragged); `sample_weight` `[batch]`.
+
+    Example:
+    >>> loss = ListwisePermutationLoss(temperature=0.01)
+    >>> float(loss([[2.0, 0.0, 1.0, -1.0]], [[3.0, 1.0, 2.0, 0.0]])) < 1e-6
+    True
+    """
+
+    _methods = PERMUTATION_LOSS_METHODS
+
+    def __init__(self, method: str = "neuralsort", temperature: float | None = None,
+                 probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
+                 list_size: int | None = None, reduction: str = "sum_over_batch_size",
+                 name: str = "listwise_permutation_loss", dtype=None):
+        super().__init__(method, temperature, list_size, reduction, name, dtype)
+        self.probability_floor = _checks.check_in_open_interval(
+            "probability_floor", probability_floor, 0.0, 1.0)
+
+    def call(self, y_true, y_pred):
+        return listwise_permutation_loss(
+            y_true, y_pred, method=self.method, temperature=self.temperature,
+            probability_floor=self.probability_floor, list_size=self.list_size)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "probability_floor": self.probability_floor}

@@ -1,0 +1,173 @@
+"""Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
+
+The padding convention is that of `softsort_tf.losses.ranking` (label < 0, an optional
+boolean mask, or the ends of `tf.RaggedTensor` rows mark padding). Items are ranked by
+decreasing score; tied scores keep their input order (a stable sort). Both metrics
+work with lists of any length, also unknown at trace time (no static n needed).
+
+A list without a relevant item (no label > 0) has no ideal ranking: it is left out of
+the means (weight 0), for NDCG and MRR alike.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks
+from softsort_tf.losses.ranking import gains, ideal_dcg, padded_lists
+
+_PACKAGE = "softsort_tf"
+
+
+def _check_k(k) -> int | None:
+    return None if k is None else _checks.check_positive_int("k", k)
+
+
+def _predicted_order(scores, valid):
+    """Indices of the items in decreasing score order, padded items last (stable)."""
+    low = tf.constant(-np.inf, scores.dtype)
+    keyed = tf.where(valid, tf.where(tf.math.is_nan(scores), low, scores), low)
+    return tf.argsort(keyed, axis=-1, direction="DESCENDING", stable=True)
+
+
+def ndcg(y_true, y_pred, mask=None, k: int | None = None):
+    """NDCG@k of each list: DCG@k of the predicted order over the ideal DCG@k.
+
+    DCG@k = Σ_{i ≤ k} (2^{label of the i-th item} − 1) / log₂(1 + i).
+
+    Args:
+      y_true: relevance labels `[..., n]` (< 0 = padding), or ragged.
+      y_pred: scores of the same shape, or ragged.
+      mask: optional boolean `[..., n]`, False for padding.
+      k: cut-off (default: the whole list).
+
+    Returns:
+      `(values, weights)`, both `[...]`: NDCG@k in [0, 1], and 1 for lists with a
+      relevant item, 0 for the others (whose value is 0).
+
+    Example:
+    >>> v, w = ndcg([[0.0, 1.0, 2.0, -1.0]], [[3.0, 2.0, 1.0, 9.0]], k=2)
+    >>> round(float(v[0]), 4), float(w[0])
+    (0.1738, 1.0)
+    """
+    k = _check_k(k)
+    labels, scores, valid = padded_lists(y_true, y_pred, mask)
+    order = _predicted_order(scores, valid)
+    g = tf.gather(gains(labels), order, batch_dims=order.shape.rank - 1)
+    positions = tf.cast(tf.range(1, tf.shape(g)[-1] + 1), g.dtype)
+    discounts = 1.0 / (tf.math.log1p(positions) / np.log(2.0))
+    if k is not None:
+        discounts = tf.where(positions <= k, discounts, tf.zeros_like(discounts))
+    dcg = tf.reduce_sum(g * discounts, axis=-1)
+    ideal = ideal_dcg(labels, k)
+    has_relevant = ideal > 0
+    values = tf.where(has_relevant, dcg / tf.where(has_relevant, ideal, tf.ones_like(ideal)),
+                      tf.zeros_like(ideal))
+    return values, tf.cast(has_relevant, values.dtype)
+
+
+def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
+    """1 / (position of the first relevant item, label > 0) in the predicted order.
+
+    Args:
+      y_true, y_pred, mask: as in `ndcg`.
+      k: only the first k positions count (0 if no relevant item is there).
+
+    Returns:
+      `(values, weights)`, both `[...]`; weight 0 for lists without a relevant item.
+
+    Example:
+    >>> v, w = reciprocal_rank([[0.0, 1.0, 0.0]], [[3.0, 2.0, 1.0]])
+    >>> float(v[0]), float(w[0])
+    (0.5, 1.0)
+    """
+    k = _check_k(k)
+    labels, scores, valid = padded_lists(y_true, y_pred, mask)
+    order = _predicted_order(scores, valid)
+    relevant = tf.gather(tf.logical_and(labels > 0, valid), order,
+                         batch_dims=order.shape.rank - 1)
+    positions = tf.cast(tf.range(1, tf.shape(relevant)[-1] + 1), labels.dtype)
+    reciprocal = tf.where(relevant, 1.0 / positions, tf.zeros_like(labels))
+    if k is not None:
+        reciprocal = tf.where(positions <= k, reciprocal, tf.zeros_like(reciprocal))
+    values = tf.reduce_max(reciprocal, axis=-1)
+    weights = tf.cast(tf.reduce_any(relevant, axis=-1), values.dtype)
+    return values, weights
+
+
+class _ListMean(keras.metrics.Metric):
+    """Streaming (weighted) mean of a per-list value over all lists seen."""
+
+    _fn = None
+
+    def __init__(self, k: int | None, name: str, dtype):
+        super().__init__(name=name, dtype=dtype)
+        self.k = _check_k(k)
+        self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
+                                       name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
+                                       name="count")
+        self._direction = "up"
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        values, weights = type(self)._fn(y_true, y_pred, k=self.k)
+        values = tf.cast(values, self.dtype)
+        weights = tf.cast(weights, self.dtype)
+        if sample_weight is not None:
+            weights = weights * tf.broadcast_to(tf.cast(sample_weight, self.dtype),
+                                                tf.shape(weights))
+        self.total.assign_add(tf.reduce_sum(values * weights))
+        self.count.assign_add(tf.reduce_sum(weights))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.total, self.count)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "k": self.k}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class NDCGMetric(_ListMean):
+    """Mean NDCG@k (`ndcg`) over the lists that have a relevant item.
+
+    Args:
+      k: cut-off (default None: the whole list).
+      name, dtype: as in `keras.metrics.Metric`.
+
+    `update_state(y_true, y_pred, sample_weight=None)`: labels and scores `[batch, n]`
+    (or ragged; label < 0 = padding), `sample_weight` `[batch]`.
+
+    Example:
+    >>> m = NDCGMetric(k=2)
+    >>> m.update_state([[0.0, 1.0, 2.0, -1.0]], [[3.0, 2.0, 1.0, 9.0]])
+    >>> round(float(m.result()), 4)
+    0.1738
+    """
+
+    _fn = staticmethod(ndcg)
+
+    def __init__(self, k: int | None = None, name: str | None = None, dtype=None):
+        super().__init__(k, name or ("ndcg" if k is None else f"ndcg_at_{int(k)}"), dtype)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class MRRMetric(_ListMean):
+    """Mean reciprocal rank of the first relevant item (`reciprocal_rank`).
+
+    Args:
+      k: only the first k positions count (default None: the whole list).
+      name, dtype: as in `keras.metrics.Metric`.
+
+    Example:
+    >>> m = MRRMetric()
+    >>> m.update_state([[0.0, 1.0, 0.0], [1.0, 0.0, -1.0]], [[3.0, 2.0, 1.0], [5.0, 1.0, 9.0]])
+    >>> float(m.result())
+    0.75
+    """
+
+    _fn = staticmethod(reciprocal_rank)
+
+    def __init__(self, k: int | None = None, name: str | None = None, dtype=None):
+        super().__init__(k, name or ("mrr" if k is None else f"mrr_at_{int(k)}"), dtype)

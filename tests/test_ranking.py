@@ -1,0 +1,381 @@
+"""Ranking losses and metrics over padded, ragged and variable-length lists."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from softsort_tf.losses import ranking
+from softsort_tf.losses.ranking import (
+    ListwisePermutationLoss,
+    SoftNDCGLoss,
+    listwise_permutation_loss,
+    soft_ndcg,
+    soft_ranks,
+)
+from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
+from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
+from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
+from softsort_tf.ops.sinkhorn import sinkhorn_rank
+
+# Sinkhorn runs to a tight marginal error so that padded and unpadded problems, which
+# stop at different iterations, agree to far below the loss scale.
+TIGHT = {"threshold": 1e-9, "max_iterations": 5000}
+
+
+# ---------------------------------------------------------------------------------
+# numpy references (float64), one list at a time.
+# ---------------------------------------------------------------------------------
+def np_dcg(labels_in_order, k=None):
+    g = 2.0 ** np.asarray(labels_in_order, np.float64) - 1.0
+    disc = 1.0 / np.log2(np.arange(2, g.size + 2))
+    if k is not None:
+        disc[k:] = 0.0
+    return float(g @ disc)
+
+
+def np_ndcg(labels, scores, k=None):
+    """(value, weight) of one list; labels < 0 are padding; stable order by -score."""
+    labels, scores = np.asarray(labels, np.float64), np.asarray(scores, np.float64)
+    keep = labels >= 0
+    labels, scores = labels[keep], scores[keep]
+    ideal = np_dcg(np.sort(labels)[::-1], k)
+    if ideal == 0:
+        return 0.0, 0.0
+    order = np.argsort(-scores, kind="stable")
+    return np_dcg(labels[order], k) / ideal, 1.0
+
+
+def np_mrr(labels, scores, k=None):
+    labels, scores = np.asarray(labels, np.float64), np.asarray(scores, np.float64)
+    keep = labels >= 0
+    labels, scores = labels[keep], scores[keep]
+    if not (labels > 0).any():
+        return 0.0, 0.0
+    first = int(np.argmax(labels[np.argsort(-scores, kind="stable")] > 0)) + 1
+    return (1.0 / first if k is None or first <= k else 0.0), 1.0
+
+
+def random_padded(rng, batch, n, dtype=np.float64, ties=True):
+    """Labels 0–4 (−1 on a random tail of each row), scores with ties if asked."""
+    labels = rng.integers(0, 5, size=(batch, n)).astype(dtype)
+    scores = (rng.integers(0, 6, size=(batch, n)) if ties else rng.normal(size=(batch, n)))
+    lengths = rng.integers(1, n + 1, size=batch)
+    for b, length in enumerate(lengths):
+        labels[b, length:] = -1.0
+    return labels, scores.astype(dtype)
+
+
+# ---------------------------------------------------------------------------------
+# Hard metrics against numpy.
+# ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [None, 1, 3, 10])
+def test_ndcg_and_mrr_match_numpy_with_padding_and_ties(k):
+    rng = np.random.default_rng(0)
+    labels, scores = random_padded(rng, 40, 12)
+    labels[0, :] = 0.0  # a list without a relevant item: weight 0
+    for fn, ref in ((ndcg, np_ndcg), (reciprocal_rank, np_mrr)):
+        values, weights = fn(labels, scores, k=k)
+        expected = np.array([ref(lab, s, k) for lab, s in zip(labels, scores, strict=True)])
+        np.testing.assert_allclose(values.numpy(), expected[:, 0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(weights.numpy(), expected[:, 1])
+    assert weights.numpy()[0] == 0.0
+
+
+def test_metrics_stream_with_sample_weights_and_ignore_padded_scores():
+    rng = np.random.default_rng(1)
+    labels, scores = random_padded(rng, 30, 9, ties=False)
+    scores[labels < 0] = 1e6  # padded scores would be ranked first if they counted
+    sw = rng.uniform(0.5, 2.0, size=30)
+    for metric, ref in ((NDCGMetric(k=5), np_ndcg), (MRRMetric(), np_mrr)):
+        metric.update_state(labels[:10], scores[:10], sample_weight=sw[:10])
+        metric.update_state(labels[10:], scores[10:], sample_weight=sw[10:])
+        ref_vals = np.array([ref(lab, s, metric.k) for lab, s in zip(labels, scores, strict=True)])
+        w = ref_vals[:, 1] * sw
+        np.testing.assert_allclose(float(metric.result()), (ref_vals[:, 0] @ w) / w.sum(),
+                                   rtol=1e-6)
+        metric.reset_state()
+        assert float(metric.result()) == 0.0
+
+
+def test_metrics_serialize_and_take_ragged_lists():
+    labels = tf.ragged.constant([[3.0, 0.0, 1.0], [0.0, 2.0]])
+    scores = tf.ragged.constant([[0.1, 0.5, 0.2], [1.0, 0.0]])
+    expected = np.mean([np_ndcg([3, 0, 1], [0.1, 0.5, 0.2], 2)[0],
+                        np_ndcg([0, 2], [1.0, 0.0], 2)[0]])
+    for metric in (NDCGMetric(k=2), MRRMetric(k=2)):
+        clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(metric))
+        assert type(clone) is type(metric) and clone.get_config() == metric.get_config()
+        clone.update_state(labels, scores)
+        if isinstance(metric, NDCGMetric):
+            np.testing.assert_allclose(float(clone.result()), expected, rtol=1e-6)
+        else:
+            assert float(clone.result()) == pytest.approx((0.5 + 0.5) / 2)
+    assert NDCGMetric(k=10).name == "ndcg_at_10"
+    with pytest.raises(ValueError, match="`k`"):
+        NDCGMetric(k=0)
+
+
+# ---------------------------------------------------------------------------------
+# Soft ranks of padded lists.
+# ---------------------------------------------------------------------------------
+def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
+    """What the op does with `weights=mask`: n·(weighted CDF) with n the padded length,
+    on a grid of n bins, so rescaling by n_v/n is still off by up to half a bin;
+    `soft_ranks` sets the target grid of the valid entries and matches."""
+    x = np.array([[0.3, -1.2, 2.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    mask = np.arange(10) < 4
+    valid = sinkhorn_rank(x[:, :4], epsilon=1e-3, **TIGHT).numpy()[0]
+    np.testing.assert_allclose(valid, [2, 1, 4, 3], atol=1e-3)
+    weighted = sinkhorn_rank(x, weights=mask.astype(float), epsilon=1e-3, **TIGHT).numpy()[0]
+    assert np.abs(weighted[:4] * 4 / 10 - valid).max() > 0.01
+    ours = soft_ranks(x, mask[None], "sinkhorn", 1e-3, options=None, **TIGHT).numpy()[0]
+    np.testing.assert_allclose(ours[:4], 5.0 - valid, atol=1e-6)  # descending
+
+
+@pytest.mark.parametrize("method", ranking.RANK_METHODS)
+def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, 8))
+    mask = np.arange(8)[None, :] < np.array([[8], [5], [1]])
+    x[~mask] = np.nan  # padded values never matter
+    temperature = 1e-4 if method == "sinkhorn" else 1e-3
+    r = soft_ranks(x, mask, method, temperature).numpy()
+    for b in range(3):
+        v = x[b, mask[b]]
+        np.testing.assert_allclose(r[b, mask[b]], stats.rankdata(-v), atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------
+# Property: padding changes neither values nor gradients of the valid entries.
+# ---------------------------------------------------------------------------------
+LOSSES = [
+    ("ndcg-sinkhorn", lambda y, s: 1.0 - soft_ndcg(y, s, method="sinkhorn", temperature=0.05,
+                                                   **TIGHT)),
+    ("ndcg-softsort", lambda y, s: 1.0 - soft_ndcg(y, s, method="softsort", temperature=0.3)),
+    ("ndcg-neuralsort", lambda y, s: 1.0 - soft_ndcg(y, s, method="neuralsort",
+                                                     temperature=0.3)),
+    ("perm-neuralsort", lambda y, s: listwise_permutation_loss(y, s, temperature=0.3)),
+    ("perm-softsort", lambda y, s: listwise_permutation_loss(y, s, method="softsort",
+                                                             temperature=0.3)),
+    ("spearman", lambda y, s: 1.0 - soft_spearman_correlation(
+        y, s, negative_labels_are_padding=True, epsilon=0.05, **TIGHT)),
+]
+
+
+def _value_and_grad(fn, labels, scores):
+    s = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        value = fn(tf.constant(labels), s)
+    return value.numpy(), tape.gradient(value, s).numpy()
+
+
+@pytest.mark.parametrize("name,fn", LOSSES, ids=[n for n, _ in LOSSES])
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 9), extra=st.integers(1, 7))
+def test_padding_changes_no_value_and_no_gradient(name, fn, seed, n, extra):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 5, size=(1, n)).astype(np.float64)
+    labels[0, 0] = 3.0  # at least one relevant item
+    scores = rng.normal(size=(1, n))
+    pad_scores = rng.normal(scale=100.0, size=(1, extra))
+    pad_scores[0, 0] = np.nan
+    value, grad = _value_and_grad(fn, labels, scores)
+    padded_labels = np.concatenate([labels, -np.ones((1, extra))], axis=1)
+    padded_scores = np.concatenate([scores, pad_scores], axis=1)
+    # Shuffle, so padding is not only a tail.
+    perm = rng.permutation(n + extra)
+    p_value, p_grad = _value_and_grad(fn, padded_labels[:, perm], padded_scores[:, perm])
+    inverse = np.argsort(perm)
+    p_grad = p_grad[:, inverse]
+    tol = 1e-6 if "sinkhorn" in name or name == "spearman" else 1e-10
+    np.testing.assert_allclose(p_value, value, rtol=tol, atol=tol)
+    np.testing.assert_allclose(p_grad[:, :n], grad, rtol=1e-4 if tol > 1e-9 else 1e-8,
+                               atol=tol)
+    np.testing.assert_array_equal(p_grad[:, n:], 0.0)
+
+
+# ---------------------------------------------------------------------------------
+# The losses.
+# ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ranking.RANK_METHODS)
+def test_soft_ndcg_tends_to_hard_ndcg(method):
+    rng = np.random.default_rng(3)
+    labels, _ = random_padded(rng, 6, 10)
+    labels[:, 0] = 2.0
+    scores = rng.permuted(np.tile(np.arange(10.0), (6, 1)), axis=1)  # gaps of 1
+    temperature = 1e-4 if method == "sinkhorn" else 1e-3
+    soft = soft_ndcg(labels, scores, method=method, temperature=temperature).numpy()
+    hard = [np_ndcg(lab, s)[0] for lab, s in zip(labels, scores, strict=True)]
+    np.testing.assert_allclose(soft, hard, atol=2e-3)
+
+
+def test_soft_ndcg_of_a_list_without_relevant_item_is_one_without_gradient():
+    s = tf.constant([[0.3, 0.1, 0.2]])
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        v = soft_ndcg([[0.0, 0.0, -1.0]], s, method="softsort")
+    assert float(v[0]) == 1.0
+    np.testing.assert_array_equal(tape.gradient(v, s).numpy(), 0.0)
+
+
+def test_listwise_permutation_loss_matches_numpy_cross_entropy_with_ties():
+    labels = np.array([[2.0, 0.0, 2.0, 1.0, -1.0]])
+    scores = np.array([[0.4, -0.3, 1.1, 0.2, 7.0]])
+    tau, floor = 0.5, 1e-7
+    loss = listwise_permutation_loss(labels, scores, temperature=tau,
+                                     probability_floor=floor).numpy()[0]
+    # NeuralSort on the 4 valid scores, numpy float64 (Grover et al., eq. 3).
+    s = scores[0, :4]
+    n = 4
+    a = np.abs(s[:, None] - s[None, :]).sum(axis=1)
+    logits = ((n + 1 - 2 * np.arange(1, n + 1))[:, None] * s[None, :] - a[None, :]) / tau
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    # Rows 1–2: the two items with label 2 share the mass; row 3: label 1; row 4: label 0.
+    y = np.array([[0.5, 0, 0.5, 0], [0.5, 0, 0.5, 0], [0, 0, 0, 1.0], [0, 1.0, 0, 0]])
+    expected = -(y * np.log(floor + (1 - floor) * p)).sum(axis=1).mean()
+    assert loss == pytest.approx(expected, rel=1e-10)
+
+
+def test_ragged_inputs_equal_padded_inputs():
+    labels = tf.ragged.constant([[2.0, 0.0, 1.0], [1.0, 3.0], [0.0, 1.0, 0.0, 2.0]],
+                                dtype=tf.float64)
+    scores = tf.ragged.constant([[0.5, 0.1, -0.2], [0.3, 0.9], [1.0, 0.0, 0.2, -1.0]],
+                                dtype=tf.float64)
+    dense_labels = labels.to_tensor(default_value=-1.0)
+    dense_scores = scores.to_tensor(default_value=123.0)
+    for loss in (SoftNDCGLoss(method="softsort"), ListwisePermutationLoss(),
+                 SoftNDCGLoss(), SpearmanLoss(negative_labels_are_padding=True)):
+        assert float(loss(labels, scores)) == pytest.approx(
+            float(loss(dense_labels, dense_scores)), abs=1e-6)
+    ragged_rho = spearman_correlation(labels, scores).numpy()
+    for b in range(3):
+        ref = stats.spearmanr(labels[b].numpy(), scores[b].numpy()).statistic
+        assert ragged_rho[b] == pytest.approx(ref, abs=1e-12)
+
+
+def test_masked_spearman_matches_scipy_on_the_valid_entries_and_keeps_old_behaviour():
+    rng = np.random.default_rng(4)
+    y, x = rng.normal(size=(5, 9)), rng.normal(size=(5, 9))
+    mask = np.arange(9)[None, :] < np.array([[9], [7], [4], [2], [6]])
+    x[~mask] = np.inf
+    rho = spearman_correlation(y, x, mask=mask).numpy()
+    soft = soft_spearman_correlation(y, x, mask=mask, epsilon=1e-4).numpy()
+    for b in range(5):
+        ref = stats.spearmanr(y[b, mask[b]], x[b, mask[b]]).statistic
+        assert rho[b] == pytest.approx(ref, abs=1e-12)
+        assert soft[b] == pytest.approx(ref, abs=5e-3)
+    # Axis 0 with a mask: the same lists, transposed.
+    np.testing.assert_allclose(spearman_correlation(y.T, x.T, axis=0, mask=mask.T), rho)
+    # Without a mask nothing changed: NaN still propagates, unmasked results unchanged.
+    with_nan = x[:2].copy()
+    with_nan[0, 0] = np.nan
+    np.testing.assert_array_equal(np.isnan(spearman_correlation(y[:2], with_nan)), [True, False])
+    np.testing.assert_array_equal(np.isnan(spearman_correlation(y[:2], with_nan, mask=mask[:2])),
+                                  [True, False])
+    np.testing.assert_allclose(spearman_correlation(y[:1, :9], y[:1, :9]).numpy(), 1.0)
+    metric = SpearmanCorrelation(negative_labels_are_padding=True)
+    clone = SpearmanCorrelation.from_config(metric.get_config())
+    assert clone.negative_labels_are_padding
+    clone.update_state(np.where(mask, np.abs(y), -1.0), x)
+    refs = [stats.spearmanr(np.abs(y[b, mask[b]]), x[b, mask[b]]).statistic for b in range(5)]
+    assert float(clone.result()) == pytest.approx(np.mean(refs), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------
+# Dynamic list length.
+# ---------------------------------------------------------------------------------
+def test_unknown_list_length_in_tf_function():
+    spec = [tf.TensorSpec([None, None], tf.float32)] * 2
+    ndcg_loss = SoftNDCGLoss(method="softsort", list_size=16)
+    perm_loss = ListwisePermutationLoss(list_size=16)
+    metric = NDCGMetric(k=3)
+
+    @tf.function(input_signature=spec)
+    def step(labels, scores):
+        metric.update_state(labels, scores)
+        return ndcg_loss(labels, scores), perm_loss(labels, scores)
+
+    rng = np.random.default_rng(5)
+    for n in (4, 11):
+        labels, scores = random_padded(rng, 3, n, np.float32, ties=False)
+        labels[:, 0] = 1.0
+        got = step(labels, scores)
+        np.testing.assert_allclose(got[0], ndcg_loss.__class__(method="softsort")(
+            labels, scores), rtol=1e-5)
+        np.testing.assert_allclose(got[1], ListwisePermutationLoss()(labels, scores), rtol=1e-5)
+    assert step.experimental_get_tracing_count() == 1
+
+    @tf.function(input_signature=spec)
+    def no_list_size(labels, scores):
+        return SoftNDCGLoss()(labels, scores)
+
+    with pytest.raises(ValueError, match="list_size"):
+        no_list_size.get_concrete_function()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="list_size"):
+        step(np.ones([1, 20], np.float32), np.ones([1, 20], np.float32))
+
+
+def test_keras_model_fed_two_list_lengths():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None, 3))
+    scores = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(inputs))
+    model = keras.Model(inputs, scores)
+    model.compile(optimizer="adam", loss=SoftNDCGLoss(method="neuralsort", list_size=12),
+                  metrics=[NDCGMetric(k=5), MRRMetric()])
+    rng = np.random.default_rng(6)
+    for n in (5, 12, 7):
+        x = rng.normal(size=(8, n, 3)).astype(np.float32)
+        y = np.clip(np.round(x[..., 0] + 1.0), 0, 4).astype(np.float32)
+        history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"]).all()
+        logs = model.evaluate(x, y, verbose=0, return_dict=True)
+        pred = model.predict(x, verbose=0)
+        ref = np.mean([np_ndcg(lab, s, 5)[0] for lab, s in zip(y, pred, strict=True)])
+        assert logs["ndcg_at_5"] == pytest.approx(ref, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------
+# Arguments and serialisation.
+# ---------------------------------------------------------------------------------
+def test_losses_serialize_and_reject_bad_arguments():
+    for loss in (SoftNDCGLoss(method="softsort", temperature=0.5, list_size=8),
+                 ListwisePermutationLoss(method="softsort", probability_floor=1e-5),
+                 SpearmanLoss(negative_labels_are_padding=True)):
+        clone = keras.losses.deserialize(keras.losses.serialize(loss))
+        assert type(clone) is type(loss) and clone.get_config() == loss.get_config()
+    with pytest.raises(ValueError, match="`method`"):
+        SoftNDCGLoss(method="bubble")
+    with pytest.raises(ValueError, match="`method`"):
+        ListwisePermutationLoss(method="sinkhorn")
+    with pytest.raises(ValueError, match="`temperature`"):
+        SoftNDCGLoss(temperature=-1.0)
+    with pytest.raises(ValueError, match="`list_size`"):
+        SoftNDCGLoss(list_size=0)
+    with pytest.raises(ValueError, match="list_size"):
+        soft_ndcg(np.zeros([1, 5]), np.zeros([1, 5]), list_size=3)
+    with pytest.raises(ValueError, match="negative_labels_are_padding"):
+        SpearmanLoss(negative_labels_are_padding="yes")
+
+
+def test_losses_train_a_linear_scorer_to_a_better_ndcg():
+    """A gradient step on each loss raises the hard NDCG of a bad linear scorer."""
+    rng = np.random.default_rng(7)
+    feats = rng.normal(size=(16, 10, 4))
+    labels = np.clip(np.round(feats @ np.array([1.0, -0.5, 0.0, 0.3]) + 2), 0, 4)
+    labels[:, 8:] = -1.0
+    for loss in (SoftNDCGLoss(), SoftNDCGLoss(method="softsort"), ListwisePermutationLoss()):
+        w = tf.Variable([-1.0, 0.5, 0.0, -0.3], dtype=tf.float64)
+        before = float(np.mean(ndcg(labels, feats @ w.numpy())[0]))
+        opt = keras.optimizers.Adam(0.1)
+        for _ in range(20):
+            with tf.GradientTape() as tape:
+                value = loss(labels, tf.linalg.matvec(tf.constant(feats), w))
+            opt.apply_gradients([(tape.gradient(value, w), w)])
+        after = float(np.mean(ndcg(labels, feats @ w.numpy())[0]))
+        assert after > before + 0.1, (loss.name, before, after)
