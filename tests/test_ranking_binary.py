@@ -1,0 +1,81 @@
+"""The train_ranking binary and its synthetic task."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from softsort_tf.experiments import ranking
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_synthetic_queries_have_graded_labels_and_variable_lengths():
+    config = ranking.RankingConfig(min_list_size=5, max_list_size=40)
+    train, thresholds = ranking.make_queries(300, config, seed=1)
+    test, same = ranking.make_queries(50, config, seed=3, thresholds=thresholds)
+    lengths = train.labels.row_lengths().numpy()
+    assert lengths.min() >= 5 and lengths.max() <= 40 and len(set(lengths)) > 10
+    labels = train.labels.flat_values.numpy()
+    assert set(np.unique(labels)) == {0.0, 1.0, 2.0, 3.0, 4.0}
+    share = np.mean(labels[:, None] < np.arange(1, 5), axis=0)
+    np.testing.assert_allclose(share, ranking.GRADE_QUANTILES, atol=0.01)
+    assert same is thresholds
+    # The hidden scorer is the task (same for all splits); the grades follow it.
+    rho = np.corrcoef(test.true_scores.flat_values.numpy(), test.labels.flat_values.numpy())
+    assert rho[0, 1] > 0.5
+    batch = next(iter(ranking.padded_batches(test, 8)))
+    assert batch[0].shape[0] == 8 and batch[1].shape[1] == max(test.labels.row_lengths()[:8])
+    assert (batch[1].numpy() == -1).sum() == batch[1].shape[1] * 8 - sum(
+        test.labels.row_lengths()[:8])
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="losses"):
+        ranking.RankingConfig(losses=("mse", "bogus")).finalize()
+    with pytest.raises(ValueError, match="min_list_size"):
+        ranking.RankingConfig(min_list_size=10, max_list_size=5).finalize()
+
+
+def _run(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_ranking.py"),
+                           *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=900)
+
+
+def test_binary_rejects_unknown_losses_in_one_line(tmp_path):
+    proc = _run(f"--output_dir={tmp_path}/r", "--losses=mse,bogus")
+    assert proc.returncode == 1
+    assert "--losses must be a non-empty list" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_train_ranking_binary_tiny_budget_writes_the_table(tmp_path):
+    out = str(tmp_path / "ranking")
+    args = [f"--output_dir={out}", "--epochs=2", "--steps_per_epoch=3",
+            "--num_train_queries=48", "--num_val_queries=8", "--num_test_queries=24",
+            "--max_list_size=60", "--batch_size=8", "--verbose=0",
+            "--losses=mse,soft_ndcg_softsort,listwise_neuralsort,spearman"]
+    proc = _run(*args, "--stop_after_epochs=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not os.path.exists(os.path.join(out, "results.csv"))  # interrupted
+    proc = _run(*args)  # resumes
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "results.csv")) as f:
+        rows = {r["loss"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"mse", "soft_ndcg_softsort", "listwise_neuralsort", "spearman",
+                         "(hidden_scorer)", "(random_order)"}
+    for name in ("mse", "soft_ndcg_softsort", "listwise_neuralsort", "spearman"):
+        assert 0.0 <= float(rows[name]["test_ndcg_at_10"]) <= 1.0
+        assert rows[name]["epochs"] == "2"
+    assert float(rows["(hidden_scorer)"]["test_ndcg_at_10"]) > float(
+        rows["(random_order)"]["test_ndcg_at_10"])
+    with open(os.path.join(out, "mse", "results.json")) as f:
+        result = json.load(f)
+    assert result["finished"] and len(result["val_ndcg_at_10_curve"]) == 2
