@@ -284,11 +284,13 @@ def run(config: KnnConfig) -> dict:
                                 config.num_samples, config.seed)
             model.build()
             # XLA: Keras' non-XLA graph evaluation of this model disagreed with eager
-            # execution (and with XLA) on the validation episodes; see tests.
+            # execution (and with XLA) on the validation episodes; see tests. XLA cannot
+            # place distributed variables, so a strategy other than 'default' runs
+            # without it.
             model.compile(keras.optimizers.SGD(config.learning_rate, momentum=0.9),
                           loss=negative_probability,
                           metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],
-                          jit_compile=config.jit_compile)
+                          jit_compile=config.jit_compile and config.strategy == "default")
         val = _episodes((splits.x_val, splits.y_val), train, config.num_queries,
                         config.num_candidates, seed=10_000 + config.seed,
                         num_steps=config.num_val_episodes).cache()

@@ -230,8 +230,9 @@ def build_model(num_features: int, config: QuantileRegressionConfig) -> keras.Mo
     else:
         loss = SQuantileRegressionLoss(config.tau, config.width, config.epsilon)
     metric = keras.metrics.MeanMetricWrapper(pinball_loss, name="pinball", tau=config.tau)
+    # XLA cannot place a distributed (mirrored) variable: compile only without a strategy.
     model.compile(keras.optimizers.Adam(config.learning_rate), loss=loss, metrics=[metric],
-                  jit_compile=config.jit_compile)
+                  jit_compile=config.jit_compile and config.strategy == "default")
     return model
 
 
