@@ -56,6 +56,9 @@ def main(argv):
     config = experiment_flags.dataclass_from_flags(
         ranking.RankingConfig, losses=tuple(flags.FLAGS.losses))
     summary = ranking.run(config)
+    if not summary["finished"]:
+        print("Interrupted before the end: rerun with the same --output_dir to resume.")
+        return
     for name, result in summary["results"].items():
         print(f"{name:24s} test NDCG@10 {result.get('test_ndcg_at_10')}")
     for name, ref in summary["references"].items():

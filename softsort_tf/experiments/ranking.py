@@ -286,10 +286,12 @@ def _run_one(config: RankingConfig, data: dict, name: str,
 
 
 def run(config: RankingConfig) -> dict:
-    """Trains every loss of `config.losses` and writes `results.csv` and `summary.json`.
+    """Trains every loss of `config.losses` and writes `results.csv` and `summary.json`
+    once all of them are finished (an interrupted run writes neither; rerun to resume).
 
     Returns:
-      The summary: one row per loss (test NDCG@10, MRR, seconds) plus the references.
+      The summary: `finished`, one result per loss (test NDCG@10, MRR, seconds) and the
+      references.
     """
     config.finalize()
     strategy = training.prepare_runtime(config)
@@ -299,6 +301,8 @@ def run(config: RankingConfig) -> dict:
     data = {"train": train, "val": val, "test": test}
     with training.output_directory(config.output_dir):
         results = {name: _run_one(config, data, name, strategy) for name in config.losses}
+        if not all(r["finished"] for r in results.values()):
+            return {"finished": False, "results": results, "references": {}}
         rng = np.random.default_rng([config.seed, 4])
         random_scores = tf.ragged.map_flat_values(
             lambda v: tf.constant(rng.permutation(int(v.shape[0])), tf.float32),
@@ -315,7 +319,7 @@ def run(config: RankingConfig) -> dict:
             writer.writerow(["loss", "test_ndcg_at_10", "test_mrr",
                              "untrained_test_ndcg_at_10", "epochs", "train_seconds"])
             writer.writerows(rows)
-        summary = {"results": results, "references": references,
+        summary = {"finished": True, "results": results, "references": references,
                    "config": dataclasses.asdict(config), "machine": training.machine_info(),
                    "num_documents": {k: int(tf.size(q.labels.flat_values))
                                      for k, q in data.items()}}
