@@ -359,6 +359,8 @@ def test_losses_serialize_and_reject_bad_arguments():
         SoftNDCGLoss(list_size=0)
     with pytest.raises(ValueError, match="list_size"):
         soft_ndcg(np.zeros([1, 5]), np.zeros([1, 5]), list_size=3)
+    with pytest.raises(ValueError, match="targets='centres'"):
+        soft_ranks(np.zeros([1, 4]), method="sinkhorn", targets="regular")
     with pytest.raises(ValueError, match="negative_labels_are_padding"):
         SpearmanLoss(negative_labels_are_padding="yes")
 

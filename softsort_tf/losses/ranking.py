@@ -36,6 +36,7 @@ from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutatio
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.permutation_readout import ranks_from_permutation
 from softsort_tf.ops.registry import PERMUTATION_OPERATORS, get_permutation_operator
+from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 RANK_METHODS = tuple(PERMUTATION_OPERATORS)  # 'sinkhorn' reads Sinkhorn ranks, not the plan
@@ -202,6 +203,12 @@ def soft_ranks(scores, mask=None, method: str = "sinkhorn", temperature: float |
     kwargs, value = _operator_kwargs(method, temperature)
     kwargs.update(operator_kwargs)
     if method == "sinkhorn":
+        options = SinkhornOptions.resolve(kwargs.pop("options", None), **kwargs)
+        if options.targets != "centres":
+            raise ValueError("soft_ranks(method='sinkhorn') needs `targets='centres'` (the "
+                             "default): on the 'regular' grid the target positions depend on "
+                             f"the padded length, got targets={options.targets!r}.")
+        kwargs = {"options": options}
         # An empty list is computed as a full one (its result is discarded by the losses).
         has_valid = tf.reduce_any(mask, axis=-1, keepdims=True)
         mask = tf.logical_or(mask, tf.logical_not(has_valid))
