@@ -43,6 +43,7 @@ OTT_REFERENCE = {
 }
 X8 = np.array([0.62, 0.05, 0.91, 0.33, 0.48, 0.27, 0.76, 0.14])  # float64
 TIGHT = dict(threshold=1e-12, max_iterations=100_000)
+GRAD = dict(epsilon=1e-2, **TIGHT)
 
 
 def _x8_ours(name, epsilon, targets):
@@ -119,3 +120,15 @@ def test_targets_reach_layers_and_their_config():
     assert clone.options.targets == "regular"
     other = ss.sinkhorn_quantile(x, [0.2, 0.8], epsilon=1e-2)
     assert np.abs(np.asarray(other) - np.asarray(expected)).max() > 1e-2
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: ss.sinkhorn_quantile(x, [0.3, 0.7], targets="regular", **GRAD),
+    lambda x: ss.sinkhorn_sort(x, topk=3, direction="DESCENDING", targets="regular", **GRAD),
+    lambda x: ss.sinkhorn_rank(x, targets="regular", **GRAD),
+])
+def test_regular_grid_gradients_match_finite_differences(op):
+    x = tf.constant(np.random.default_rng(3).normal(size=(1, 9)))
+    theoretical, numerical = tf.test.compute_gradient(op, [x], delta=1e-6)
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-5)
+
