@@ -42,6 +42,9 @@ Conventions shared by all operators:
   targets are the centres of the target bins, y_j = b̄_j − b_j / 2 (for uniform b,
   y_j = (j − 1/2) / m). An input that is already uniform on [0, 1] therefore sits on
   its target and the regularisation acts only where inputs are close to each other.
+  `targets='regular'` puts them on the paper's regular grid y_j = (j − 1)/(m − 1)
+  instead (as ott-jax): same hard limits and read-outs, and much sharper quantiles and
+  top-k at the same ε (see `softsort_tf.options` and docs/benchmarks.md).
 - `direction='DESCENDING'` operates on −x (and maps values back), so rank 1 goes to
   the largest entry and sorted values decrease.
 - The solver settings are one `SinkhornOptions` (`options=`, or its fields as keyword
