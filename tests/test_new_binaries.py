@@ -184,6 +184,20 @@ def test_squantile_loss_hard_limit_and_pinball_bound(tau):
     assert gap <= loss.width / 2 * (middle.max() - middle.min()) + 1e-9
 
 
+def test_squantile_loss_stays_on_keras_reduction_path():
+    # Keras scales every loss under tf.distribute through `Loss.__call__`'s reduction:
+    # a loss that overrides `__call__` skips it (R x too large with R replicas).
+    assert "__call__" not in vars(quantile_regression.SQuantileRegressionLoss)
+    r = np.random.default_rng(3).normal(size=50).astype(np.float32)
+    zeros = np.zeros_like(r)
+    mean = float(quantile_regression.SQuantileRegressionLoss(0.2)(r, zeros))
+    total = quantile_regression.SQuantileRegressionLoss(0.2, reduction="sum")(r, zeros)
+    np.testing.assert_allclose(float(total), 50 * mean, rtol=1e-5)
+    shares = quantile_regression.SQuantileRegressionLoss(0.2, reduction="none")(r, zeros)
+    assert shares.shape == (50,)
+    np.testing.assert_allclose(float(np.mean(shares)), mean, rtol=1e-6)
+
+
 def test_squantile_loss_gradients_are_finite_and_move_the_quantile_to_zero():
     y = tf.constant(np.random.default_rng(2).normal(size=64), tf.float32)
     pred = tf.Variable(tf.zeros(64))

@@ -127,7 +127,7 @@ class SQuantileRegressionLoss(keras.losses.Loss):
       tau: level in (0, 1).
       width: t, the mass of the middle bin (default min(0.1, τ, 1 − τ)).
       epsilon: Sinkhorn regularisation (paper: 0.01).
-      **kwargs: `keras.losses.Loss` arguments (the value is one scalar per batch).
+      **kwargs: `keras.losses.Loss` arguments (the reduced value is the batch statistic).
 
     Input shapes: `[batch]` or `[batch, 1]`. Output: a scalar.
 
@@ -154,13 +154,13 @@ class SQuantileRegressionLoss(keras.losses.Loss):
         return (self.tau * tf.reduce_mean(residuals) - b1 * q[0]
                 - 0.5 * self.width * q[1] + tf.square(q[1]))
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        y_pred = tf.reshape(tf.convert_to_tensor(y_pred), [-1])
-        r = tf.reshape(tf.cast(y_true, y_pred.dtype), [-1]) - y_pred
-        return self.statistic(r)
-
     def call(self, y_true, y_pred):
-        return self.__call__(y_true, y_pred)
+        """Each example carries the batch statistic, so Keras' reduction (the mean by
+        default) returns it and scales it like every Keras loss under `tf.distribute`
+        (the mean of the per-replica statistics); `Loss.__call__` is not overridden."""
+        y_pred = tf.reshape(y_pred, [-1])
+        r = tf.reshape(tf.cast(y_true, y_pred.dtype), [-1]) - y_pred
+        return tf.fill(tf.shape(r), self.statistic(r))
 
     def get_config(self):
         return {**super().get_config(), "tau": self.tau, "width": self.width,
