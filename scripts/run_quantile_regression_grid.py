@@ -21,7 +21,7 @@ from absl import app, flags
 
 from softsort_tf.experiments import quantile_grid
 
-_DATA_DIR = flags.DEFINE_string("data_dir", "../shared/data/cqr",
+_DATA_DIR = flags.DEFINE_string("data_dir", None,
                                 "Folder of the data files (softsort_tf.datasets.cqr).")
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/quantile_regression", "Folder of the runs.")
 _SEEDS = flags.DEFINE_integer("seeds", quantile_grid.NUM_SEEDS, "Seeds per cell.",
@@ -56,4 +56,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.mark_flag_as_required("data_dir")
     app.run(main)

@@ -434,3 +434,8 @@ def _knn_fit_validation_vs_eager(tmp_path, jit_compile):
 def test_knn_validation_inside_fit_matches_eager_execution(tmp_path):
     in_fit, eager = _knn_fit_validation_vs_eager(tmp_path, jit_compile=True)
     assert in_fit == pytest.approx(eager, abs=1e-6)
+
+
+def test_real_data_sets_need_a_data_dir():
+    with pytest.raises(ValueError, match="data_dir"):
+        cqr.load_split("bio", None, 0)

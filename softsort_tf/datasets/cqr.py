@@ -62,7 +62,10 @@ COMMUNITY_DROPPED = ("state", "county", "community", "communityname", "fold")
 MISSING = ("", "NA", "?")
 
 
-def _path(data_dir: str, name: str) -> str:
+def _path(data_dir: str | None, name: str) -> str:
+    if not data_dir:
+        raise ValueError(f"The real data sets need `data_dir` (--data_dir), the folder that "
+                         f"holds {name!r}; only 'synthetic' works without it.")
     path = os.path.join(data_dir, name)
     if not os.path.exists(path):
         raise ValueError(f"data_dir={data_dir!r} has no file {name!r} (see "

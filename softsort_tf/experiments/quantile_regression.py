@@ -173,7 +173,7 @@ class QuantileRegressionConfig:
 
     output_dir: str = "/tmp/softsort_tf_quantile_regression"
     dataset: str = "synthetic"
-    data_dir: str = "../shared/data/cqr"
+    data_dir: str | None = None
     method: str = "squantile"
     tau: float = 0.1
     seed: int = 0
