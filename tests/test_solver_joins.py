@@ -86,3 +86,11 @@ def test_quantile_normalization_keeps_the_order_of_x_in_both_directions(directio
 def test_quantile_normalization_rejects_a_bad_direction():
     with pytest.raises(ValueError, match="`direction`"):
         ss.sinkhorn_quantile_normalization([1.0, 2.0], [0.0, 1.0], direction="UP")
+
+
+def test_per_row_target_weights_of_the_wrong_batch_size_are_rejected():
+    x = np.random.default_rng(4).normal(size=(3, 5))
+    with pytest.raises(ValueError, match="`target_weights`"):
+        ss.sinkhorn_sort(x, target_weights=np.full((2, 4), 0.25))
+    ok = ss.sinkhorn_sort(x, target_weights=np.full((3, 4), 0.25))
+    assert ok.shape == (3, 4)

@@ -148,6 +148,11 @@ class Transport:
         check_epsilon_for_dtype(options.solver_kwargs()["epsilon"], self.dtype)
         m, target_weights = targets
         self.y, self.b = _target_measure(m, target_weights, self.dtype, options.targets)
+        rows, b_rows = x2d.shape[0], (self.b.shape[0] if self.b.shape.rank == 2 else None)
+        if rows is not None and b_rows is not None and b_rows != rows:
+            raise ValueError(f"Per-row `target_weights` must have one row per row of x "
+                             f"({rows}: the shape of x without `axis`, flattened), got "
+                             f"{b_rows}.")
         squashed = squash_values(self.values, options.squash,
                                  weights=None if self.uniform_a else a)
         self.result = solver_lib.solve(squashed, self.y, a, self.b, **options.solver_kwargs())
