@@ -267,12 +267,7 @@ def run(config: KnnConfig) -> dict:
     """Runs (or resumes) one kNN training run; returns the results (also results.json)."""
     config = config.finalize()
     wall = time.time()
-    if config.num_cpu_devices:
-        training.set_cpu_devices(config.num_cpu_devices)
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic_ops:
-        tf.config.experimental.enable_op_determinism()
-    strategy = training.make_strategy(config.strategy)
+    strategy = training.prepare_runtime(config)
     chief = training.is_chief(strategy)
     splits = images.load_image_splits(config.dataset, config.mnist_npz,
                                       limit_per_split=config.limit_per_split)

@@ -250,13 +250,9 @@ def constant_pinball(y_train: np.ndarray, y_test: np.ndarray, tau: float) -> flo
 
 
 def _prepare(config: QuantileRegressionConfig) -> tf.distribute.Strategy:
-    if config.num_cpu_devices:
-        training.set_cpu_devices(config.num_cpu_devices)
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic_ops:
-        tf.config.experimental.enable_op_determinism()
+    strategy = training.prepare_runtime(config)
     os.makedirs(config.output_dir, exist_ok=True)
-    return training.make_strategy(config.strategy)
+    return strategy
 
 
 def run(config: QuantileRegressionConfig) -> dict:
