@@ -97,6 +97,24 @@ def test_robust_squash_is_weighted_and_differentiable():
         ss.sinkhorn_rank(x, squash="median")
 
 
+@pytest.mark.parametrize("weights", [None, [1.0, 2.0, 1.0, 0.5, 1.0, 1.5]])
+def test_robust_squash_gradients_match_finite_differences(weights):
+    # The median and the MAD move with the entries they are read from: their
+    # derivatives are part of the gradient (a stopped gradient fails here).
+    x = tf.constant([[0.3, -1.2, 2.0, 0.9, -0.1, 5.0]], tf.float64)
+    kwargs = dict(squash="robust", epsilon=0.05, threshold=1e-12, max_iterations=20000)
+    if weights is not None:
+        kwargs["weights"] = tf.constant([weights], tf.float64)
+    for op in (ss.sinkhorn_rank, ss.sinkhorn_sort):
+        theoretical, numerical = tf.test.compute_gradient(lambda v, op=op: op(v, **kwargs), [x],
+                                                          delta=1e-6)
+        assert np.abs(theoretical[0]).max() > 1e-3
+        np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-5, rtol=1e-3)
+    squashed = lambda v: ss.squash_values(v, "robust")
+    theoretical, numerical = tf.test.compute_gradient(squashed, [x], delta=1e-6)
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-6, rtol=1e-4)
+
+
 def _distinct_row(draw, n):
     grid = draw(st.permutations(list(range(-10, 11))))[:n]
     return np.array(grid, np.float64) / 10.0

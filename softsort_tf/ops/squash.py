@@ -160,9 +160,9 @@ def robust_zscore(x, axis: int = -1, weights=None):
     # are halved 2^24 times (exactly) so that differences cannot overflow.
     huge = tf.reduce_max(tf.abs(x64), axis=axis, keepdims=True) > 2.0 ** 1000
     u = tf.where(huge, x64 * 2.0 ** -24, x64)
-    u = u - tf.stop_gradient(_weighted_median(u, w, axis))
+    u = u - _weighted_median(u, w, axis)
     deviation = tf.abs(u)
-    mad = tf.stop_gradient(_weighted_median(deviation, w, axis)) * MAD_TO_STD
+    mad = _weighted_median(deviation, w, axis) * MAD_TO_STD
     widest = tf.reduce_max(tf.where(has_mass, deviation, tf.zeros_like(u)), axis=axis,
                            keepdims=True)
     scale = tf.where(mad > 0, mad, widest)
