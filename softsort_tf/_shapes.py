@@ -56,7 +56,8 @@ class BatchView:
     moved_shape: tf.Tensor  # dynamic shape of the tensor with `axis` moved last
     static_moved_shape: tf.TensorShape
     input_dtype: tf.DType
-    n: int
+    n: int | tf.Tensor  # the list length: a Python int when static, else a scalar tensor
+    static_n: int | None = None  # the list length when known at trace time, else None
 
     @property
     def output_dtype(self) -> tf.DType:
@@ -83,22 +84,26 @@ def to_batch(x, axis: int = -1, name: str = "x"):
         raise ValueError(f"`{name}` must be a real tensor, got dtype {x.dtype.name}.")
     rank = x.shape.rank
     axis = _checks.check_axis(axis, rank)
-    n = x.shape[axis]
-    if n is None:
-        raise ValueError(f"The size of `{name}` along `axis` must be known statically.")
-    if n == 0:
+    static = x.shape[axis]
+    if static == 0:
         raise ValueError(
             f"`{name}` must have at least one element along `axis` (n >= 1), got n = 0.")
     perm = [i for i in range(rank) if i != axis] + [axis]
     moved = tf.transpose(x, perm) if axis != rank - 1 else x
+    moved_shape = tf.shape(moved)
+    # An unknown list length (a model fed several lengths, `tf.function` with a `None`
+    # dimension) is carried as a scalar tensor; operators that need it as a number read
+    # `view.static_n` (None then).
+    n = int(static) if static is not None else moved_shape[-1]
     view = BatchView(
         axis=axis,
         rank=rank,
         perm=perm,
-        moved_shape=tf.shape(moved),
+        moved_shape=moved_shape,
         static_moved_shape=moved.shape,
         input_dtype=x.dtype,
-        n=int(n),
+        n=n,
+        static_n=None if static is None else int(static),
     )
     x2d = tf.reshape(moved, [-1, n])
     x2d = tf.cast(x2d, batch_compute_dtype(x.dtype))
@@ -146,7 +151,7 @@ def weights_to_batch(weights, view: BatchView, dtype, name: str = "weights"):
     w = tf.convert_to_tensor(weights)
     _checks.check_weight_values(name, w, allow_zero=True)
     if w.shape.rank == 1:
-        if w.shape[0] is not None and w.shape[0] != n:
+        if w.shape[0] is not None and view.static_n is not None and w.shape[0] != n:
             raise ValueError(f"`{name}` of rank 1 must have length n = {n}, got {w.shape[0]}.")
         w = tf.cast(w, dtype)
         batch = tf.reduce_prod(view.moved_shape[:-1])
