@@ -1,0 +1,251 @@
+"""Variable-length lists: the one padding / mask convention, and its helpers.
+
+Every operator, layer, loss and metric of the package honours this convention.
+
+Masks
+-----
+- Functional operators take a keyword `mask=None`: boolean (or 0/1), of the shape of
+  `x` or of shape `[n]` (broadcast over the other axes); True marks a valid entry,
+  False padding. n_valid is the number of valid entries of a list.
+- Layers honour Keras masking (`supports_masking = True`; the Keras mask of the input,
+  e.g. from `keras.layers.Masking` or `Embedding(mask_zero=True)`, is used as `mask`;
+  a Keras mask of the input's shape without its last axis is broadcast along it) and
+  also accept an explicit `mask` call argument. `compute_mask` returns the input mask
+  for elementwise outputs (ranks, CDFs, quantile normalisation, top-k masks) and for
+  sorts whose output keeps the list length; it returns None where the output has no
+  list axis (quantiles) or a new one (`topk`, `num_targets`).
+- `weights=` keeps its meaning (zero weight = zero mass); where both are given, the
+  mask is applied on top of the weights.
+
+What padding means
+------------------
+- Padded entries get no mass and do not move the valid entries' results: values and
+  gradients on the valid entries equal those of the op on the unpadded list (exactly
+  for SoftSort, NeuralSort and the hard operators; up to the solver's `threshold` for
+  the Sinkhorn operators), whatever the padded values are. NaN and ±inf included: they
+  are replaced (`replace_padded`, a `tf.where` before any arithmetic) so no NaN reaches
+  the results or the gradient. Padded entries receive exactly zero gradient.
+- Ranks and sorts are those of the valid entries alone: ranks of valid entries lie in
+  [1, n_valid] ([0, n_valid − 1] with `zero_based=True`); CDF values in [0, 1].
+- Fill value 0 at padded positions of every elementwise output (ranks, CDFs, quantile
+  normalisation, top-k masks). Sorted outputs of length n: the first n_valid positions
+  hold the valid sorted values, the remaining positions are 0 (`topk=k` with
+  n_valid < k: the n_valid sorted values, then 0). Permutation matrices `[n, n]`: the
+  rows of sorted positions >= n_valid and the columns of padded entries are 0, so the
+  valid block is the unpadded P̂. Zero gradient flows through the fill.
+- A list without any valid entry: outputs 0 everywhere (quantiles included), no NaN,
+  zero gradient.
+- Sinkhorn operators: the default target of m = n bins becomes, per list, the n_valid
+  bins of the unpadded list (on either target grid, `targets='centres'` or
+  `'regular'`: y_j = (j − 1)/(n_valid − 1) on the regular grid); an explicit
+  `num_targets` or `target_weights` is the target of the valid entries (ranks are then
+  n_valid · CDF), and `topk=k`/`k` are read per list against n_valid (rows with
+  n_valid <= k: all valid entries are selected).
+
+Ragged tensors
+--------------
+A `tf.RaggedTensor` ragged along the operated axis, which must be the last axis (its
+`flat_values` of rank 1), is accepted wherever a list is: the op pads the lists to a
+dense `[lists, longest]` tensor with a mask (`RaggedLists`) and returns a ragged
+output with the same row lengths (elementwise outputs and sorts), ragged rows of
+length min(k, n_valid) for `topk`, one ragged `[(n), (n)]` matrix per list for
+permutation matrices, and a dense (or outer-ragged) tensor when the output has no list
+axis (quantiles).
+
+Dynamic shapes
+--------------
+The list length n may be unknown when a graph is traced (`tf.function` with an
+`input_signature` of `None` dimensions, Keras `Input((None,))` fed several lengths):
+`_shapes.to_batch` then carries n as a scalar tensor (`view.n`, `view.static_n` is
+None) and arguments that must be compared with n (`k <= n`, ...) are checked at run
+time with `tf.debugging` assertions naming the argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from softsort_tf import _shapes
+
+
+def mask_to_batch(mask, view: _shapes.BatchView, name: str = "mask"):
+    """The mask in the `[batch, n]` layout of `_shapes.to_batch`, as bool.
+
+    Args:
+      mask: boolean or 0/1 tensor of shape `[n]` or of the shape of `x` (broadcastable
+        to it), or None.
+      view: the `BatchView` of `x`.
+      name: the argument name used in error messages.
+
+    Returns:
+      A bool `[batch, n]` tensor, or None for `mask=None`.
+    """
+    if mask is None:
+        return None
+    if isinstance(mask, tf.RaggedTensor):
+        raise ValueError(f"A ragged `{name}` needs a ragged `x` of the same row lengths.")
+    mask = tf.convert_to_tensor(mask)
+    if mask.dtype != tf.bool:
+        mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+    rank = mask.shape.rank
+    batch = tf.reduce_prod(view.moved_shape[:-1])
+    if rank == 1:
+        if mask.shape[0] is not None and view.static_n is not None and \
+                mask.shape[0] not in (1, view.static_n):
+            raise ValueError(f"`{name}` of rank 1 must have length n = {view.static_n}, got "
+                             f"{mask.shape[0]}.")
+        return tf.broadcast_to(mask[tf.newaxis, :], tf.stack([batch, view.n]))
+    if rank != view.rank:
+        raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got rank {rank} "
+                         f"for an input of rank {view.rank}.")
+    if view.axis != view.rank - 1:
+        mask = tf.transpose(mask, view.perm)
+    try:
+        tf.broadcast_static_shape(mask.shape, view.static_moved_shape)
+    except ValueError:
+        raise ValueError(f"`{name}` must have shape [n] or the shape of `x` (with the "
+                         f"operated axis last: {mask.shape} vs {view.static_moved_shape})."
+                         ) from None
+    mask = tf.broadcast_to(mask, view.moved_shape)
+    return tf.reshape(mask, tf.stack([batch, view.n]))
+
+
+def n_valid(mask2d, dtype=tf.int32, keepdims: bool = False):
+    """Number of valid entries of each row of a bool `[batch, n]` mask."""
+    return tf.reduce_sum(tf.cast(mask2d, dtype), axis=-1, keepdims=keepdims)
+
+
+def valid_prefix(count, length):
+    """bool `[batch, length]`: position j < count[b] (the valid positions of a sorted
+    output). `count`: `[batch]` integer tensor; `length`: int or scalar tensor."""
+    positions = tf.range(length, dtype=count.dtype)
+    return positions[tf.newaxis, :] < count[:, tf.newaxis]
+
+
+def replace_padded(x2d, mask2d, fill=None):
+    """x with its padded entries replaced by a constant, before any arithmetic.
+
+    The replacement is a `tf.where`, so NaN/±inf padded values never reach the results
+    or the gradient, and padded entries get exactly zero gradient.
+
+    Args:
+      x2d: `[batch, n]` values.
+      mask2d: bool `[batch, n]` (True = valid), or None (x returned unchanged).
+      fill: the replacement, broadcastable to x (no gradient flows into it). Default:
+        the largest valid value of the row (a value inside the row's range, so that
+        scale statistics are not moved), 0 for a row without valid entry.
+
+    Returns:
+      `[batch, n]` values, finite wherever x is finite at valid entries.
+    """
+    if mask2d is None:
+        return x2d
+    if fill is None:
+        lowest = tf.constant(x2d.dtype.min, x2d.dtype)
+        largest = tf.reduce_max(tf.where(mask2d, x2d, lowest), axis=-1, keepdims=True)
+        has_valid = tf.reduce_any(mask2d, axis=-1, keepdims=True)
+        fill = tf.where(has_valid, largest, tf.zeros_like(largest))
+    fill = tf.stop_gradient(tf.cast(fill, x2d.dtype))
+    return tf.where(mask2d, x2d, tf.broadcast_to(fill, tf.shape(x2d)))
+
+
+def fill_padded(y2d, mask2d, value=0.0):
+    """Output values with the padded positions set to `value` (default 0); zero gradient
+    flows through the fill. `mask2d` None: y unchanged."""
+    if mask2d is None:
+        return y2d
+    return tf.where(mask2d, y2d, tf.cast(tf.broadcast_to(value, tf.shape(y2d)), y2d.dtype))
+
+
+def combine(*masks):
+    """Logical AND of the masks that are not None (None if all are)."""
+    out = None
+    for mask in masks:
+        if mask is None:
+            continue
+        mask = tf.cast(mask, tf.bool)
+        out = mask if out is None else tf.logical_and(out, mask)
+    return out
+
+
+def is_ragged(x) -> bool:
+    return isinstance(x, tf.RaggedTensor)
+
+
+@dataclasses.dataclass
+class RaggedLists:
+    """The lists of a `tf.RaggedTensor` ragged along its last axis, as a dense tensor.
+
+    `RaggedLists.from_ragged(x)` pads the innermost rows (the lists) to
+    `dense: [lists, longest]` with `mask` False at the padding; the `to_*` methods
+    turn a result computed on `dense` back into ragged form.
+
+    Attributes:
+      source: the ragged input.
+      dense: `[lists, longest]` values (padding 0).
+      mask: bool `[lists, longest]`, True at the entries of the lists.
+      lengths: `[lists]` int64 list lengths.
+    """
+
+    source: tf.RaggedTensor
+    dense: tf.Tensor
+    mask: tf.Tensor
+    lengths: tf.Tensor
+
+    @classmethod
+    def from_ragged(cls, x: tf.RaggedTensor, mask=None, name: str = "x") -> RaggedLists:
+        """Pads the lists of `x`; `mask` (optional) is a ragged bool tensor of the same
+        row lengths, or a dense one of the padded shape, combined with the lists'."""
+        if x.flat_values.shape.rank != 1:
+            raise ValueError(f"A ragged `{name}` must be ragged along its last axis (the "
+                             f"list axis), got flat values of shape {x.flat_values.shape}.")
+        lists = tf.RaggedTensor.from_row_splits(x.flat_values, x.nested_row_splits[-1],
+                                                validate=False)
+        dense = lists.to_tensor(default_value=tf.zeros([], x.dtype))
+        present = tf.ones_like(lists.flat_values, tf.bool)
+        present = lists.with_flat_values(present).to_tensor(default_value=False)
+        if mask is not None:
+            if isinstance(mask, tf.RaggedTensor):
+                flat = tf.cast(mask.flat_values, tf.bool)
+                user = lists.with_flat_values(flat).to_tensor(default_value=False)
+            else:
+                user = tf.reshape(tf.cast(mask, tf.bool), tf.shape(present))
+            present = tf.logical_and(present, user)
+        return cls(source=x, dense=dense, mask=present, lengths=lists.row_lengths())
+
+    def _outer(self, inner):
+        """Re-attaches the outer ragged partitions of `source` to per-list `inner`."""
+        outer = self.source.nested_row_splits[:-1]
+        if not outer:
+            return inner
+        if isinstance(inner, tf.RaggedTensor):
+            return tf.RaggedTensor.from_nested_row_splits(
+                inner.flat_values, tuple(outer) + tuple(inner.nested_row_splits),
+                validate=False)
+        return tf.RaggedTensor.from_nested_row_splits(inner, outer, validate=False)
+
+    def to_elementwise(self, out):
+        """`[lists, longest]` result → ragged with the row lengths of `source`."""
+        inner = tf.RaggedTensor.from_tensor(out, lengths=self.lengths)
+        return self._outer(inner)
+
+    def to_prefix(self, out, lengths):
+        """`[lists, k]` result → ragged lists of the given lengths (e.g. min(k, n))."""
+        inner = tf.RaggedTensor.from_tensor(out, lengths=tf.cast(lengths, tf.int64))
+        return self._outer(inner)
+
+    def to_per_list(self, out):
+        """`[lists, ...]` result without a list axis → dense `[lists, ...]` for a source
+        `[batch, (n)]`, else ragged over the outer partitions of `source`."""
+        return self._outer(out)
+
+    def to_square(self, out):
+        """`[lists, longest, longest]` result → ragged `[lists, (n), (n)]` (with the
+        outer partitions of `source`)."""
+        rows = tf.RaggedTensor.from_tensor(out, lengths=self.lengths)  # [lists, (n), longest]
+        inner_lengths = tf.repeat(self.lengths, self.lengths)
+        cells = tf.RaggedTensor.from_tensor(rows.flat_values, lengths=inner_lengths)
+        square = tf.RaggedTensor.from_row_lengths(cells, self.lengths, validate=False)
+        return self._outer(square)
