@@ -353,21 +353,68 @@ def test_batch_statistic_sample_weights_and_masks_scale_the_shares():
     y_pred = rng.permutation(np.arange(1.0, 9.0)) + rng.uniform(-0.2, 0.2, 8)
     y_true = np.zeros(8)
     weights = np.array([1, 2, 0, 3, 1, -1, 2, 1.0])
+    nonzero, positive = weights != 0, weights > 0
     sharp = dict(epsilon=1e-4, threshold=1e-6, dtype="float64")
     for loss in (ss.SoftLeastQuantileRegressionLoss(0.4, **sharp),
                  ss.SoftTrimmedRegressionLoss(0.1, 0.6, **sharp)):
-        shares = loss.call(y_true, y_pred).numpy()
-        # Linear in the weights, as every Keras loss (negative weights included).
+        # A zero weight is padding (left out of the statistic); the other weights scale
+        # their example's share, as in every Keras loss (negative weights included).
+        shares = loss.call(y_true[nonzero], y_pred[nonzero]).numpy()
         assert float(loss(y_true, y_pred, sample_weight=weights)) == pytest.approx(
-            weights @ shares / 8, rel=1e-9)
+            weights[nonzero] @ shares / 8, rel=1e-6)
         assert float(loss(y_true, y_pred, sample_weight=2.0)) == pytest.approx(
             2 * float(loss(y_true, y_pred)), rel=1e-9)
-        # A Keras mask of y_pred (bug: masks used to be ignored) removes the shares of
-        # the masked examples and divides by the number of the others.
+        # A Keras mask of y_pred (bug: masks used to be ignored) leaves the masked
+        # examples out: the loss is the statistic of the others.
         masked = tf.constant(y_pred)
-        masked._keras_mask = tf.constant(weights > 0)
-        assert float(loss(y_true, masked)) == pytest.approx(
-            shares[weights > 0].sum() / np.sum(weights > 0), rel=1e-9)
+        masked._keras_mask = tf.constant(positive)
+        statistic = float(loss(y_true[positive], y_pred[positive]))
+        assert float(loss(y_true, masked)) == pytest.approx(statistic, rel=1e-6)
+        assert float(loss(y_true, y_pred, sample_weight=positive * 1.0)) == pytest.approx(
+            statistic * positive.sum() / 8, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["least_quantile", "trimmed"])
+def test_batch_statistic_padding_is_left_out_of_the_statistic(name):
+    # Bug: a zero-weight example took its place in the sort, so padding a batch (e.g.
+    # to a fixed size) moved the quantile/trimmed mean of the real examples.
+    rng = np.random.RandomState(5)
+    make = {"least_quantile": ss.SoftLeastQuantileRegressionLoss(0.3, width=0.2, **HARD,
+                                                                 dtype="float64"),
+            "trimmed": ss.SoftTrimmedRegressionLoss(0.1, 0.6, **HARD, dtype="float64")}
+    loss = make[name]
+    size, padded = 9, [1, 4, 5, 10]
+    y_pred = rng.randn(size, 1) * 3
+    y_true = rng.randn(size, 1)
+    valid = np.ones(size + 4, bool)
+    valid[padded] = False
+    full_pred = np.zeros((size + 4, 1))
+    full_true = np.zeros((size + 4, 1))
+    full_pred[valid], full_true[valid] = y_pred, y_true
+    full_pred[~valid, 0] = [np.nan, 1e30, -np.inf, 0.0]
+    full_true[~valid, 0] = [0.0, np.nan, 5.0, 0.0]
+
+    def value_and_grads(y_t, y_p, **kwargs):
+        y_p = tf.constant(y_p)
+        with tf.GradientTape() as tape:
+            tape.watch(y_p)
+            value = loss(y_t, y_p, **kwargs)
+        return float(value), tape.gradient(value, y_p).numpy()
+
+    want, want_grad = value_and_grads(y_true, y_pred)
+    got, grad = value_and_grads(full_true, full_pred, sample_weight=valid * 1.0)
+    assert got * (size + 4) / size == pytest.approx(want, rel=1e-6)
+    np.testing.assert_array_equal(grad[~valid], 0.0)
+    np.testing.assert_allclose(grad[valid] * (size + 4) / size, want_grad, rtol=1e-5,
+                               atol=1e-9)
+    # The same through a Keras mask (the loss is then the statistic of the valid ones).
+    masked = tf.constant(full_pred)
+    masked._keras_mask = tf.constant(valid)
+    assert float(loss(full_true, masked)) == pytest.approx(want, rel=1e-6)
+    # A batch of padding alone: loss 0, zero gradient.
+    nothing, nothing_grad = value_and_grads(full_true, full_pred,
+                                            sample_weight=np.zeros(size + 4))
+    assert nothing == 0.0 and not np.any(nothing_grad)
 
 
 def test_spearman_sample_weight_and_reductions():

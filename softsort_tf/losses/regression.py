@@ -101,6 +101,30 @@ def regression_errors(y_true, y_pred, power: float = 1.0):
     return err
 
 
+def _keras_mask(x):
+    """The Keras mask attached to a tensor (None without one)."""
+    return getattr(x, "_keras_mask", None)
+
+
+def _per_example(flags):
+    """`[B, ...]` booleans to `[B]`: an example counts where any of its entries does."""
+    if flags.shape.rank is not None and flags.shape.rank > 1:
+        flags = tf.reduce_any(flags, axis=list(range(1, flags.shape.rank)))
+    return flags
+
+
+def _valid_examples(sample_weight, mask):
+    """`[B]`-broadcastable boolean: examples with a non-zero weight and not masked (None
+    when neither is given)."""
+    valid = None
+    if sample_weight is not None:
+        valid = _per_example(tf.not_equal(tf.convert_to_tensor(sample_weight), 0))
+    if mask is not None:
+        mask = _per_example(tf.cast(mask, tf.bool))
+        valid = mask if valid is None else tf.logical_and(valid, mask)
+    return valid
+
+
 class _BatchStatisticLoss(_SinkhornLoss):
     """A loss whose value is one soft statistic of the errors of the whole batch.
 
@@ -112,22 +136,30 @@ class _BatchStatisticLoss(_SinkhornLoss):
 
     P the transport plan (b_mid read as the column's own sum Σ_i P_{i,mid}).
     `call(y_true, y_pred)` returns each example's share `B·c_i` `[B]`, and Keras
-    reduces it like any other per-example loss (the class never overrides
-    `Loss.__call__`):
+    reduces it like any other per-example loss (`__call__` only hands the padding,
+    below, to `call` and leaves the reduction to `keras.losses.Loss.__call__`):
 
     - 'sum_over_batch_size' (default), 'mean': the mean share, S itself;
     - 'sum': B·S; 'none' (or None): the `[B]` shares, whose mean is S.
 
-    `sample_weight` and Keras masks multiply each example's share, as for every Keras
-    loss (with 'sum_over_batch_size' the weighted sum of shares is divided by B, with
-    'mean_with_sample_weight' by the sum of the weights): unit weights give S, a
-    scalar weight c gives c·S, a weight 0 (or a masked example) removes the example's
-    share from the loss and its gradient. The bin itself is placed among all B
-    errors of the batch, so a masked example still takes its place in the sort (drop
-    padding from the batch, or call `sinkhorn_quantile`/`sinkhorn_trimmed_mean` with
-    `weights=`, to leave it out of the statistic). Negative weights are allowed as in
-    Keras (they reverse the sign of a share); the hard metrics `QuantileError` and
-    `TrimmedError`, which use weights as masses, reject them.
+    Padding (the package's mask convention, see softsort_tf._masking): an example whose
+    `sample_weight` is 0, or that a Keras mask of `y_pred` marks False, is padding: it has
+    no mass in the transport, so it neither takes a place in the sort nor moves the
+    statistic (whatever its values, NaN included: they are replaced before any
+    arithmetic and get a zero gradient). The statistic S is then that of the B_v valid
+    examples alone, each valid example's share is B_v·c_i (mean S over the valid
+    examples) and a padded example's share is 0. Keras then reduces the shares as for
+    any loss: with sample weights w ∈ {0, 1} the default 'sum_over_batch_size' gives
+    (B_v/B)·S, as it scales every Keras loss by the fraction of non-zero weights
+    ('mean_with_sample_weight' gives S); with a Keras mask it gives S. Non-zero
+    `sample_weight`s multiply each example's share: unit weights give S, a scalar c
+    gives c·S, a negative weight reverses the sign of its share (the hard metrics
+    `QuantileError` and `TrimmedError`, which use weights as masses, reject negative
+    weights). A batch without a valid example has loss 0 and zero gradient.
+
+    Shapes: the batch size may be unknown when the loss is traced (`tf.data` without
+    `drop_remainder`, `evaluate`, `tf.function` with a `None` batch dimension), and the
+    loss runs under XLA (`jit_compile=True`).
 
     Distribution: under `tf.distribute` each replica computes S over its own slice
     of the global batch and Keras averages the replicas' losses (and sums their
@@ -167,10 +199,33 @@ class _BatchStatisticLoss(_SinkhornLoss):
         """The soft statistic of the errors `[B]` with masses `weights` `[B]`: a scalar."""
         raise NotImplementedError
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Zero sample weights and Keras-masked examples are padding: they are left out
+        # of the statistic itself, so `call` needs them. They travel with `y_true`
+        # through `Loss.__call__`, which then reduces the shares as for any Keras loss
+        # (the distribution scaling included).
+        valid = _valid_examples(sample_weight, _keras_mask(y_pred))
+        if valid is not None:
+            y_true = (y_true, valid)
+        return super().__call__(y_true, y_pred, sample_weight)
+
     def call(self, y_true, y_pred):
-        errors = self.errors(y_true, y_pred)
+        valid = _keras_mask(y_pred)
+        if isinstance(y_true, tuple):  # (targets, valid examples) from `__call__`
+            y_true, valid = y_true
+        errors, valid = self._masked_errors(y_true, y_pred, valid)
         b, index = self.middle_bin()
-        transport = Transport(errors[None, :], axis=-1, direction="ASCENDING", weights=None,
+        masses = None
+        if valid is not None:
+            # Padding has no mass (a batch without a valid example is computed as a full
+            # one and its shares zeroed below).
+            any_valid = tf.reduce_any(valid)
+            masses = tf.where(valid | tf.logical_not(any_valid), 1.0, 0.0)
+            masses = tf.cast(masses, errors.dtype)
+        elif errors.shape[0] is None:
+            masses = tf.ones_like(errors)  # uniform masses over a batch of unknown size
+        transport = Transport(errors[None, :], axis=-1, direction="ASCENDING",
+                              weights=None if masses is None else masses[None, :],
                               targets=(b.size, b), options=self.options,
                               check_numerics=False)
         plan = transport.plan[0, :, index]  # P_{i,mid}
@@ -178,8 +233,34 @@ class _BatchStatisticLoss(_SinkhornLoss):
         # operators' read-out: the mean share is an exact convex combination of errors.
         column = tf.reduce_sum(plan)
         column = tf.where(column > 0, column, tf.cast(b[index], plan.dtype))
-        batch = tf.cast(tf.shape(errors)[0], plan.dtype)
-        return tf.cast(batch * plan * transport.values[0] / column, errors.dtype)
+        shares = plan * transport.values[0] / column
+        if valid is None:
+            count = tf.shape(errors)[0]
+        else:
+            count = tf.reduce_sum(tf.cast(valid, tf.int32))
+            shares = tf.where(valid, shares, tf.zeros_like(shares))
+        return tf.cast(tf.cast(count, plan.dtype) * shares, errors.dtype)
+
+    def _masked_errors(self, y_true, y_pred, valid):
+        """`(errors [B], valid [B] bool or None)`: the targets and predictions of padded
+        examples are replaced by 0 before any arithmetic (no NaN reaches a gradient)."""
+        if valid is None:
+            return self.errors(y_true, y_pred), None
+        y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
+        y_true = tf.cast(tf.convert_to_tensor(y_true), self.dtype)
+        y_true, y_pred = _align(y_true, y_pred)
+        valid = tf.cast(valid, tf.bool)
+        valid = tf.reshape(valid, [-1]) if valid.shape.rank != 1 else valid
+        valid = tf.broadcast_to(valid, tf.shape(y_pred)[:1])
+
+        def masked(t):
+            if t.shape.rank is None or t.shape.rank < 1:
+                return t
+            v = tf.reshape(valid, tf.concat([tf.shape(valid), tf.ones([t.shape.rank - 1],
+                                                                     tf.int32)], axis=0))
+            return tf.where(v, t, tf.zeros_like(t))
+
+        return self.errors(masked(y_true), masked(y_pred)), valid
 
     def get_config(self) -> dict:
         return {**super().get_config(), "error_power": self.error_power}
