@@ -12,8 +12,10 @@ import pytest
 import tensorflow as tf
 
 import softsort_tf as ss
+from softsort_tf.ops import transport as transport_lib
 from softsort_tf.ops.transport import regular_grid
 from softsort_tf.options import SinkhornOptions
+from softsort_tf.solvers import sinkhorn as solver_lib
 
 # Printed by `/tmp/ottenv/bin/python scripts/reference_ott.py` (ott-jax 0.6.0, jax 0.10.2,
 # float64, threshold 1e-13, every problem checked converged; 2026-11-24). See the script
@@ -132,3 +134,37 @@ def test_regular_grid_gradients_match_finite_differences(op):
     theoretical, numerical = tf.test.compute_gradient(op, [x], delta=1e-6)
     np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-5)
 
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("targets", ["centres", "regular"])
+def test_two_bin_masks_converge_at_the_smallest_epsilon(dtype, targets):
+    """At ε = `min_epsilon(dtype)` the top-k mask converges at once to the hard mask on
+    both grids. The loop used to add potentials of size |C|/ε, rounded to about
+    machine-ε·|C|/ε each update, so the marginal error stalled at 1e-3–2e-3 on the
+    regular grid (1000 iterations, unconverged, in float32 and float64 alike)."""
+    x = np.random.default_rng(14).normal(size=(6, 8)).astype(dtype)
+    eps = transport_lib.min_epsilon(dtype)
+    for k in (1, 2, 5):
+        hard = np.zeros(x.shape)
+        np.put_along_axis(hard, np.argsort(-x, axis=1)[:, :k], 1.0, axis=1)
+        mask, info = ss.sinkhorn_topk_mask(x, k, epsilon=eps, targets=targets,
+                                           return_info=True)
+        assert np.all(info.num_iterations.numpy() <= 3)
+        assert np.all(info.error.numpy() < 1e-3)
+        np.testing.assert_allclose(mask.numpy(), hard, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype, epsilon", [(np.float32, 1e-4), (np.float64, 1e-12)])
+def test_marginal_error_has_no_rounding_floor_of_size_cost_over_epsilon(dtype, epsilon):
+    """The solver reaches a tight threshold at a small ε: its error is not floored at
+    about machine-ε·|C|/ε. Before the loop worked on the reduced cost every row here
+    ran 2000 iterations and stalled at 3e-5–5e-5 (float32, 2 targets), 1e-5–1.6e-5
+    (float64, 2 targets), and above 1e-6 on 3 and 12 targets."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.1, 0.9, size=(4, 12)).astype(dtype)
+    for y, b in (([0.0, 1.0], [0.25, 0.75]), ([0.0, 0.5, 1.0], [0.1, 0.8, 0.1]),
+                 (np.linspace(0.0, 1.0, 12), np.full(12, 1 / 12))):
+        result = solver_lib.solve(x, np.asarray(y, dtype), b=np.asarray(b, dtype),
+                                  epsilon=epsilon, threshold=1e-6, max_iterations=2000)
+        assert np.all(result.error.numpy() < 1e-6), result.error.numpy()

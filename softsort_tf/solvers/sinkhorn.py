@@ -165,18 +165,30 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     annealed from `epsilon_start`) and `exact_marginal` are Python values.
 
     One iteration updates g (columns exact), then f (rows exact). The loop works with
-    scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C/ε computed once;
+    scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C̃/ε computed once;
     under annealing the kernel is used as K·ε/ε_t and u, v are rescaled by ε_{t−1}/ε_t
     when ε changes (this keeps the single-pass log-sum-exp overflow-free, see
     `_half_step`). The error of iteration t is Σ_i |(P1)_i − a_i| for the plan after its
     g update, read off the sums of its f update, so checking it costs no extra pass.
+
+    C̃_ij = C_ij − f⁰_i − g⁰_j is the reduced cost of the start (g⁰ = `g_init`, f⁰ its
+    exact c-transform min_j (C_ij − g⁰_j)); the loop starts from v = 0 and its
+    potentials are added to (f⁰, g⁰) at the end. The iterates are exactly those on C
+    from g⁰ (updates commute with row/column constants), but the loop adds numbers of
+    the size of the plan's log-entries, not of C/ε, whose rounding (machine-ε·|C|/ε per
+    update) floored the marginal error: near the smallest ε of a dtype, two-bin masks
+    on the regular grid ran 1000 iterations at error 2e-3 (float32 and float64).
     """
     dtype = cost.dtype
     a = tf.exp(log_a)
     batch = tf.shape(cost)[0]
     eps_final = tf.cast(epsilon, dtype)
     threshold = tf.cast(threshold, dtype)
-    log_kernel = -cost / eps_final
+    # Reduced cost (see above); f⁰ is a constant for autodiff, which is exact: the
+    # loop's f depends on C − f⁰ only up to the shift f⁰ that is added back.
+    f_init = tf.stop_gradient(tf.reduce_min(cost - g_init[:, None, :], axis=2))
+    f_init = tf.where(tf.math.is_finite(f_init), f_init, tf.zeros_like(f_init))
+    log_kernel = -(cost - f_init[:, :, None] - g_init[:, None, :]) / eps_final
 
     def eps_at(it):
         if not annealing:
@@ -194,7 +206,7 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
         return eps_at(it) <= eps_final
 
     all_rows = tf.ones([batch], tf.bool)
-    v0 = g_init / eps_at(0)
+    v0 = tf.zeros_like(g_init)
     u0 = log_a - tf.reduce_logsumexp(v0[:, None, :] + kernel_at(0), axis=2)
 
     def cond(it, u_prev, u, v, n_it, err, done):
@@ -241,8 +253,8 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     # The ε the potentials were computed at: the target ε, unless annealing had not
     # reached it within the iteration bound (then no row is done, all rows are at ε_t).
     eps_last = eps_at(tf.maximum(it - 1, 0))
-    f = (u if exact_marginal == "input" else u_prev) * eps_last
-    return f, v * eps_last, n_it, err, eps_last
+    f = (u if exact_marginal == "input" else u_prev) * eps_last + f_init
+    return f, v * eps_last + g_init, n_it, err, eps_last
 
 
 # In eager mode the loops above would run op by op from Python (milliseconds per
