@@ -29,10 +29,10 @@ _INTS = {
     "n": 2, "epochs": 1, "steps_per_epoch": 1, "batch_size": 1, "num_samples": 1,
     "num_val_sequences": 1, "num_test_sequences": 1, "digits_per_class": 1,
     "stop_after_epochs": 1, "num_cpu_devices": 0, "max_trials": 1,
-    "executions_per_trial": 1,
+    "executions_per_trial": 1, "warmup_steps": 0, "patience": 1,
 }
 # Finite numbers > 0.
-_POSITIVE = ("tau", "epsilon", "learning_rate")
+_POSITIVE = ("tau", "epsilon", "learning_rate", "max_train_minutes")
 _VERBOSITY = (0, 1, 2, "auto")
 
 

@@ -16,6 +16,14 @@ SoftSort paper, Prillo & Eisenschlos 2020, App. A.1-A.2):
   τ by the same rule (the paper's grid-searched values are not available to us);
 - best epoch on validation exact accuracy (sorting) or validation MSE (median);
   test metrics on hard (row-wise argmax) permutations.
+
+Faster schedules (issue 14, docs/RESULTS.md "time to accuracy"): `precision=
+'mixed_bfloat16'` runs the CNN in bfloat16 (scores, operator and loss stay float32),
+`lr_schedule='cosine'` with `warmup_steps` decays the learning rate to 0 over the run's
+`epochs × steps_per_epoch` steps, `patience` stops when validation stops improving,
+`max_train_minutes` bounds the training time and `save_every_epoch` keeps each epoch's
+weights for an accuracy-vs-wall-time curve (`scripts/time_to_accuracy.py`). The
+defaults keep the published protocol (float32, constant learning rate, all epochs).
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ __all__ = ["TASKS", "ExperimentConfig", "build_model", "dataset_error", "default
            "evaluate", "make_datasets", "n_error", "objective", "prepare_runtime", "run"]
 
 TASKS = ("sort", "median")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+LR_SCHEDULES = ("constant", "cosine")
 NUM_TRAIN_DIGITS = 55000
 VALUE_SCALE = 1e-4  # median values in [0, 9999] are regressed as value · 1e-4 in [0, 1)
 EVAL_BATCH_SIZE = 100
@@ -78,12 +88,20 @@ class ExperimentConfig:
     deterministic_ops: bool = True
     stop_after_epochs: int | None = None
     verbose: int | str = "auto"
+    precision: str = "float32"
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    patience: int | None = None
+    max_train_minutes: float | None = None
+    save_every_epoch: bool = False
+    jit_compile: bool = False
 
     def finalize(self) -> ExperimentConfig:
         """Validates the config and fills in the task's defaults."""
         for name, allowed in (("task", TASKS), ("method", models.METHODS),
                               ("dataset", large_mnist.SOURCES),
-                              ("strategy", training.STRATEGIES)):
+                              ("strategy", training.STRATEGIES),
+                              ("precision", PRECISIONS), ("lr_schedule", LR_SCHEDULES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
         checks.check_settings(dataclasses.asdict(self))
@@ -100,6 +118,9 @@ class ExperimentConfig:
         if self.steps_per_epoch is None:
             self.steps_per_epoch = NUM_TRAIN_DIGITS // (large_mnist.DIGITS_PER_NUMBER
                                                         * self.batch_size)
+        if self.warmup_steps >= self.epochs * self.steps_per_epoch:
+            raise ValueError(f"warmup_steps must be < epochs * steps_per_epoch = "
+                             f"{self.epochs * self.steps_per_epoch}, got {self.warmup_steps}.")
         return self
 
 
@@ -137,8 +158,28 @@ def _to_example(task: str, samples: int | None = None):
     return fn
 
 
+def learning_rate_schedule(config: ExperimentConfig):
+    """Adam's learning rate: the constant `learning_rate`, or (`lr_schedule='cosine'`) a
+    linear warm-up from 0 over `warmup_steps` followed by a cosine decay to 0 at the last
+    of the run's `epochs × steps_per_epoch` steps.
+
+    The schedule is a function of the optimizer's step count, which `BackupAndRestore`
+    restores: a resumed run continues the same schedule.
+    """
+    if config.lr_schedule == "constant":
+        return config.learning_rate
+    total = config.epochs * config.steps_per_epoch
+    warmup = config.warmup_steps
+    if warmup:
+        return keras.optimizers.schedules.CosineDecay(
+            0.0, decay_steps=total - warmup, warmup_target=config.learning_rate,
+            warmup_steps=warmup)
+    return keras.optimizers.schedules.CosineDecay(config.learning_rate, decay_steps=total)
+
+
 def _compile(model: keras.Model, config: ExperimentConfig) -> None:
-    optimizer = keras.optimizers.Adam(config.learning_rate)
+    optimizer = keras.optimizers.Adam(learning_rate_schedule(config))
+    jit = config.jit_compile and config.strategy == "default"
     if config.task == "sort":
         # Labels are orderings `[batch, (S,) n]` (Keras casts them to float): say so.
         targets = "indices"
@@ -146,9 +187,11 @@ def _compile(model: keras.Model, config: ExperimentConfig) -> None:
                       metrics=[softsort_tf.ExactPermutationAccuracy(
                                    name="exact_accuracy", y_true_format=targets),
                                softsort_tf.ElementwisePermutationAccuracy(
-                                   name="elementwise_accuracy", y_true_format=targets)])
+                                   name="elementwise_accuracy", y_true_format=targets)],
+                      jit_compile=jit)
     else:
-        model.compile(optimizer, loss="mse", metrics=[keras.metrics.MeanSquaredError("mse")])
+        model.compile(optimizer, loss="mse", metrics=[keras.metrics.MeanSquaredError("mse")],
+                      jit_compile=jit)
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -231,7 +274,7 @@ def build_model(config: ExperimentConfig) -> keras.Model:
     model_cls = models.PermutationLearner if config.task == "sort" else models.MedianRegressor
     model = model_cls(config.method, tau=config.tau, epsilon=config.epsilon,
                       stochastic=config.stochastic, num_samples=config.num_samples,
-                      seed=config.seed)
+                      seed=config.seed, cnn_dtype=config.precision)
     model.build()
     _compile(model, config)
     return model
@@ -262,13 +305,17 @@ def _run(config: ExperimentConfig) -> dict:
         model, train_dataset, val_ds, epochs=config.epochs,
         steps_per_epoch=config.steps_per_epoch, output_dir=config.output_dir,
         monitor=monitor, mode=mode, writer=chief, stop_after_epochs=config.stop_after_epochs,
-        verbose=config.verbose,
+        verbose=config.verbose, patience=config.patience,
+        max_train_seconds=(None if config.max_train_minutes is None
+                           else 60.0 * config.max_train_minutes),
+        save_every_epoch=config.save_every_epoch,
         on_fresh_start=lambda: {"untrained": evaluate(model, test_ds, config.task)})
     results = {
         "task": config.task,
         "flags": dataclasses.asdict(config),
         "machine": training.machine_info(),
         "finished": fit.finished,
+        "stopped_early": fit.stopped_early,
         "resumed_from_epoch": fit.resumed_from_epoch,
         "epochs_completed": fit.epochs_completed,
         "best_epoch": fit.best_epoch,

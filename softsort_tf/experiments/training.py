@@ -33,9 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "StopAfterEpochs",
-           "best_epoch", "fit_resumable", "machine_info", "make_strategy", "output_directory",
-           "prepare_runtime", "read_history", "set_cpu_devices", "should_stop_early",
-           "write_json"]
+           "TimeBudgetStop", "best_epoch", "fit_resumable", "machine_info", "make_strategy",
+           "output_directory", "prepare_runtime", "read_history", "set_cpu_devices",
+           "should_stop_early", "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -194,6 +194,25 @@ class PatienceStop(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class TimeBudgetStop(keras.callbacks.Callback):
+    """Stops training after the epoch at which the training time of all sessions (the
+    `epoch_seconds` of the epochs, validation included) reaches `seconds`.
+
+    Args:
+      seconds: the budget.
+      spent: seconds spent by the sessions before this one.
+    """
+
+    def __init__(self, seconds: float, spent: float = 0.0):
+        super().__init__()
+        self.seconds, self.spent = float(seconds), float(spent)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.spent += float((logs or {}).get("epoch_seconds", 0.0))
+        if self.spent >= self.seconds:
+            self.model.stop_training = True
+
+
 def should_stop_early(epochs_completed: int, best: int | None, patience: int | None) -> bool:
     """Whether `patience` epochs have passed since the best epoch `best` (1-based)."""
     if patience is None or not epochs_completed:
@@ -245,6 +264,7 @@ class FitResult:
       best_path: weights of the best epoch (`ModelCheckpoint`).
       extra: what `on_fresh_start` returned in the run's first session.
       stopped_early: whether `patience` ended the run before `epochs`.
+      out_of_time: whether `max_train_seconds` ended the run before `epochs`.
     """
 
     resumed_from_epoch: int
@@ -257,6 +277,7 @@ class FitResult:
     best_path: str
     extra: dict
     stopped_early: bool = False
+    out_of_time: bool = False
 
 
 def _backed_up_epoch(backup_dir: str) -> int:
@@ -273,7 +294,8 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
                   output_dir: str, monitor: str, mode: str, writer: bool = True,
                   stop_after_epochs: int | None = None, verbose: int | str = "auto",
                   on_fresh_start: Callable[[], dict] | None = None,
-                  patience: int | None = None,
+                  patience: int | None = None, max_train_seconds: float | None = None,
+                  save_every_epoch: bool = False,
                   callbacks: list[keras.callbacks.Callback] | None = None) -> FitResult:
     """Trains `model` (built and compiled) with per-epoch backups and automatic resume.
 
@@ -300,6 +322,11 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
       patience: early stopping: stop once this many epochs have passed since the best
         epoch on `monitor`; a resumed run stops where an uninterrupted one would (and a
         rerun of a stopped run does not train again). None trains all `epochs`.
+      max_train_seconds: stop after the epoch at which the training time of all
+        sessions (`epoch_seconds`, validation included) reaches this budget; the run then
+        counts as finished. None: no budget.
+      save_every_epoch: also keep the weights of every epoch,
+        `checkpoints/epoch-NNN.weights.h5` (for accuracy-vs-time curves).
       callbacks: more Keras callbacks, run after the bookkeeping ones (their logs
         include `epoch_seconds`).
 
@@ -322,11 +349,13 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
         print(f"Resuming after epoch {initial_epoch} from {backup_dir}.")
     elif on_fresh_start is not None:
         write_json(extra_path, on_fresh_start())
-    best_before, best_so_far = best_epoch(
-        read_history(history_path, initial_epoch).get(monitor, []), mode)
+    history_before = read_history(history_path, initial_epoch)
+    best_before, best_so_far = best_epoch(history_before.get(monitor, []), mode)
+    spent_before = float(sum(history_before.get("epoch_seconds", [])))
     start = time.time()
     if (initial_epoch < min(epochs, stop_after_epochs or epochs)
-            and not should_stop_early(initial_epoch, best_before, patience)):
+            and not should_stop_early(initial_epoch, best_before, patience)
+            and not _out_of_time(spent_before, max_train_seconds)):
         bookkeeping = [
             EpochTimer(),
             keras.callbacks.CSVLogger(history_path, append=True),
@@ -339,6 +368,12 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
             bookkeeping.append(StopAfterEpochs(stop_after_epochs))
         if patience is not None:
             bookkeeping.append(PatienceStop(monitor, mode, patience, best_before, best_so_far))
+        if max_train_seconds is not None:
+            bookkeeping.append(TimeBudgetStop(max_train_seconds, spent_before))
+        if save_every_epoch:
+            bookkeeping.append(keras.callbacks.ModelCheckpoint(
+                os.path.join(ckpt_dir, "epoch-{epoch:03d}.weights.h5"),
+                save_weights_only=True, save_best_only=False))
         if importlib.util.find_spec("tensorboard") is not None:
             bookkeeping.append(keras.callbacks.TensorBoard(
                 os.path.join(output_dir, "tensorboard"), profile_batch=0))
@@ -358,8 +393,14 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
         with open(extra_path) as f:
             extra = json.load(f)
     stopped_early = completed < epochs and should_stop_early(completed, best, patience)
+    out_of_time = completed < epochs and _out_of_time(
+        float(sum(history.get("epoch_seconds", []))), max_train_seconds)
     return FitResult(resumed_from_epoch=initial_epoch, epochs_completed=completed,
-                     finished=completed >= epochs or stopped_early,
+                     finished=completed >= epochs or stopped_early or out_of_time,
                      train_seconds=train_seconds, history=history, best_epoch=best,
                      best_value=best_value, best_path=best_path, extra=extra,
-                     stopped_early=stopped_early)
+                     stopped_early=stopped_early, out_of_time=out_of_time)
+
+
+def _out_of_time(spent: float, budget: float | None) -> bool:
+    return budget is not None and spent >= budget
