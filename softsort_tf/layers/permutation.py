@@ -11,6 +11,20 @@ default); the layer returns, by `output_mode`:
   `values` when called on `[scores, values]`;
 - 'ranks': soft ranks P̂ᵀ @ (1..n) `[batch, n]` (rank 1 = first in `direction`).
 
+Variable-length lists (see softsort_tf._masking): the layers support Keras masking
+(e.g. `Embedding(mask_zero=True)` or `Masking` upstream) and an explicit `mask` call
+argument (boolean `[batch, n]`, True = valid). Padded scores get no mass and zero
+gradient; the valid block of P̂ is that of the unpadded list. Output masks
+(`compute_mask`): 'ranks' returns the input mask (padded ranks are 0); 'sorted' the
+first n_valid positions (the valid sorted values, then 0); 'matrix' returns None: P̂'s
+padding is in its zero rows (sorted positions >= n_valid) and zero columns, and a
+`[batch, n]` Keras mask would be applied by Keras losses to the per-example loss; give
+the loss padded orderings (−1 after the n_valid indices) instead. A `tf.RaggedTensor`
+`[batch, (n)]` input gives ragged outputs (`[batch, (n), (n)]` for 'matrix').
+
+Shapes: n may be unknown (`keras.Input((None,))`, fed lists of several lengths);
+the batch may be unknown too.
+
 Stochastic mode (`stochastic=True`): the scores are read as log-scores and perturbed
 with Gumbel noise (reparameterised Plackett–Luce, see `permutation_ops`) when
 `training=True`, or always with `sample_at_inference=True`; otherwise the layer is
@@ -35,7 +49,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _masking
 from softsort_tf.losses.base import full_precision_dtype
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, registry, sampling
@@ -69,6 +83,7 @@ class _PermutationLayer(keras.layers.Layer):
         if "dtype" in kwargs or full_precision_dtype() == "float32":
             kwargs["dtype"] = full_precision_dtype(kwargs.get("dtype"))
         super().__init__(**kwargs)
+        self.supports_masking = True
         self.direction = _checks.check_direction(direction)
         self.hard = permutation_ops._check_hard(hard)
         if output_mode not in OUTPUT_MODES:
@@ -90,8 +105,8 @@ class _PermutationLayer(keras.layers.Layer):
         """The operator's own arguments (tau, epsilon, ...)."""
         raise NotImplementedError
 
-    def _permutation(self, scores, training):
-        kwargs = dict(direction=self.direction, hard=self.hard, **self._op_kwargs())
+    def _permutation(self, scores, training, mask=None):
+        kwargs = dict(direction=self.direction, hard=self.hard, mask=mask, **self._op_kwargs())
         if self.stochastic and (training or self.sample_at_inference):
             perm = sampling.stochastic_permutation_matrix(
                 scores, self.num_samples or 1, self.seed_generator.next(), self.method,
@@ -107,20 +122,90 @@ class _PermutationLayer(keras.layers.Layer):
         n = scores.shape[-1]
         return tf.ensure_shape(perm, scores.shape[:-1].concatenate([self.num_samples, n, n]))
 
-    def call(self, inputs, training=None):
+    @staticmethod
+    def _split(inputs, mask):
+        """`(scores, values, mask)`: the mask of the scores (an explicit or Keras mask;
+        for `[scores, values]` the AND of both masks), as `[batch, n]` or None."""
         if isinstance(inputs, (list, tuple)):
-            if len(inputs) != 2 or self.output_mode != "sorted":
-                raise ValueError("A list input must be [scores, values], with "
-                                 "output_mode='sorted'.")
             scores, values = inputs
+            if isinstance(mask, (list, tuple)):
+                mask = _masking.combine(*mask)
         else:
             scores = values = inputs
-        perm = self._permutation(scores, training)
+        if not _masking.is_ragged(scores):
+            scores = tf.convert_to_tensor(scores)
+        if mask is not None and not _masking.is_ragged(scores):
+            mask = tf.convert_to_tensor(mask)
+            if mask.shape.rank is not None and mask.shape.rank == scores.shape.rank - 1:
+                mask = mask[..., None]  # a Keras mask without the list axis
+            mask = tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(scores))
+        return scores, values, mask
+
+    def call(self, inputs, training=None, mask=None):
+        if isinstance(inputs, (list, tuple)) and (len(inputs) != 2
+                                                  or self.output_mode != "sorted"):
+            raise ValueError("A list input must be [scores, values], with "
+                             "output_mode='sorted'.")
+        scores, values, mask = self._split(inputs, mask)
+        if _masking.is_ragged(scores):
+            return self._ragged_call(scores, values, training, mask)
+        perm = self._permutation(scores, training, mask)
         if self.output_mode == "sorted":
-            return permutation_readout.permute_values(perm, values)
+            return permutation_readout.permute_values(perm, values, mask=mask)
         if self.output_mode == "ranks":
-            return permutation_readout.ranks_from_permutation(perm)
+            if mask is not None and self.num_samples is not None:
+                mask = mask[..., None, :]
+            return permutation_readout.ranks_from_permutation(perm, mask=mask)
         return perm
+
+    def _ragged_call(self, scores, values, training, mask):
+        """The call on ragged `[batch, (n)]` lists: computed on the padded lists and
+        their mask, returned ragged (`[batch, (S,) (n), (n)]` or `[batch, (S,) (n)]`)."""
+        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
+        dense_values = lists.dense
+        if values is not scores:
+            dense_values = _masking.RaggedLists.from_ragged(values, name="values").dense
+        out = self.call([lists.dense, dense_values] if values is not scores else lists.dense,
+                        training=training, mask=lists.mask)
+        if self.output_mode == "matrix":
+            if self.num_samples is None:
+                return lists.to_square(out)
+            return sampling.ragged_samples(lists, out, self.num_samples)
+        if self.num_samples is None:
+            return lists.to_elementwise(out)
+        rows = tf.RaggedTensor.from_tensor(
+            tf.reshape(out, tf.stack([-1, tf.shape(out)[-1]])),
+            lengths=tf.repeat(lists.lengths, self.num_samples))
+        return lists.to_per_list(tf.RaggedTensor.from_uniform_row_length(rows,
+                                                                          self.num_samples))
+
+    def compute_mask(self, inputs, mask=None):
+        """The input mask for 'ranks', the first n_valid positions for 'sorted' (both
+        with the sample axis of `num_samples`), None for 'matrix' (see the module
+        docstring). Written with `keras.ops`, as Keras also calls it on symbolic
+        tensors when a functional model is built."""
+        if self.output_mode == "matrix" or mask is None:
+            return None
+        if isinstance(mask, (list, tuple)):
+            masks = [m for m in mask if m is not None]
+            if not masks:
+                return None
+            mask = masks[0]
+            for other in masks[1:]:
+                mask = keras.ops.logical_and(mask, other)
+        scores = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        if _masking.is_ragged(scores):
+            return None
+        mask = keras.ops.cast(mask, "bool")
+        if len(mask.shape) == len(scores.shape) - 1:
+            mask = keras.ops.expand_dims(mask, -1)  # a Keras mask without the list axis
+        if self.output_mode == "sorted":  # True first: the n_valid sorted positions
+            mask = keras.ops.cast(keras.ops.flip(keras.ops.sort(
+                keras.ops.cast(mask, "int32"), axis=-1), axis=-1), "bool")
+        if self.num_samples is not None:
+            mask = keras.ops.repeat(keras.ops.expand_dims(mask, -2), self.num_samples,
+                                    axis=-2)
+        return mask
 
     def compute_output_shape(self, input_shape):
         if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0],

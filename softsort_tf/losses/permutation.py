@@ -20,7 +20,8 @@ DEFAULT_EPSILON = DEFAULT_PROBABILITY_FLOOR  # former name, kept for imports
 @_not_converted
 def permutation_cross_entropy(y_true, y_pred,
                               probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
-                              y_true_format: str = "auto", *, epsilon: float | None = None):
+                              y_true_format: str = "auto", *, epsilon: float | None = None,
+                              mask=None):
     """Row-wise cross-entropy between the true permutation and P̂.
 
     For each position i, −Σ_j Y[i, j] log p̃[i, j] with the true permutation matrix Y
@@ -39,6 +40,11 @@ def permutation_cross_entropy(y_true, y_pred,
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
       epsilon: deprecated name of `probability_floor` (ε means the Sinkhorn
         regularisation elsewhere in the package).
+      mask: optional boolean `[..., n]` of the valid items: the rows of sorted
+        positions >= n_valid and the padded columns are ignored. Orderings may also
+        mark padding with negative entries after the n_valid indices (no `mask`
+        needed). The loss is then the mean over the valid rows (0 for a list without
+        any), and padded entries of P̂ get zero gradient. See softsort_tf._masking.
 
     Returns:
       Per-example loss: the leading shape of `y_true`, e.g. `[batch]`.
@@ -50,15 +56,22 @@ def permutation_cross_entropy(y_true, y_pred,
     """
     floor = _checks.check_in_open_interval(
         "probability_floor", deprecated_probability_floor(probability_floor, epsilon), 0.0, 1.0)
-    y_true, y_pred, is_matrix, num_sample_axes = _read_targets(y_true, y_pred, y_true_format)
+    y_true, y_pred, is_matrix, num_sample_axes, rows_valid = _read_targets(
+        y_true, y_pred, y_true_format, mask)
     dtype = _shapes.compute_dtype(y_pred.dtype)
     p = tf.cast(y_pred, dtype)
     if is_matrix:
+        target = tf.cast(y_true, dtype)
+        if mask is not None:  # padded columns: no target mass (whatever y_true holds)
+            columns = tf.cast(mask, tf.bool)[..., None, :]
+            for _ in range(num_sample_axes):
+                columns = columns[..., None, :, :]
+            target = tf.where(columns, target, tf.zeros([], dtype))
         log_p = tf.math.log(floor + (1.0 - floor) * p)
-        rows = -tf.reduce_sum(tf.cast(y_true, dtype) * log_p, axis=-1)
+        rows = -tf.reduce_sum(target * log_p, axis=-1)
     else:
         rows = -tf.math.log(floor + (1.0 - floor) * _pick(p, y_true))
-    return _per_example(rows, num_sample_axes)
+    return _per_example(rows, num_sample_axes, rows_valid)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -67,7 +80,8 @@ class PermutationCrossEntropy(keras.losses.Loss):
 
     A thin wrapper over `permutation_cross_entropy`; the per-example values (mean over
     the n rows and any sample axes) are reduced by Keras with `sample_weight`
-    (`[batch]`).
+    (`[batch]`). Padded lists: orderings `[batch, n]` holding the n_valid indices then
+    −1 (see `permutation_cross_entropy`); the mean is over the valid rows.
 
     Args:
       probability_floor: δ in (0, 1) (default 1e-7): the loss uses

@@ -12,7 +12,7 @@ _not_converted = tf.autograph.experimental.do_not_convert  # no tensor-dependent
 
 
 @_not_converted
-def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"):
+def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, mask=None):
     """1.0 where the row-wise argmax of P̂ recovers the whole true permutation, else 0.0.
 
     Averaged over sample axes for stochastic `y_pred`. This is the papers'
@@ -22,6 +22,10 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"):
       y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]`.
       y_pred: P̂ `[..., (S,) n, n]`.
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
+      mask: optional boolean `[..., n]` of the valid items; padded lists may also be
+        given as orderings with −1 after the n_valid indices. Only the valid rows
+        (sorted positions < n_valid) count; a list without any gives 0. See
+        softsort_tf._masking.
 
     Returns:
       float32 per-example values, the leading shape of `y_true`.
@@ -31,13 +35,18 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"):
     >>> exact_permutation_accuracy([[0, 1], [0, 1]], P).numpy()
     array([1., 0.], dtype=float32)
     """
-    correct, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format)
+    correct, rows_valid, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format, mask)
+    if rows_valid is not None:
+        valid = tf.broadcast_to(rows_valid, tf.shape(correct))
+        correct = tf.logical_and(tf.logical_or(correct, tf.logical_not(valid)),
+                                 tf.reduce_any(valid, axis=-1, keepdims=True))
     whole = tf.cast(tf.reduce_all(correct, axis=-1), tf.float32)
     return tf.reduce_mean(whole[..., None], axis=list(range(-1 - num_sample_axes, 0)))
 
 
 @_not_converted
-def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"):
+def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *,
+                                     mask=None):
     """Fraction of positions whose row-wise argmax of P̂ is the true item.
 
     The papers' "proportion of elements correctly placed"; averaged over sample axes
@@ -47,6 +56,10 @@ def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"
       y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]`.
       y_pred: P̂ `[..., (S,) n, n]`.
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
+      mask: optional boolean `[..., n]` of the valid items; padded lists may also be
+        given as orderings with −1 after the n_valid indices. Only the valid rows
+        (sorted positions < n_valid) count; a list without any gives 0. See
+        softsort_tf._masking.
 
     Returns:
       float32 per-example values in [0, 1], the leading shape of `y_true`.
@@ -56,8 +69,8 @@ def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"
     >>> elementwise_permutation_accuracy([[0, 1, 2]], P).numpy()
     array([0.6666667], dtype=float32)
     """
-    correct, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format)
-    return _per_example(tf.cast(correct, tf.float32), num_sample_axes)
+    correct, rows_valid, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format, mask)
+    return _per_example(tf.cast(correct, tf.float32), num_sample_axes, rows_valid)
 
 
 class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):

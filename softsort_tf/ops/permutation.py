@@ -59,7 +59,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _shapes
+from softsort_tf import _checks, _masking, _shapes
 from softsort_tf.solvers.sinkhorn import pair_cost
 
 DEFAULT_TAU = 1.0
@@ -84,7 +84,7 @@ def _to_matrix_output(perm2d, view: _shapes.BatchView):
     """`[batch, n, n]` → `[..., n, n]` in the input dtype."""
     n = view.n
     out = tf.reshape(perm2d, tf.concat([view.moved_shape[:-1], [n, n]], axis=0))
-    out.set_shape(view.static_moved_shape[:-1].concatenate([n, n]))
+    out.set_shape(view.static_moved_shape[:-1].concatenate([view.static_n, view.static_n]))
     out = tf.cast(out, view.output_dtype)
     return out
 
@@ -94,10 +94,43 @@ def _descending_scores(s2d, direction: str):
     return -s2d if direction == "ASCENDING" else s2d
 
 
-def _exact_permutation_2d(s2d, direction: str):
-    """`[batch, n, n]` one-hot rows of the stable argsort of `s2d` in `direction` order."""
-    order = tf.argsort(s2d, axis=-1, direction=direction, stable=True)
-    return tf.one_hot(order, s2d.shape[-1], dtype=s2d.dtype)
+def _descending_order(d, valid=None):
+    """Stable DESCENDING argsort of `[batch, n]` scores `d`; with a `[batch, n]` boolean
+    `valid`, the valid entries come first (in their order) and the padded ones last.
+
+    A second stable sort on validity (not a fill value such as −inf) places the
+    padding, so a valid entry equal to any fill value still sorts among the valid ones.
+    """
+    order = tf.argsort(d, axis=-1, direction="DESCENDING", stable=True)
+    if valid is None:
+        return order
+    padded_sorted = tf.cast(tf.logical_not(tf.gather(valid, order, batch_dims=1)), tf.int32)
+    return tf.gather(order, tf.argsort(padded_sorted, axis=-1, stable=True), batch_dims=1)
+
+
+def _exact_permutation_2d(d, valid=None):
+    """`[batch, n, n]` one-hot rows of `_descending_order(d, valid)`; with `valid`, the
+    rows of sorted positions >= n_valid are 0 (so the columns of padded entries are 0)."""
+    order = _descending_order(d, valid)
+    perm = tf.one_hot(order, tf.shape(d)[-1], dtype=d.dtype)
+    if valid is None:
+        return perm
+    return tf.where(_sorted_positions_valid(valid)[:, :, None], perm, tf.zeros([], d.dtype))
+
+
+def _sorted_positions_valid(valid):
+    """`[batch, n]` boolean: position i of the sort holds a valid entry (i < n_valid)."""
+    return _masking.valid_prefix(_masking.n_valid(valid), tf.shape(valid)[-1])
+
+
+def _masked_normalise(weights, valid):
+    """Row-normalised `weights` `[batch, n, n]` over the valid columns; rows of sorted
+    positions >= n_valid and columns of padded entries are 0 (no division by 0)."""
+    zero = tf.zeros([], weights.dtype)
+    weights = tf.where(valid[:, None, :], weights, zero)
+    sums = tf.reduce_sum(weights, axis=-1, keepdims=True)
+    perm = weights / tf.where(sums > 0, sums, tf.ones_like(sums))
+    return tf.where(_sorted_positions_valid(valid)[:, :, None], perm, zero)
 
 
 @_not_converted
@@ -129,7 +162,7 @@ def straight_through(hard, soft):
 
 
 @_not_converted
-def hard_permutation_matrix(scores, direction: str = "DESCENDING"):
+def hard_permutation_matrix(scores, direction: str = "DESCENDING", *, mask=None):
     """The exact sorting permutation matrix of `scores` (no gradient).
 
     Row i is the one-hot vector of the index of the i-th score in `direction` order
@@ -137,12 +170,15 @@ def hard_permutation_matrix(scores, direction: str = "DESCENDING"):
     `tf.sort(scores, direction=direction)`.
 
     Args:
-      scores: `[..., n]` real tensor.
+      scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]`.
       direction: 'DESCENDING' (default) or 'ASCENDING'.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid
+        entries are sorted alone, rows of sorted positions >= n_valid and columns of
+        padded entries are 0. See softsort_tf._masking.
 
     Returns:
       `[..., n, n]` 0/1 matrix in the dtype of `scores` (float32 for integers, float64
-      for 64-bit integers).
+      for 64-bit integers); ragged `[batch, (n), (n)]` for a ragged input.
 
     Example:
     >>> hard_permutation_matrix([[0.3, 2.0, 1.0]]).numpy()[0]
@@ -151,20 +187,38 @@ def hard_permutation_matrix(scores, direction: str = "DESCENDING"):
            [1., 0., 0.]], dtype=float32)
     """
     direction = _checks.check_direction(direction)
+    return _matrix_op(scores, mask, lambda d, valid: _exact_permutation_2d(
+        tf.stop_gradient(d), valid), direction)
+
+
+def _matrix_op(scores, mask, core, direction: str):
+    """Flattens `scores` to `[batch, n]` (a ragged input to a dense one and its mask),
+    applies `core(d, valid)` to the scores `d` whose DESCENDING order is the `direction`
+    order (padded entries already replaced by `_masking.replace_padded`; `valid` None when no
+    mask is given), and restores the shape `[..., n, n]` (ragged `[batch, (n), (n)]`)."""
+    if _masking.is_ragged(scores):
+        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
+        return lists.to_square(_matrix_op(lists.dense, lists.mask, core, direction))
     s2d, view = _shapes.to_batch(scores, -1, "scores")
-    return _to_matrix_output(_exact_permutation_2d(tf.stop_gradient(s2d), direction), view)
+    valid = _masking.mask_to_batch(mask, view, name="mask")
+    # Padded scores (NaN and ±inf included) are replaced before any arithmetic.
+    d = _masking.replace_padded(_descending_scores(s2d, direction), valid)
+    return _to_matrix_output(core(d, valid), view)
 
 
-def _relaxed(scores, core, direction: str, hard: bool):
-    """Flattens `scores`, applies `core` (a DESCENDING `[batch, n]` → `[batch, n, n]`
-    relaxation) in the `direction` order, adds straight-through and restores shapes."""
+def _relaxed(scores, core, direction: str, hard: bool, mask=None):
+    """`_matrix_op` with `core(d, valid)` a DESCENDING `[batch, n]` → `[batch, n, n]`
+    relaxation, plus the straight-through option."""
     direction = _checks.check_direction(direction)
     hard = _check_hard(hard)
-    s2d, view = _shapes.to_batch(scores, -1, "scores")
-    perm = core(_descending_scores(s2d, direction))
-    if hard:
-        perm = straight_through(_exact_permutation_2d(tf.stop_gradient(s2d), direction), perm)
-    return _to_matrix_output(perm, view)
+
+    def relaxed_core(d, valid):
+        perm = core(d, valid)
+        if hard:
+            perm = straight_through(_exact_permutation_2d(tf.stop_gradient(d), valid), perm)
+        return perm
+
+    return _matrix_op(scores, mask, relaxed_core, direction)
 
 
 # ---------------------------------------------------------------------------------
@@ -180,7 +234,7 @@ def _in_xla_context() -> bool:
         return False
 
 
-def _soft_sort_rows(top, s, power: float, tau: float):
+def _soft_sort_rows(top, s, power: float, tau: float, valid=None):
     """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p / τ) for `[batch, n]` `top`, `s`.
 
     The differences are taken before any scaling, so scores near the float range or
@@ -197,6 +251,10 @@ def _soft_sort_rows(top, s, power: float, tau: float):
     the two reductions, which corrupts the gradient. Here the sign comes from an exact
     comparison, and the diagonal pairs, whose difference is identically zero, get
     the same sign (or slope 0) on both paths so that they cancel.
+
+    With a `[batch, n]` boolean `valid` (padded entries of `s` already finite), the
+    softmax runs over the valid columns only and the rows i >= n_valid are 0
+    (`_masked_normalise`); `top` must then hold the valid sorted scores first.
     """
     xla = _in_xla_context()
     info = np.finfo(s.dtype.as_numpy_dtype)
@@ -218,7 +276,10 @@ def _soft_sort_rows(top, s, power: float, tau: float):
             cost = pair_cost(d, tf.zeros([], d.dtype), power)
         if not by_scale:
             cost = cost * cost_factor
-        if xla:
+        if valid is not None:
+            # Valid row i contains s_[i] among the valid columns: its largest logit is 0.
+            perm = _masked_normalise(tf.exp(-cost), valid)
+        elif xla:
             # Row i contains s_[i] itself (`top` holds copies of the entries of `s`), so
             # its largest logit is 0: exp needs no max-shift (no overflow, and the row
             # sum is >= 1). XLA fuses this into fewer passes than a softmax.
@@ -256,16 +317,20 @@ def _soft_sort_rows(top, s, power: float, tau: float):
     return rows(top, s)
 
 
-def _soft_sort_core(s, tau: float, power: float):
-    """SoftSort on `[batch, n]` scores, DESCENDING: softmax_j(−|s_[i] − s_j|^p / τ)."""
-    return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power, tau)
+def _soft_sort_core(s, tau: float, power: float, valid=None):
+    """SoftSort on `[batch, n]` scores, DESCENDING: softmax_j(−|s_[i] − s_j|^p / τ);
+    with `valid`, over the valid entries alone (see `_soft_sort_rows`)."""
+    if valid is None:
+        return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power, tau)
+    top = tf.gather(s, _descending_order(tf.stop_gradient(s), valid), batch_dims=1)
+    return _soft_sort_rows(top, s, power, tau, valid)
 
 
 @_not_converted
 def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
                      distance_power: float = DEFAULT_DISTANCE_POWER,
                      direction: str = "DESCENDING", hard: bool = False, *,
-                     power: float | None = None):
+                     power: float | None = None, mask=None):
     """SoftSort relaxed permutation matrix (Prillo & Eisenschlos, 2020, eq. 4).
 
     P̂[i, :] = softmax(−|s_[i] − s|^p / τ), with s_[i] the i-th score in `direction`
@@ -284,10 +349,17 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
       hard: straight-through: return the exact permutation matrix in the forward
         pass and use the gradient of the relaxation in the backward pass.
       power: deprecated name of `distance_power`.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row i < n_valid
+        is the softmax over the valid entries alone, rows i >= n_valid and the columns
+        of padded entries are 0, so the valid block is P̂ of the unpadded list; padded
+        scores (NaN and ±inf included) get zero gradient. A `tf.RaggedTensor`
+        `[batch, (n)]` input gives a ragged `[batch, (n), (n)]` output. See
+        softsort_tf._masking.
 
     Returns:
-      P̂ `[..., n, n]` in the dtype of `scores`: non-negative, rows sum to 1, and
-      `P̂ @ x` soft-sorts x.
+      P̂ `[..., n, n]` in the dtype of `scores`: non-negative, rows sum to 1 (rows of
+      padding: 0), and `P̂ @ x` soft-sorts x. Works with an unknown n (under
+      `tf.function` and XLA).
 
     Example:
     >>> P = soft_sort_matrix([[1.0, 3.0, 2.0]], tau=0.1)
@@ -299,7 +371,8 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
     tau = _checks.check_positive("tau", tau)
     power = _checks.check_positive("distance_power",
                                    deprecated_distance_power(distance_power, power))
-    return _relaxed(scores, lambda s: _soft_sort_core(s, tau, power), direction, hard)
+    return _relaxed(scores, lambda s, valid: _soft_sort_core(s, tau, power, valid),
+                    direction, hard, mask)
 
 
 def deprecated_distance_power(distance_power: float, power: float | None) -> float:
@@ -312,26 +385,40 @@ def deprecated_distance_power(distance_power: float, power: float | None) -> flo
     return power
 
 
-@tf.custom_gradient
-def _abs_row_sums(s):
-    """(A_s·1)_j = Σ_k |s_j − s_k| for `[batch, n]` scores, in O(n²) time and memory.
+def _abs_row_sums(s, weights=None):
+    """(A_s·w)_j = Σ_k w_k |s_j − s_k| for `[batch, n]` scores (w = 1 by default; 0/1
+    weights sum over the valid entries), in O(n²) time and memory.
 
-    The gradient, ∂/∂s_m = g_m Σ_k σ_mk + Σ_j σ_mj g_j with σ_jk = sign(s_j − s_k),
-    takes σ from exact comparisons (see `_soft_sort_rows` for why not autodiff), and
-    needs two matrix-vector products, O(n²).
+    The gradient, ∂/∂s_m = g_m Σ_k w_k σ_mk + w_m Σ_j σ_mj g_j with
+    σ_jk = sign(s_j − s_k), takes σ from exact comparisons (see `_soft_sort_rows` for
+    why not autodiff), and needs two matrix-vector products, O(n²). `weights` get no
+    gradient.
     """
-    a_sum = tf.reduce_sum(tf.abs(s[:, :, None] - s[:, None, :]), axis=-1)
 
-    def grad(upstream):
-        greater = tf.cast(s[:, :, None] > s[:, None, :], s.dtype)  # σ = greater − greaterᵀ
-        sign_sums = tf.reduce_sum(greater, axis=-1) - tf.reduce_sum(greater, axis=-2)
-        return (upstream * sign_sums + tf.linalg.matvec(greater, upstream)
-                - tf.linalg.matvec(greater, upstream, transpose_a=True))
+    @tf.custom_gradient
+    def row_sums(s):
+        dist = tf.abs(s[:, :, None] - s[:, None, :])
+        if weights is not None:
+            dist = dist * weights[:, None, :]
+        a_sum = tf.reduce_sum(dist, axis=-1)
 
-    return a_sum, grad
+        def grad(upstream):
+            greater = tf.cast(s[:, :, None] > s[:, None, :], s.dtype)  # σ = greater − greaterᵀ
+            spread = (tf.linalg.matvec(greater, upstream)
+                      - tf.linalg.matvec(greater, upstream, transpose_a=True))
+            if weights is None:
+                sign_sums = tf.reduce_sum(greater, axis=-1) - tf.reduce_sum(greater, axis=-2)
+                return upstream * sign_sums + spread
+            sign_sums = (tf.linalg.matvec(greater, weights)
+                         - tf.linalg.matvec(greater, weights, transpose_a=True))
+            return upstream * sign_sums + weights * spread
+
+        return a_sum, grad
+
+    return row_sums(s)
 
 
-def _neural_sort_core(s, tau: float):
+def _neural_sort_core(s, tau: float, valid=None):
     """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory.
 
     The logits are linear in s: they are computed for s / M, with M the power of two
@@ -339,8 +426,13 @@ def _neural_sort_core(s, tau: float):
     then shifted to a maximum of 0 and multiplied by M / τ, capped at the largest float.
     Scores near the float range or a tiny τ thus give a one-hot row instead of
     inf − inf = NaN.
+
+    With a `[batch, n]` boolean `valid` (padded entries of `s` already replaced by a
+    valid score), row i = 1..n_valid is the softmax over the valid entries of
+    (n_valid + 1 − 2i)·s − A_s·w, with A_s·w summed over the valid entries (w = 0/1):
+    exactly the matrix of the valid list alone; rows i > n_valid are 0.
     """
-    n = s.shape[-1]
+    n = tf.shape(s)[-1]
     dtype = s.dtype
     info = np.finfo(dtype.as_numpy_dtype)
     largest = tf.stop_gradient(tf.reduce_max(tf.abs(s), axis=-1, keepdims=True))
@@ -354,19 +446,34 @@ def _neural_sort_core(s, tau: float):
     scale = tf.where(tf.logical_and(scale < largest, exponent < top_exponent), 2.0 * scale,
                      scale)
     u = s / scale
-    a_sum = _abs_row_sums(u)  # A_s·1 as a [batch, n] vector
-    coeff = tf.cast(n + 1 - 2 * tf.range(1, n + 1), dtype)  # n + 1 − 2i, i = 1..n
-    logits = coeff[None, :, None] * u[:, None, :] - a_sum[:, None, :]
-    logits = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
+    positions = tf.cast(tf.range(1, n + 1), dtype)[None, :]  # i = 1..n
+    if valid is None:
+        a_sum = _abs_row_sums(u)  # A_s·1 as a [batch, n] vector
+        length = tf.cast(n, dtype)
+    else:
+        weights = tf.cast(valid, dtype)
+        a_sum = _abs_row_sums(u, weights)
+        length = tf.reduce_sum(weights, axis=-1, keepdims=True)  # n_valid per row
+    coeff = length + 1.0 - 2.0 * positions  # n + 1 − 2i
+    logits = coeff[:, :, None] * u[:, None, :] - a_sum[:, None, :]
     largest_float = float(info.max)
     inv_tau = tf.constant(min(1.0 / tau, largest_float), dtype)
     factor = tf.minimum(scale * inv_tau, largest_float)  # inf (overflow) → largest float
-    return tf.nn.softmax(logits * factor[:, :, None], axis=-1)
+    if valid is None:
+        logits = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
+        return tf.nn.softmax(logits * factor[:, :, None], axis=-1)
+    columns = valid[:, None, :]
+    lowest = tf.constant(info.min, dtype)
+    top = tf.stop_gradient(tf.reduce_max(tf.where(columns, logits, lowest), axis=-1,
+                                         keepdims=True))
+    # Padded columns get logit 0 (then weight 0), so no overflow reaches a gradient.
+    logits = tf.where(columns, logits - top, tf.zeros([], dtype))
+    return _masked_normalise(tf.exp(logits * factor[:, :, None]), valid)
 
 
 @_not_converted
 def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCENDING",
-                       hard: bool = False):
+                       hard: bool = False, *, mask=None):
     """NeuralSort relaxed permutation matrix (Grover et al., 2019).
 
     P̂[i, :] = softmax(((n + 1 − 2i)·s − A_s·1) / τ), i = 1..n, with
@@ -382,9 +489,15 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
         As τ → 0, P̂ tends to the exact permutation matrix.
       direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
       hard: straight-through (see `soft_sort_matrix`).
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row
+        i = 1..n_valid is softmax(((n_valid + 1 − 2i)·s − A_s·w) / τ) over the valid
+        entries, A_s·w summing over the valid entries only, so the valid block is P̂
+        of the unpadded list; rows i > n_valid and the columns of padded entries are
+        0. Ragged input: ragged output. See softsort_tf._masking.
 
     Returns:
-      P̂ `[..., n, n]` in the dtype of `scores`, unimodal row-stochastic.
+      P̂ `[..., n, n]` in the dtype of `scores`, unimodal row-stochastic (rows of
+      padding: 0). Works with an unknown n (under `tf.function` and XLA).
 
     Example:
     >>> P = neural_sort_matrix([[1.0, 3.0, 2.0]], tau=0.1)
@@ -394,4 +507,5 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
            [1., 0., 0.]], dtype=float32)
     """
     tau = _checks.check_positive("tau", tau)
-    return _relaxed(scores, lambda s: _neural_sort_core(s, tau), direction, hard)
+    return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid), direction,
+                    hard, mask)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _shapes
+from softsort_tf import _masking, _shapes
 from softsort_tf.ops.permutation import _not_converted
 
 
@@ -20,7 +20,8 @@ def _align_values(perm, values):
     """
     perm = tf.convert_to_tensor(perm)
     values = tf.convert_to_tensor(values)
-    if perm.shape.rank is None or perm.shape.rank < 2 or perm.shape[-1] != perm.shape[-2]:
+    if perm.shape.rank is None or perm.shape.rank < 2 or not perm.shape[-1:].is_compatible_with(
+            perm.shape[-2:-1]):
         raise ValueError(f"`perm` must have shape [..., n, n], got {perm.shape}.")
     n = perm.shape[-1]
     if values.shape.rank is None or values.shape.rank < 1 or (
@@ -41,8 +42,29 @@ def _align_values(perm, values):
     return tf.cast(perm, dtype), tf.cast(values, dtype), out_dtype
 
 
+def _dense_square(perm):
+    """A ragged `[batch, (n), (n)]` P̂ as a dense zero-padded `[batch, longest, longest]`."""
+    return perm.to_tensor() if isinstance(perm, tf.RaggedTensor) else perm
+
+
+def _masked_values(values, mask, name: str = "mask"):
+    """`values` with padded entries replaced by 0 before any arithmetic (so NaN/inf
+    padding never reaches P̂ @ x or a gradient); `mask` `[..., n]` or `[n]`."""
+    if mask is None:
+        return values
+    mask = tf.convert_to_tensor(mask)
+    if mask.dtype != tf.bool:
+        mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+    try:
+        tf.broadcast_static_shape(mask.shape, values.shape)
+    except ValueError:
+        raise ValueError(f"`{name}` must have shape [n] or that of `values`, got "
+                         f"{mask.shape} for values of shape {values.shape}.") from None
+    return tf.where(mask, values, tf.zeros([], values.dtype))
+
+
 @_not_converted
-def permute_values(perm, values):
+def permute_values(perm, values, *, mask=None):
     """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂.
 
     Entry i is the P̂[i]-weighted average of `values`: in the hard limit, the value
@@ -54,6 +76,13 @@ def permute_values(perm, values):
         `perm`, and missing sample axes are inserted before the last axis (so
         `[batch, n]` values go with a stochastic `[batch, S, n, n]`).
 
+      mask: optional boolean `[..., n]` (or `[n]`) of the valid entries of `values`:
+        padded values (NaN and ±inf included) are replaced by 0 before the product and
+        get zero gradient. With a P̂ masked the same way (e.g. `soft_sort_matrix(s,
+        mask=mask)`), the first n_valid outputs are the soft-sorted valid values and
+        the others 0. Ragged `perm` `[batch, (n), (n)]` and `values` `[batch, (n)]`
+        give a ragged `[batch, (n)]` output. See softsort_tf._masking.
+
     Returns:
       `[..., n]` (the broadcast leading shape), in the floating dtype of `values`
       (that of `perm` for integer values).
@@ -64,12 +93,21 @@ def permute_values(perm, values):
     >>> permute_values(P, [[10.0, 20.0, 30.0]]).numpy()
     array([[20., 30., 10.]], dtype=float32)
     """
-    perm, values, out_dtype = _align_values(perm, values)
+    if isinstance(values, tf.RaggedTensor):
+        lists = _masking.RaggedLists.from_ragged(values, mask, name="values")
+        return lists.to_elementwise(permute_values(_dense_square(perm), lists.dense,
+                                                   mask=lists.mask))
+    perm, values, out_dtype = _align_values(_dense_square(perm), values)
+    if mask is not None:
+        mask = tf.convert_to_tensor(mask)
+        for _ in range(values.shape.rank - mask.shape.rank if mask.shape.rank > 1 else 0):
+            mask = mask[..., None, :]
+    values = _masked_values(values, mask)
     return tf.cast(tf.linalg.matvec(perm, values), out_dtype)
 
 
 @_not_converted
-def ranks_from_permutation(perm, zero_based: bool = False):
+def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
     """Soft ranks P̂ᵀ @ (1, …, n) for any relaxed permutation matrix P̂.
 
     Entry j is Σ_i i·P̂[i, j]: the rank of item j in the operator's `direction`
@@ -81,6 +119,11 @@ def ranks_from_permutation(perm, zero_based: bool = False):
     Args:
       perm: `[..., n, n]` relaxed permutation matrix.
       zero_based: ranks in 0..n − 1 instead of 1..n.
+      mask: optional boolean `[..., n]` (or `[n]`) of the valid entries: ranks at padded
+        entries are set to 0 (zero gradient). A P̂ masked by its operator already has
+        zero columns there, so its padded ranks are 0 without `mask` (1-based ranks of
+        the valid entries lie in [1, n_valid]). A ragged `[batch, (n), (n)]` `perm`
+        gives ragged `[batch, (n)]` ranks. See softsort_tf._masking.
 
     Returns:
       `[..., n]` ranks in the dtype of `perm` (float32 for integer inputs).
@@ -90,14 +133,20 @@ def ranks_from_permutation(perm, zero_based: bool = False):
     >>> ranks_from_permutation(hard_permutation_matrix([[0.3, 2.0, 1.0]])).numpy()
     array([[3., 1., 2.]], dtype=float32)
     """
+    if isinstance(perm, tf.RaggedTensor):
+        lengths = perm.row_lengths()
+        ranks = ranks_from_permutation(perm.to_tensor(), zero_based, mask=mask)
+        return tf.RaggedTensor.from_tensor(ranks, lengths=lengths)
     perm = tf.convert_to_tensor(perm)
-    if (perm.shape.rank is None or perm.shape.rank < 2 or perm.shape[-1] is None
-            or perm.shape[-1] != perm.shape[-2]):
-        raise ValueError(f"`perm` must have a static shape [..., n, n], got {perm.shape}.")
+    if perm.shape.rank is None or perm.shape.rank < 2 or not perm.shape[-1:].is_compatible_with(
+            perm.shape[-2:-1]):
+        raise ValueError(f"`perm` must have shape [..., n, n], got {perm.shape}.")
     out_dtype = perm.dtype if perm.dtype.is_floating else tf.float32
     dtype = _shapes.compute_dtype(out_dtype)
     p = tf.cast(perm, dtype)
     start = 0 if zero_based else 1
-    positions = tf.range(start, start + perm.shape[-1], dtype=dtype)
+    positions = tf.cast(tf.range(start, start + tf.shape(perm)[-1]), dtype)
     ranks = tf.reduce_sum(p * positions[:, None], axis=-2)
+    if mask is not None:
+        ranks = _masked_values(ranks, mask)
     return tf.cast(ranks, out_dtype)

@@ -24,7 +24,16 @@ never by its values or by sizes that happen to match:
   `[batch, S, n, n]`, and 'auto' raises a `ValueError` asking for `y_true_format`;
 - a floating `y_true` of lower rank is an ordering (with sample axes).
 
-Orderings are checked: each must hold the integers 0..n − 1 once each (a permutation).
+Padding (see softsort_tf._masking): an ordering of a padded list holds the indices of
+its n_valid valid items followed by negative entries (−1) at the positions
+n_valid..n − 1 (TF-Ranking's convention: a negative label is padding); these rows
+(sorted positions) are ignored, as are the rows of sorted positions >= n_valid given by
+an explicit `mask` `[..., n]` of the valid items (for matrix targets, whose zero rows
+otherwise count as rows of cost 0). Per-example values are then means over the valid
+rows; a list without valid rows gives 0.
+
+Orderings are checked: each must hold the integers 0..n − 1 once each (a permutation),
+or, with padding, distinct integers in [0, n) followed by negative entries only.
 Eagerly a violation raises a `ValueError`; in a graph (`tf.function`, `model.fit`) it
 raises `InvalidArgumentError` with the same message from a `tf.debugging` assertion
 (under XLA, where assertions are compiled out, an invalid ordering is not detected).
@@ -36,6 +45,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from softsort_tf import _masking
+
 Y_TRUE_FORMATS = ("auto", "indices", "matrix")
 
 
@@ -46,9 +57,11 @@ def _check_format(y_true_format: str) -> str:
     return y_true_format
 
 
-def _read_targets(y_true, y_pred, y_true_format: str):
-    """Returns `(y_true, is_matrix, num_sample_axes)`, with `y_true` expanded over the
-    sample axes of `y_pred` (integer indices or a float matrix) and `y_pred` as a tensor."""
+def _read_targets(y_true, y_pred, y_true_format: str, mask=None):
+    """Returns `(y_true, y_pred, is_matrix, num_sample_axes, rows_valid)`, with `y_true`
+    expanded over the sample axes of `y_pred` (integer indices, padded positions
+    replaced by 0, or a float matrix), `y_pred` as a tensor, and `rows_valid` the bool
+    `[..., n]` valid sorted positions (None: all valid) expanded the same way."""
     y_true_format = _check_format(y_true_format)
     y_pred = tf.convert_to_tensor(y_pred)
     y_true = tf.convert_to_tensor(y_true)
@@ -76,42 +89,73 @@ def _read_targets(y_true, y_pred, y_true_format: str):
     n = y_pred.shape[-1]
     if y_true.shape[-1] is not None and n is not None and y_true.shape[-1] != n:
         raise ValueError(f"`y_true` must have last dimension n = {n}, got shape {y_true.shape}.")
+    rows_valid = None
+    if mask is not None:
+        mask = tf.convert_to_tensor(mask)
+        if mask.dtype != tf.bool:
+            mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+        if mask.shape.rank is None or mask.shape.rank < 1:
+            raise ValueError(f"`mask` must have shape [..., n], got {mask.shape}.")
+        rows_valid = _sorted_prefix(mask)
     if is_matrix:
         for _ in range(num_sample_axes):
             y_true = y_true[..., None, :, :]
         target_shape = y_pred.shape
     else:
-        y_true = _checked_ordering(y_true, n)
+        y_true, filled = _checked_ordering(y_true)
+        rows_valid = _masking.combine(rows_valid, filled)
+        y_true = tf.where(filled, y_true, tf.zeros_like(y_true))
         for _ in range(num_sample_axes):
             y_true = y_true[..., None, :]
         target_shape = y_pred.shape[:-1]
+    if rows_valid is not None:
+        for _ in range(num_sample_axes):
+            rows_valid = rows_valid[..., None, :]
     try:
         tf.broadcast_static_shape(y_true.shape, target_shape)
     except ValueError:
         kind = "a permutation matrix" if is_matrix else "an ordering"
         raise ValueError(f"`y_true` of shape {y_true.shape} read as {kind} does not fit "
                          f"`y_pred` of shape {y_pred.shape}; pass `y_true_format`.") from None
-    return y_true, y_pred, is_matrix, num_sample_axes
+    return y_true, y_pred, is_matrix, num_sample_axes, rows_valid
 
 
-def _checked_ordering(y_true, n):
-    """`y_true` as int32 orderings, checked to hold each of 0..n − 1 exactly once."""
+def _sorted_prefix(mask):
+    """bool `[..., n]`: sorted position i < the number of True entries of `mask` `[..., n]`
+    (any rank)."""
+    count = tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1, keepdims=True)
+    return tf.range(tf.shape(mask)[-1]) < count
+
+
+def _checked_ordering(y_true):
+    """`(order, filled)`: `y_true` as int32 orderings and the bool positions holding an
+    index (not padding), checked: distinct indices in [0, n), then padding (< 0) only."""
+    size = tf.shape(y_true)[-1]
     if y_true.dtype.is_integer:
         integral = tf.constant(True)
         order = tf.cast(y_true, tf.int32)
     elif y_true.dtype.is_floating:
         integral = tf.reduce_all(tf.equal(tf.round(y_true), y_true))
-        order = tf.cast(tf.clip_by_value(tf.round(y_true), -1.0, float(n or 0) + 1.0), tf.int32)
+        bound = tf.cast(size, y_true.dtype)
+        order = tf.cast(tf.clip_by_value(tf.round(y_true), -1.0, bound), tf.int32)
     else:
         raise ValueError(f"`y_true` must be integer or floating, got {y_true.dtype.name}.")
-    size = tf.shape(order)[-1]
-    valid = tf.logical_and(integral, tf.reduce_all(
-        tf.equal(tf.sort(order, axis=-1), tf.range(size, dtype=tf.int32))))
-    return check_at_run_time(
+    filled = order >= 0
+    order = tf.where(filled, order, -tf.ones_like(order))
+    padding_last = tf.reduce_all(tf.equal(filled, _sorted_prefix(filled)))
+    ascending = tf.sort(order, axis=-1)  # the padding (−1) first, then the indices
+    distinct = tf.reduce_all(tf.logical_or(ascending[..., 1:] > ascending[..., :-1],
+                                           ascending[..., :-1] < 0))
+    in_range = tf.reduce_all(order < size)
+    valid = tf.logical_and(tf.logical_and(integral, padding_last),
+                           tf.logical_and(distinct, in_range))
+    order = check_at_run_time(
         valid, order, "`y_true` read as orderings must hold each index 0..n − 1 exactly "
-        "once per row (a permutation); got a row that does not (an index out of range "
-        "[0, n), a repeated index or a non-integer value). Pass y_true_format='matrix' "
-        "for permutation matrices.")
+        "once per row (a permutation), or, for a padded list, distinct indices in [0, n) "
+        "followed by negative entries (padding) only; got a row that does not (an index "
+        "out of range [0, n), a repeated index, padding before an index or a non-integer "
+        "value). Pass y_true_format='matrix' for permutation matrices.")
+    return order, filled
 
 
 def check_at_run_time(valid, tensor, message: str):
@@ -126,9 +170,18 @@ def check_at_run_time(valid, tensor, message: str):
         return tf.identity(tensor)
 
 
-def _per_example(row_values, num_sample_axes: int):
-    """Mean of `[..., S..., n]` per-row values over the rows and the sample axes."""
-    return tf.reduce_mean(row_values, axis=list(range(-1 - num_sample_axes, 0)))
+def _per_example(row_values, num_sample_axes: int, rows_valid=None):
+    """Mean of `[..., S..., n]` per-row values over the (valid) rows and the sample axes;
+    0 for a list without valid rows."""
+    if rows_valid is None:
+        return tf.reduce_mean(row_values, axis=list(range(-1 - num_sample_axes, 0)))
+    valid = tf.broadcast_to(rows_valid, tf.shape(row_values))
+    total = tf.reduce_sum(tf.where(valid, row_values, tf.zeros_like(row_values)), axis=-1)
+    count = tf.reduce_sum(tf.cast(valid, row_values.dtype), axis=-1)
+    mean = total / tf.maximum(count, 1.0)
+    if num_sample_axes:
+        mean = tf.reduce_mean(mean, axis=list(range(-num_sample_axes, 0)))
+    return mean
 
 
 @tf.custom_gradient
@@ -157,9 +210,11 @@ def _pick(p, index):
     return tf.reshape(flat, shape[:-1])
 
 
-def _hard_orders(y_true, y_pred, y_true_format):
-    """Predicted (row-wise argmax of P̂) and true orderings, broadcast, int32."""
-    y_true, y_pred, is_matrix, num_sample_axes = _read_targets(y_true, y_pred, y_true_format)
+def _hard_orders(y_true, y_pred, y_true_format, mask=None):
+    """`(correct, rows_valid, num_sample_axes)`: where the row-wise argmax of P̂ is the
+    true item (broadcast), and the valid rows (None: all)."""
+    y_true, y_pred, is_matrix, num_sample_axes, rows_valid = _read_targets(
+        y_true, y_pred, y_true_format, mask)
     predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
     true = tf.argmax(y_true, axis=-1, output_type=tf.int32) if is_matrix else y_true
-    return tf.equal(predicted, true), num_sample_axes
+    return tf.equal(predicted, true), rows_valid, num_sample_axes

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from softsort_tf import _masking
 from softsort_tf.ops.permutation import (
     DEFAULT_TAU,
     _check_hard,
@@ -35,7 +36,8 @@ class PermutationOperator:
 
     Attributes:
       name: its key in `PERMUTATION_OPERATORS` (the `method` argument elsewhere).
-      matrix_fn: `matrix_fn(scores, *, direction, hard, **kwargs)` → P̂ `[..., n, n]`.
+      matrix_fn: `matrix_fn(scores, *, direction, hard, mask, **kwargs)` → P̂ `[..., n, n]`
+        (`mask`: see softsort_tf._masking; a ragged input gives a ragged output).
       temperature: the name of its temperature argument ('tau' or 'epsilon').
       default_temperature: the default of that argument.
       doubly_stochastic: whether the columns of P̂ sum to 1 too.
@@ -50,20 +52,30 @@ class PermutationOperator:
     reference: str
 
     def matrix(self, scores, *, direction: str = "DESCENDING", hard: bool = False,
-               **kwargs) -> tf.Tensor:
+               mask=None, **kwargs) -> tf.Tensor:
+        if mask is not None:
+            kwargs["mask"] = mask
         return self.matrix_fn(scores, direction=direction, hard=hard, **kwargs)
 
 
-def _sinkhorn_matrix(scores, *, direction: str = "DESCENDING", hard: bool = False, **kwargs):
-    """`sinkhorn_permutation_matrix` along the last axis, with the straight-through option."""
+def _sinkhorn_matrix(scores, *, direction: str = "DESCENDING", hard: bool = False,
+                     mask=None, **kwargs):
+    """`sinkhorn_permutation_matrix` along the last axis, with the straight-through option
+    (a ragged input is padded here, so both parts see the same dense lists and mask)."""
     hard = _check_hard(hard)
     if "axis" in kwargs or "return_info" in kwargs:
         raise ValueError("`axis` and `return_info` are not supported here: scores are "
                          "sorted along their last axis; call "
                          "`sinkhorn_permutation_matrix` directly for them.")
+    if _masking.is_ragged(scores):
+        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
+        return lists.to_square(_sinkhorn_matrix(lists.dense, direction=direction, hard=hard,
+                                                mask=lists.mask, **kwargs))
+    if mask is not None:
+        kwargs["mask"] = mask
     perm = sinkhorn_permutation_matrix(scores, direction=direction, **kwargs)
     if hard:
-        perm = straight_through(hard_permutation_matrix(scores, direction), perm)
+        perm = straight_through(hard_permutation_matrix(scores, direction, mask=mask), perm)
     return perm
 
 
@@ -90,11 +102,12 @@ def get_permutation_operator(method: str) -> PermutationOperator:
 
 @_not_converted
 def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
-                       hard: bool = False, **kwargs):
+                       hard: bool = False, *, mask=None, **kwargs):
     """Any relaxed permutation matrix of `PERMUTATION_OPERATORS`, chosen by name.
 
     Args:
-      scores: `[..., n]` real tensor.
+      scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
+        output is ragged `[batch, (n), (n)]`).
       method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`) or
         'sinkhorn' (`softsort_tf.sinkhorn_permutation_matrix`).
       direction: 'DESCENDING' (default) or 'ASCENDING'.
@@ -103,6 +116,10 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
       **kwargs: the operator's own arguments: `tau`, `distance_power` (SoftSort);
         `tau` (NeuralSort); `options` or fields of `SinkhornOptions` such as `epsilon`
         (Sinkhorn).
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid block
+        of P̂ is the matrix of the unpadded list (exactly for SoftSort/NeuralSort, up
+        to the solver's threshold for Sinkhorn), rows of sorted positions >= n_valid
+        and columns of padded entries are 0. See softsort_tf._masking.
 
     Returns:
       P̂ `[..., n, n]` in the dtype of `scores`.
@@ -115,4 +132,4 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
            [1., 0., 0.]], dtype=float32)
     """
     return get_permutation_operator(method).matrix(scores, direction=direction, hard=hard,
-                                                   **kwargs)
+                                                   mask=mask, **kwargs)

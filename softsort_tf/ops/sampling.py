@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _shapes
+from softsort_tf import _checks, _masking, _shapes
 from softsort_tf.ops.permutation import (
     DEFAULT_DISTANCE_POWER,
     DEFAULT_TAU,
@@ -112,7 +112,7 @@ def gumbel_noise(shape, seed, dtype=tf.float32):
 
 
 @_not_converted
-def gumbel_perturb(scores, num_samples: int, seed):
+def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     """Plackett–Luce samples of log-scores: s̃ = s + g, g i.i.d. standard Gumbel.
 
     Sorting each row of s̃ draws a permutation from the Plackett–Luce distribution
@@ -128,6 +128,12 @@ def gumbel_perturb(scores, num_samples: int, seed):
       num_samples: number of samples S >= 1.
       seed: an int, or an int32/int64 tensor of shape [2] (e.g. from
         `keras.random.SeedGenerator.next()`).
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: only valid
+        entries are perturbed; padded entries are returned as 0 (whatever their value,
+        NaN included; zero gradient). The noise of an entry is drawn from its flat
+        position in the padded `[..., S, n]` tensor, so a padded list does not get the
+        noise of its unpadded version for the same seed (same distribution, different
+        sample). See softsort_tf._masking.
 
     Returns:
       `[..., S, n]` perturbed scores, in the dtype of `scores` (noise drawn in float32
@@ -146,13 +152,37 @@ def gumbel_perturb(scores, num_samples: int, seed):
     dtype = _shapes.compute_dtype(scores.dtype)
     s = tf.cast(scores, dtype)[..., None, :]
     shape = tf.concat([tf.shape(s)[:-2], [num_samples], tf.shape(s)[-1:]], axis=0)
-    out = s + gumbel_noise(shape, seed, dtype)
+    if mask is not None:
+        valid = _scores_mask(mask, scores)[..., None, :]
+        zero = tf.zeros([], dtype)
+        out = tf.where(valid, tf.where(valid, s, zero) + gumbel_noise(shape, seed, dtype), zero)
+    else:
+        out = s + gumbel_noise(shape, seed, dtype)
     return tf.cast(out, scores.dtype) if scores.dtype.is_floating else out
+
+
+def _scores_mask(mask, scores):
+    """A mask `[..., n]` (or `[n]`) of `scores` `[..., n]` as bool of the shape of
+    `scores` (checked by `_masking.mask_to_batch`)."""
+    _, view = _shapes.to_batch(scores, -1, "scores")
+    return tf.reshape(_masking.mask_to_batch(mask, view), tf.shape(scores))
+
+
+def ragged_samples(lists, dense_out, num_samples: int):
+    """Stochastic matrices `[lists, S, longest, longest]` of the padded lists of
+    `lists` (a `_masking.RaggedLists`) → ragged `[lists, S, (n), (n)]`."""
+    longest = tf.shape(dense_out)[-1]
+    lengths = tf.repeat(lists.lengths, num_samples)  # one list per (list, sample)
+    samples = _masking.RaggedLists(source=tf.ragged.range(lengths), dense=None, mask=None,
+                                   lengths=lengths)
+    square = samples.to_square(tf.reshape(dense_out, tf.stack([-1, longest, longest])))
+    return lists.to_per_list(tf.RaggedTensor.from_uniform_row_length(square, num_samples))
 
 
 @_not_converted
 def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = "softsort",
-                                  direction: str = "DESCENDING", hard: bool = False, **kwargs):
+                                  direction: str = "DESCENDING", hard: bool = False, *,
+                                  mask=None, **kwargs):
     """A relaxed permutation matrix of Gumbel-perturbed scores (stochastic variant).
 
     `permutation_matrix(gumbel_perturb(scores, num_samples, seed), method, ...)`:
@@ -168,6 +198,12 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
       method: 'softsort', 'neuralsort' or 'sinkhorn'.
       direction: 'DESCENDING' (default) or 'ASCENDING'.
       hard: straight-through estimator.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: Gumbel noise on
+        the valid entries only, and each sample's P̂ is masked as in
+        `permutation_matrix` (valid block = P̂ of the perturbed valid list; padded rows
+        and columns 0). The noise depends on the padded shape (see `gumbel_perturb`).
+        A ragged `[batch, (n)]` input gives a ragged `[batch, S, (n), (n)]` output.
+        See softsort_tf._masking.
       **kwargs: the operator's own arguments (see `permutation_matrix`).
 
     Returns:
@@ -178,10 +214,19 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
     >>> P.shape
     TensorShape([1, 5, 3, 3])
     """
+    if _masking.is_ragged(scores):
+        num_samples = _checks.check_positive_int("num_samples", num_samples)
+        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
+        dense = stochastic_permutation_matrix(lists.dense, num_samples, seed, method,
+                                              direction, hard, mask=lists.mask, **kwargs)
+        return ragged_samples(lists, dense, num_samples)
     scores = tf.convert_to_tensor(scores)
     dtype = _shapes.compute_dtype(scores.dtype)
-    perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed)
-    perm = permutation_matrix(perturbed, method, direction=direction, hard=hard, **kwargs)
+    perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed, mask=mask)
+    if mask is not None:
+        mask = _scores_mask(mask, scores)[..., None, :]
+    perm = permutation_matrix(perturbed, method, direction=direction, hard=hard, mask=mask,
+                              **kwargs)
     return tf.cast(perm, scores.dtype) if scores.dtype.is_floating else perm
 
 
@@ -189,7 +234,7 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
 def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
                                 distance_power: float = DEFAULT_DISTANCE_POWER,
                                 direction: str = "DESCENDING", hard: bool = False, *,
-                                power: float | None = None):
+                                power: float | None = None, mask=None):
     """Stochastic SoftSort: `soft_sort_matrix` of Gumbel-perturbed log-scores.
 
     Args:
@@ -197,6 +242,7 @@ def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEF
       num_samples: number of samples S >= 1.
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
       tau, distance_power, direction, hard, power: as in `soft_sort_matrix`.
+      mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
 
     Returns:
       `[..., S, n, n]` in the dtype of `scores`.
@@ -208,13 +254,14 @@ def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEF
     """
     distance_power = deprecated_distance_power(distance_power, power)
     return stochastic_permutation_matrix(scores, num_samples, seed, "softsort",
-                                         direction=direction, hard=hard, tau=tau,
+                                         direction=direction, hard=hard, mask=mask, tau=tau,
                                          distance_power=distance_power)
 
 
 @_not_converted
 def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
-                                  direction: str = "DESCENDING", hard: bool = False):
+                                  direction: str = "DESCENDING", hard: bool = False, *,
+                                  mask=None):
     """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neural_sort_matrix` of
     Gumbel-perturbed log-scores.
 
@@ -223,12 +270,13 @@ def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = D
       num_samples: number of samples S >= 1.
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
       tau, direction, hard: as in `neural_sort_matrix`.
+      mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
 
     Returns:
       `[..., S, n, n]` in the dtype of `scores`.
     """
     return stochastic_permutation_matrix(scores, num_samples, seed, "neuralsort",
-                                         direction=direction, hard=hard, tau=tau)
+                                         direction=direction, hard=hard, mask=mask, tau=tau)
 
 
 @_not_converted
@@ -243,7 +291,7 @@ def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
       direction, hard: as in `permutation_matrix`.
       **sinkhorn_kwargs: `epsilon`, `power`, `max_iterations`, ... of
-        `sinkhorn_permutation_matrix`.
+        `sinkhorn_permutation_matrix`, and `mask` (see `stochastic_permutation_matrix`).
 
     Returns:
       `[..., S, n, n]` in the dtype of `scores`.
