@@ -18,38 +18,58 @@ These are the non-differentiable references that the soft losses of
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _shapes
+from softsort_tf import _checks, _masking, _shapes
 
 # Cumulative masses within this distance of a quantile level count as equal to it,
 # so that e.g. τ = 0.5 with 4 equal weights averages the 2nd and 3rd values.
 _MASS_TOLERANCE = 1e-9
 
 
-def rankdata(x, axis: int = -1):
+def rankdata(x, axis: int = -1, *, mask=None):
     """1-based ranks along `axis` with ties averaged (`scipy.stats.rankdata`).
 
     O(n log n): rank_i = (#{x_j < x_i} + #{x_j ≤ x_i} + 1) / 2, with both counts
     read from a sorted copy by binary search.
 
     Args:
-      x: `[..., n, ...]` real tensor (no NaN).
+      x: `[..., n, ...]` real tensor (no NaN at valid entries), or a `tf.RaggedTensor`
+        `[batch, (n)]` (ranked along its last axis; ragged output).
       axis: the axis to rank along.
+      mask: optional boolean of the shape of x (or `[n]`), True = valid entry: the
+        valid entries are ranked among themselves (ranks in [1, n_valid]) and padded
+        entries (any value, NaN included) get rank 0. See softsort_tf._masking.
 
     Returns:
       Float ranks in [1, n] with the shape of x (float32 for reduced precision and
       up to 32-bit integer inputs, float64 for 64-bit integers, else the dtype of x).
+      Works with an unknown n and under XLA.
 
     Example:
     >>> rankdata([[10.0, 30.0, 20.0, 20.0]]).numpy()
     array([[1. , 4. , 2.5, 2.5]], dtype=float32)
     """
+    if _masking.is_ragged(x):
+        if axis not in (-1, x.shape.rank - 1):
+            raise ValueError(f"A ragged `x` is ranked along its last axis, got axis={axis}.")
+        lists = _masking.RaggedLists.from_ragged(x, mask)
+        return lists.to_elementwise(rankdata(lists.dense, mask=lists.mask))
     x2d, view = _shapes.to_batch(x, axis)
+    valid = _masking.mask_to_batch(mask, view)
+    if valid is not None:
+        # Padded entries become +inf (sorted after every valid entry); a valid +inf
+        # counts at most the n_valid valid entries at or below it.
+        x2d = tf.where(valid, x2d, tf.constant(np.inf, x2d.dtype))
     sorted_x = tf.sort(x2d, axis=-1)
     below = tf.searchsorted(sorted_x, x2d, side="left")
     at_or_below = tf.searchsorted(sorted_x, x2d, side="right")
+    if valid is not None:
+        at_or_below = tf.minimum(at_or_below, _masking.n_valid(valid, at_or_below.dtype,
+                                                               keepdims=True))
     ranks = tf.cast(below + at_or_below + 1, x2d.dtype) / 2.0
+    ranks = _masking.fill_padded(ranks, valid)
     return _shapes.from_batch(ranks, view, cast=False)
 
 
@@ -61,20 +81,38 @@ def _sorted_with_cumulative_mass(x2d, weights2d):
         w = tf.ones_like(xs, dtype=tf.float64)
     else:
         w = tf.gather(tf.cast(weights2d, tf.float64), order, batch_dims=1)
-    w = w / tf.reduce_sum(w, axis=-1, keepdims=True)
+    total = tf.reduce_sum(w, axis=-1, keepdims=True)
+    w = w / tf.where(total > 0, total, tf.ones_like(total))  # a row of zero mass stays 0
     upto = tf.cumsum(w, axis=-1)
     before = upto - w
     return xs, before, upto
 
 
-def _batch_weights(weights, view):
-    """Weights `[n]` or of the shape of x as `[batch, n]` float64 (None stays None)."""
+def _batch_weights(weights, view, valid=None):
+    """Weights `[n]` or of the shape of x as `[batch, n]` float64, zero at padded
+    entries (None stays None when there is no mask either)."""
     if weights is None:
-        return None
-    return _shapes.weights_to_batch(weights, view, tf.float64)
+        return None if valid is None else tf.cast(valid, tf.float64)
+    w = _shapes.weights_to_batch(weights, view, tf.float64)
+    return w if valid is None else tf.where(valid, w, tf.zeros_like(w))
 
 
-def weighted_quantile(x, quantile: float, axis: int = -1, weights=None):
+def _masked_batch(x, axis, mask):
+    """`(x2d, view, valid)`: `to_batch` of x with padded entries replaced (before any
+    arithmetic) by the largest valid value of their row, which has no mass."""
+    x2d, view = _shapes.to_batch(x, axis)
+    valid = _masking.mask_to_batch(mask, view)
+    return _masking.replace_padded(x2d, valid), view, valid
+
+
+def _per_list(value, valid):
+    """A per-list `[batch]` result, 0 for a list without valid entry."""
+    if valid is None:
+        return value
+    return tf.where(tf.reduce_any(valid, axis=-1), value, tf.zeros_like(value))
+
+
+def weighted_quantile(x, quantile: float, axis: int = -1, weights=None, *, mask=None):
     """The τ-quantile of the (weighted) sample along `axis`.
 
     With cumulative masses W_1 ≤ … ≤ W_n of the sorted values s_1 ≤ … ≤ s_n, the
@@ -88,6 +126,9 @@ def weighted_quantile(x, quantile: float, axis: int = -1, weights=None):
       axis: the sample axis.
       weights: non-negative weights `[n]` or of the shape of x (default uniform),
         with a positive sum along `axis`.
+      mask: optional boolean of the shape of x (or `[n]`), True = valid entry: padded
+        entries get no mass (on top of `weights`) and zero gradient; a list without
+        valid entries gives 0. See softsort_tf._masking.
 
     Returns:
       The shape of x without `axis`.
@@ -97,18 +138,18 @@ def weighted_quantile(x, quantile: float, axis: int = -1, weights=None):
     2.5
     """
     tau = float(_checks.check_in_open_interval("quantile", quantile, 0.0, 1.0))
-    x2d, view = _shapes.to_batch(x, axis)
-    xs, _, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view))
+    x2d, view, valid = _masked_batch(x, axis, mask)
+    xs, _, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view, valid))
     n = view.n
     lower = tf.reduce_sum(tf.cast(upto < tau - _MASS_TOLERANCE, tf.int32), axis=-1)
     upper = tf.reduce_sum(tf.cast(upto <= tau + _MASS_TOLERANCE, tf.int32), axis=-1)
     lower = tf.minimum(lower, n - 1)
     upper = tf.minimum(upper, n - 1)
     q = 0.5 * (tf.gather(xs, lower, batch_dims=1) + tf.gather(xs, upper, batch_dims=1))
-    return _shapes.from_batch(q, view, keep_axis=False)
+    return _shapes.from_batch(_per_list(q, valid), view, keep_axis=False)
 
 
-def interval_mean(x, low: float, high: float, axis: int = -1, weights=None):
+def interval_mean(x, low: float, high: float, axis: int = -1, weights=None, *, mask=None):
     """Weighted mean of the values whose cumulative mass lies in [low, high].
 
     Each sorted value s_j owns the mass interval [W_{j−1}, W_j]; it enters the mean
@@ -121,6 +162,9 @@ def interval_mean(x, low: float, high: float, axis: int = -1, weights=None):
       low, high: cumulative-mass bounds with 0 ≤ low < high ≤ 1.
       axis: the sample axis.
       weights: non-negative weights `[n]` or of the shape of x (default uniform).
+      mask: optional boolean of the shape of x (or `[n]`), True = valid entry: padded
+        entries get no mass (on top of `weights`) and zero gradient; a list without
+        valid entries gives 0. See softsort_tf._masking.
 
     Returns:
       The shape of x without `axis`.
@@ -130,12 +174,14 @@ def interval_mean(x, low: float, high: float, axis: int = -1, weights=None):
     3.0
     """
     low, high = check_mass_interval(low, high, "low", "high")
-    x2d, view = _shapes.to_batch(x, axis)
-    xs, before, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view))
+    x2d, view, valid = _masked_batch(x, axis, mask)
+    xs, before, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view, valid))
     overlap = tf.nn.relu(tf.minimum(upto, high) - tf.maximum(before, low))
-    mean = tf.reduce_sum(overlap * tf.cast(xs, tf.float64), axis=-1) / tf.reduce_sum(
-        overlap, axis=-1)
-    return _shapes.from_batch(tf.cast(mean, x2d.dtype), view, keep_axis=False)
+    inside = tf.reduce_sum(overlap, axis=-1)
+    mean = tf.reduce_sum(overlap * tf.cast(xs, tf.float64), axis=-1) / tf.where(
+        inside > 0, inside, tf.ones_like(inside))
+    return _shapes.from_batch(_per_list(tf.cast(mean, x2d.dtype), valid), view,
+                              keep_axis=False)
 
 
 def check_mass_interval(low, high, low_name: str, high_name: str) -> tuple[float, float]:
