@@ -69,9 +69,9 @@ def masked_correlation(u, v, mask):
 
 
 def masked_target_ranks(labels, mask):
-    """Hard descending ranks (ties averaged) of the valid labels among themselves."""
-    inf = tf.constant(np.inf, labels.dtype)
-    return hard_stats.rankdata(tf.where(mask, -labels, inf), axis=-1)
+    """Hard descending ranks (ties averaged) of the valid labels among themselves (0 at
+    padded entries, `hard_stats.rankdata` with the mask)."""
+    return hard_stats.rankdata(-labels, axis=-1, mask=mask)
 
 
 def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
