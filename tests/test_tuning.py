@@ -62,6 +62,21 @@ def test_search_records_trials_picks_the_best_and_resumes(tmp_path):
     assert second["trials"][:3] == first["trials"]
 
 
+@pytest.mark.slow
+def test_patience_ends_a_trial_that_stopped_improving(tmp_path):
+    # A learning rate of 1e-12 leaves the validation score where it is: with patience 1
+    # each trial stops after its second epoch instead of training all four.
+    config = ExperimentConfig(task="sort", n=3, output_dir=str(tmp_path / "s"),
+                              **dict(TINY, epochs=4, patience=1))
+    space = tuning.SearchSpace(methods=("softsort",), learning_rate=(1e-12, 1e-12))
+    results = tuning.search(config, space, max_trials=2)
+    assert [t["epochs_trained"] for t in results["trials"]] == [2, 2]
+    unbounded = ExperimentConfig(task="sort", n=3, output_dir=str(tmp_path / "u"),
+                                 **dict(TINY, epochs=4))
+    results = tuning.search(unbounded, space, max_trials=1)
+    assert [t["epochs_trained"] for t in results["trials"]] == [4]
+
+
 def test_hypermodel_applies_the_trial_hyperparameters():
     config = ExperimentConfig(task="median", n=3, **TINY).finalize()
     hypermodel = tuning.LargeMnistHyperModel(config, tuning.SearchSpace(**SPACE).validate())

@@ -11,8 +11,10 @@ exact-permutation accuracy for sorting, validation MSE for the median):
 - `learning_rate` of Adam, log-uniform.
 
 Every other setting (n, batch, epochs, steps per epoch, data, `tf.distribute`
-strategy) comes from the `ExperimentConfig`, as for `train_sort.py` /
-`train_median.py`, and every trial trains
+strategy, the CNN's dtype policy, the learning-rate schedule) comes from the
+`ExperimentConfig`, as for `train_sort.py` / `train_median.py`; with `patience` set, a
+trial stops once its validation score has not improved for that many epochs (cheap
+trials: many short epochs, e.g. `steps_per_epoch=100`). Every trial trains
 on the same stream of training batches and is scored on the same validation
 sequences. The search state lives in `output_dir/search/` (keras-tuner's project
 folder): rerunning with the same folder resumes it and does not repeat finished
@@ -23,6 +25,7 @@ trials. When it ends, the best trial's model is evaluated on the test sequences 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -99,6 +102,12 @@ class LargeMnistHyperModel(kt.HyperModel):
     def __init__(self, config: large_mnist.ExperimentConfig, space: SearchSpace):
         super().__init__(name=f"large_mnist_{config.task}")
         self.config, self.space = config, space
+        # [hyper-parameters, epochs] of every trial trained, kept over restarts.
+        self._epochs_path = os.path.join(config.output_dir, "epochs_trained.json")
+        self.epochs_trained: list = []
+        if os.path.exists(self._epochs_path):
+            with open(self._epochs_path) as f:
+                self.epochs_trained = json.load(f)
 
     def trial_config(self, hp: kt.HyperParameters) -> large_mnist.ExperimentConfig:
         """The `ExperimentConfig` of one set of hyper-parameters."""
@@ -123,6 +132,18 @@ class LargeMnistHyperModel(kt.HyperModel):
 
     def build(self, hp: kt.HyperParameters) -> keras.Model:
         return large_mnist.build_model(self.trial_config(hp))
+
+    def fit(self, hp: kt.HyperParameters, model: keras.Model, *args, **kwargs):
+        """`model.fit`, recording how many epochs the trial trained (early stopping)."""
+        history = model.fit(*args, **kwargs)
+        self.epochs_trained.append([dict(hp.values), len(history.epoch)])
+        training.write_json(self._epochs_path, self.epochs_trained)
+        return history
+
+    def epochs_of(self, hyperparameters: dict) -> int | None:
+        """Epochs trained by the trial of `hyperparameters` (None: not recorded)."""
+        found = [epochs for values, epochs in self.epochs_trained if values == hyperparameters]
+        return found[-1] if found else None
 
 
 def _make_tuner(name: str, hypermodel: kt.HyperModel, objective: kt.Objective, *,
@@ -183,13 +204,19 @@ def _search(config: large_mnist.ExperimentConfig, space: SearchSpace, tuner: str
                            distribution_strategy=(None if config.strategy == "default"
                                                   else strategy))
     verbose = config.verbose if config.verbose != "auto" else 1
+    # Short trials: `patience` ends a trial whose validation score has stopped improving.
+    callbacks = ([] if config.patience is None else [keras.callbacks.EarlyStopping(
+        monitor, mode=mode, patience=config.patience)])
     kt_tuner.search(train_dataset(0), validation_data=val_ds, epochs=config.epochs,
-                    steps_per_epoch=config.steps_per_epoch, verbose=verbose)
+                    steps_per_epoch=config.steps_per_epoch, verbose=verbose,
+                    callbacks=callbacks)
 
     trials = []
     for trial in kt_tuner.oracle.trials.values():
+        values = dict(trial.hyperparameters.values)
         trials.append({"trial_id": trial.trial_id, "status": str(trial.status),
-                       "score": trial.score, "hyperparameters": dict(trial.hyperparameters.values)})
+                       "score": trial.score, "epochs_trained": hypermodel.epochs_of(values),
+                       "hyperparameters": values})
     best_hp = kt_tuner.get_best_hyperparameters(1)[0]
     best_trial = kt_tuner.oracle.get_best_trials(1)[0]
     best_model = kt_tuner.get_best_models(1)[0]
