@@ -6,6 +6,7 @@ import warnings
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
 
@@ -48,6 +49,39 @@ def _legacy_option_kwargs(kwargs: dict) -> dict:
                       stacklevel=4)
         kwargs.update(solver_options)
     return kwargs
+
+
+def keras_mask(x):
+    """The Keras mask attached to a tensor by a masking layer (None without one)."""
+    return getattr(x, "_keras_mask", None)
+
+
+class ItemMaskMixin:
+    """For losses of lists `[..., n]` with one value per list: a Keras mask of `y_pred`
+    of its shape (one flag per item, e.g. from `keras.layers.Masking` on the items) is
+    the padding of the lists (softsort_tf._masking), not a mask of the per-list losses.
+
+    `__call__` takes the mask off `y_pred` (Keras would multiply the per-list losses
+    `[...]` by it) and hands it to `call` with the targets, as `y_true = (targets,
+    mask)`; `call` reads it back with `split_item_mask`. Keras then reduces the losses
+    as usual (`sample_weight` per list). Masks of another shape are left to Keras.
+    """
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        mask = keras_mask(y_pred)
+        if mask is not None and mask.shape.rank == y_pred.shape.rank:
+            y_pred = tf.identity(y_pred)  # the same values without the Keras mask
+            y_true = (y_true, mask)
+        return super().__call__(y_true, y_pred, sample_weight)
+
+
+def split_item_mask(y_true):
+    """`(targets, item mask or None)` of the `y_true` that `ItemMaskMixin` passes to
+    `call`."""
+    if isinstance(y_true, tuple):
+        targets, mask = y_true
+        return targets, tf.cast(mask, tf.bool)
+    return y_true, None
 
 
 class _SinkhornLoss(keras.losses.Loss, OptionFieldsMixin):

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.base import _SinkhornLoss
+from softsort_tf.losses.base import _SinkhornLoss, keras_mask
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.transport import Transport
@@ -99,11 +99,6 @@ def regression_errors(y_true, y_pred, power: float = 1.0):
     if err.shape.rank > 1:
         err = tf.reduce_mean(err, axis=list(range(1, err.shape.rank)))
     return err
-
-
-def _keras_mask(x):
-    """The Keras mask attached to a tensor (None without one)."""
-    return getattr(x, "_keras_mask", None)
 
 
 def _per_example(flags):
@@ -204,13 +199,13 @@ class _BatchStatisticLoss(_SinkhornLoss):
         # of the statistic itself, so `call` needs them. They travel with `y_true`
         # through `Loss.__call__`, which then reduces the shares as for any Keras loss
         # (the distribution scaling included).
-        valid = _valid_examples(sample_weight, _keras_mask(y_pred))
+        valid = _valid_examples(sample_weight, keras_mask(y_pred))
         if valid is not None:
             y_true = (y_true, valid)
         return super().__call__(y_true, y_pred, sample_weight)
 
     def call(self, y_true, y_pred):
-        valid = _keras_mask(y_pred)
+        valid = keras_mask(y_pred)
         if isinstance(y_true, tuple):  # (targets, valid examples) from `__call__`
             y_true, valid = y_true
         errors, valid = self._masked_errors(y_true, y_pred, valid)

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf.losses import ranking
-from softsort_tf.losses.base import _check_bool, _SinkhornLoss
+from softsort_tf.losses.base import ItemMaskMixin, _check_bool, _SinkhornLoss, split_item_mask
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.options import SinkhornOptions
@@ -128,7 +128,7 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SpearmanLoss(_SinkhornLoss):
+class SpearmanLoss(ItemMaskMixin, _SinkhornLoss):
     """1 − soft Spearman correlation along `axis`, for learning to rank.
 
         loss = 1 − Pearson(R̃(ŷ), rankdata(y))
@@ -144,8 +144,9 @@ class SpearmanLoss(_SinkhornLoss):
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).
       negative_labels_are_padding: treat y_true < 0 as padding (TF-Ranking's label
-        convention, see `softsort_tf.losses.ranking`); `tf.RaggedTensor` inputs are
-        always taken as padded lists. Default False.
+        convention, see `softsort_tf.losses.ranking`); `tf.RaggedTensor` inputs and a
+        Keras mask of `y_pred` of its shape (one flag per item, `ItemMaskMixin`) are
+        always taken as padding. Default False.
       options: a `SinkhornOptions` (or its config dict): the solver settings.
       **kwargs: fields of `SinkhornOptions` overriding those of `options`, e.g.
         `epsilon` (default 1e-2): each soft rank of a list of n items blurs over
@@ -176,8 +177,9 @@ class SpearmanLoss(_SinkhornLoss):
                                                        negative_labels_are_padding)
 
     def call(self, y_true, y_pred):
+        y_true, mask = split_item_mask(y_true)
         return 1.0 - soft_spearman_correlation(
-            y_true, y_pred, axis=self.axis, options=self.options,
+            y_true, y_pred, axis=self.axis, mask=mask, options=self.options,
             negative_labels_are_padding=self.negative_labels_are_padding)
 
     def get_config(self) -> dict:
