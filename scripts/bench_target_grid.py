@@ -19,6 +19,11 @@ iterations exactly, threshold 1e-12). Run:
     .venv/bin/python scripts/bench_target_grid.py --markdown=/tmp/grid.md
     .venv/bin/python scripts/bench_target_grid.py --large   # adds n = 10^6 quantile/top-k
     .venv/bin/python scripts/bench_target_grid.py --issue_examples
+    .venv/bin/python scripts/bench_target_grid.py --scan_n   # one ε for every n?
+
+`--scan_n` asks whether one fixed ε serves every n (issue 10, item 1): at each n it
+reports the quantile error (standard deviations), the top-k values error and the
+top-k mask's recall (mass of the soft mask on the true top k, over k), converged.
 """
 
 from __future__ import annotations
@@ -33,9 +38,16 @@ from absl import app, flags
 _EPSILONS = flags.DEFINE_list("epsilons", ["1e-2", "1e-3"], "Values of ε.")
 _ROWS = flags.DEFINE_integer("rows", 4, "Rows (independent samples) per problem.")
 _FIXED = flags.DEFINE_integer("fixed_iterations", 20, "Iterations of the fixed budget.")
+_SIZES = flags.DEFINE_list("sizes", None, "Replace the n of every problem by these (top-k: "
+                          "k = min(10, n - 1)), e.g. 3,5,10 for the small lists of "
+                          "the sorting benchmarks.")
 _LARGE = flags.DEFINE_bool("large", False, "Also n = 10^6 quantiles and top-k (1 row).")
 _MARKDOWN = flags.DEFINE_string("markdown", None, "Also write the table to this file.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the rows.")
+_SCAN = flags.DEFINE_bool("scan_n", False, "Only the scan over n at the given ε (quantile "
+                          "error, top-k values error, top-k mask recall), both grids.")
+_TOPK_RULE = flags.DEFINE_float("topk_rule", None, "With --scan_n: instead of --epsilons, "
+                                "top-k uses ε = c·k/n with this c (quantiles: 1e-2).")
 _ISSUE = flags.DEFINE_bool("issue_examples", False, "Only print the issue's examples: the "
                            "0.8-quantile of 100 uniform values, and the 10 %/90 % quantiles "
                            "and top-10 values of 10^6 normal values, per squash, ε and grid.")
@@ -44,8 +56,12 @@ GRIDS = ("centres", "regular")
 LEVELS = (0.1, 0.5, 0.9)
 
 
-def _problems(large: bool):
+def _problems(large: bool, sizes=None):
     """(operator, n, k or None) to measure."""
+    if sizes:
+        ops = ("quantile", "top-k values", "top-k mask", "ranks", "sort")
+        return [(op, n, min(10, n - 1) if op.startswith("top-k") else None)
+                for op in ops for n in sizes]
     out = [("quantile", n, None) for n in (100, 10_000)]
     out += [("top-k values", n, 10) for n in (100, 10_000)]
     out += [("top-k mask", n, 10) for n in (100, 10_000)]
@@ -126,6 +142,35 @@ def issue_examples(ss):
                       f"{t[0]:.3f} | {t[-1]:.3f} | {np.abs(t - top).mean():.3f} |", flush=True)
 
 
+def scan_n(ss, epsilons, rows, seed, topk_rule=None):
+    """Quantile error, top-k values error and top-k mask recall against n, converged
+    (with `topk_rule` = c: quantiles at ε = 1e-2, top-k at ε = c·k/n)."""
+    print("| n | k | ε (quantile / top-k) | grid | quantile error | top-k values error | "
+          "top-k mask recall | iters (q / values / mask) |")
+    print("|" + "---|" * 8)
+    for n in (10, 100, 1000, 10_000, 100_000):
+        k = 3 if n <= 10 else 10
+        x = np.random.default_rng(seed).normal(size=(rows, n)).astype(np.float32)
+        true_top = _hard("top-k mask", x, k)
+        pairs = [(1e-2, topk_rule * k / n)] if topk_rule else [(e, e) for e in epsilons]
+        for epsilon, topk_epsilon in pairs:
+            for grid in GRIDS:
+                kw = dict(epsilon=epsilon, targets=grid)
+                kw_topk = dict(epsilon=topk_epsilon, targets=grid)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", ss.SinkhornConvergenceWarning)
+                    q, iq = _soft(ss, "quantile", x, None, **kw)
+                    v, iv = _soft(ss, "top-k values", x, k, **kw_topk)
+                    mask, im = _soft(ss, "top-k mask", x, k, **kw_topk)
+                q_err = np.mean(np.abs(q - _hard("quantile", x, None)))
+                v_err = np.mean(np.abs(v - _hard("top-k values", x, k)))
+                recall = np.mean(np.sum(mask * true_top, axis=-1) / k)
+                print(f"| {n} | {k} | {epsilon:g} / {topk_epsilon:.3g} | {grid} | "
+                      f"{q_err:.4f} | {v_err:.4f} | "
+                      f"{recall:.3f} | {np.mean(iq):.0f} / {np.mean(iv):.0f} / "
+                      f"{np.mean(im):.0f} |", flush=True)
+
+
 def main(argv):
     del argv
     import softsort_tf as ss
@@ -133,12 +178,17 @@ def main(argv):
     if _ISSUE.value:
         issue_examples(ss)
         return
+    if _SCAN.value:
+        scan_n(ss, [float(e) for e in _EPSILONS.value], _ROWS.value, _SEED.value,
+               _TOPK_RULE.value)
+        return
 
     header = ("| operator | n | k | ε | budget | error centres | error regular | "
               "iters centres | iters regular | error ratio c/r |")
     lines = [header, "|" + "---|" * 10]
     print(header, flush=True)
-    for op, n, k in _problems(_LARGE.value):
+    sizes = [int(n) for n in _SIZES.value] if _SIZES.value else None
+    for op, n, k in _problems(_LARGE.value, sizes):
         rows = 1 if n >= 1_000_000 else _ROWS.value
         for epsilon in (float(e) for e in _EPSILONS.value):
             for budget in ("converged", "fixed"):

@@ -15,6 +15,13 @@ Defaults and what they mean for the user:
   inputs are squashed into [0, 1]). With p = 2 and n inputs spread over [0, 1], a soft
   rank blurs over about n·√(ε/2) neighbours (≈ 21 for n = 300; 0.35 for n = 5).
   Smaller is sharper but needs more iterations and gives smaller gradients.
+  One fixed ε serves quantiles at any n (on the default grid, ε = 1e-2 is within
+  0.01–0.03 standard deviations of the hard quantiles of normal values from n = 10 to
+  10⁵), but not top-k: the k largest of n values are packed ever closer near 1 after
+  squashing (at ε = 1e-2 the top-10 mask keeps 94 % of its mass on the true top 10 at
+  n = 100 and 3 % at n = 10⁵). For top-k (masks and values) pass ε ≈ 0.1·k/n: it kept
+  94–100 % from n = 10 to 10⁵ (docs/benchmarks.md, "Target grid"); in float32 that is
+  above the smallest accepted ε (3.8e-6) up to n ≈ 2.6·10⁴·k.
 - `power` = 2: exponent p of the transport cost |x̃ − y|^p. p = 2 is the paper's
   choice; powers ≤ 1 are rejected (their ε → 0 limit is not the sort, see
   `MIN_POWER`).
@@ -41,19 +48,19 @@ Defaults and what they mean for the user:
 - `squash` = 'logistic': maps the (weighted-)standardised inputs into [0, 1]; 'atan',
   'robust' (median/MAD, for rows with outliers or mixed scales) or None (inputs
   already in [0, 1]).
-- `targets` = 'centres': where the m targets sit on [0, 1]. 'centres': at the centres
-  of the target bins in mass, y_j = b̄_j − b_j/2 ((j − 1/2)/m for uniform bins);
-  'regular': the paper's regular grid y_j = (j − 1)/(m − 1) (Fig. 2, eq. 4; 0.5 for
-  m = 1), whatever the bin masses, as in the reference implementations (with it the
-  operators reproduce ott-jax's `soft_sort`). Both give the same hard (ε → 0) limits
-  and read-outs. With bins of equal mass (ranks, sorts, CDFs with m = n) they agree
-  within 1 % at any ε; with unequal bins the regular grid is much sharper at the same
-  ε and iterations (measured: quantiles 4–67×, top-k masks 1.1–8×, top-10 values of
-  100 inputs 2.7–4.5× closer to the hard statistic; docs/benchmarks.md, "Target
-  grid"): use `targets='regular'` for quantiles and top-k. The default stays
-  'centres' for now: near the smallest ε of a dtype the regular grid's rounding floor
-  exceeds the default threshold for two-bin top-k masks, and the losses' published
-  results were measured on the centres.
+- `targets` = 'regular': where the m targets sit on [0, 1]. 'regular': the paper's
+  regular grid y_j = (j − 1)/(m − 1) (Fig. 2, eq. 4; 0.5 for m = 1), whatever the bin
+  masses, as in the reference implementations (with it the operators reproduce
+  ott-jax's `soft_sort`); 'centres' (the only placement before 0.2.0): at the centres of
+  the target bins in mass, y_j = b̄_j − b_j/2 ((j − 1/2)/m for uniform bins). Both
+  give the same hard (ε → 0) limits and read-outs. With bins of equal mass (ranks,
+  sorts, CDFs with m = n) they agree within 1 % at any ε from n = 100 (for n = 3–10
+  the regular grid, 1/(n − 1) apart, is 1.04–8.6× sharper); with unequal bins the
+  regular grid is much sharper at the same ε and iterations (measured: quantiles
+  4–67×, top-k masks 1.1–8×, top-10 values of 100 inputs 2.7–4.5× closer to the hard
+  statistic; only quantiles of n ≤ 5 are slightly blurrier, by ≤ 0.02 standard
+  deviations; docs/benchmarks.md, "Target grid"). The results in docs/RESULTS.md were
+  measured on 'centres': pass `targets='centres'` to reproduce them.
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ DEFAULT_THRESHOLD = 1e-3
 DEFAULT_MAX_ITERATIONS = 1000
 # Placements of the targets on [0, 1] (`SinkhornOptions.targets`).
 TARGET_GRIDS = ("centres", "regular")
-DEFAULT_TARGETS = "centres"
+DEFAULT_TARGETS = "regular"
 # Cost exponents p ≤ 1 make the 1-D transport degenerate (p = 1: every monotone and
 # many non-monotone plans are optimal; p < 1: the optimum is not the sort), so their
 # ε → 0 limit is not the sort: only p > 1 is accepted.
@@ -116,8 +123,8 @@ class SinkhornOptions:
       check_every: iterations between two stopping decisions (default 1).
       squash: 'logistic' (default), 'atan', 'robust' (rows with outliers or mixed
         scales, see `softsort_tf.ops.squash`) or None.
-      targets: 'centres' (default): targets at the centres of the target bins in mass,
-        y_j = b̄_j − b_j/2; 'regular': the paper's regular grid y_j = (j − 1)/(m − 1).
+      targets: 'regular' (default): the paper's regular grid y_j = (j − 1)/(m − 1);
+        'centres': targets at the centres of the target bins in mass, y_j = b̄_j − b_j/2.
 
     Example:
     >>> options = SinkhornOptions(epsilon=1e-3)
