@@ -49,7 +49,19 @@ step (e.g. from a `keras.random.SeedGenerator`, as the layers do) to draw fresh 
 
 Shapes: scores `[..., n]` (any number of leading batch dims, sorted along the last
 axis); P̂ `[..., n, n]`; stochastic P̂ `[..., num_samples, n, n]`. float16/bfloat16
-scores are computed in float32 and the result is returned in the input dtype.
+scores are computed in float32 and the result is returned in the input dtype. n and
+the batch may be unknown when tracing (`tf.function` with `None` dimensions, Keras
+`Input((None,))`); every operator here compiles with XLA (`jit_compile=True`) for an
+unknown n, except on `tf.RaggedTensor` inputs (XLA has no kernel for the ragged ↔ dense
+conversion: under XLA pass the padded tensor and its `mask`).
+
+Padding (`mask=`, ragged inputs; see softsort_tf._masking): the valid entries are
+sorted alone. Padded scores (any value, NaN and ±inf included) are replaced before any
+arithmetic; SoftSort's row i < n_valid is a softmax over the valid columns only and
+NeuralSort's uses n_valid + 1 − 2i and A_s·1 summed over the valid entries, so the
+valid block (rows 0..n_valid − 1, valid columns) is exactly P̂ of the unpadded list;
+rows of sorted positions >= n_valid and columns of padded entries are 0, and padded
+scores get exactly zero gradient. A list without valid entries gives P̂ = 0.
 """
 
 from __future__ import annotations
