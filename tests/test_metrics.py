@@ -148,6 +148,28 @@ def test_trimmed_error_streams_batch_statistics():
         np_window_mean(np.abs(batches[0][0] - batches[0][1]), 0.0, 0.5, weights), rel=1e-12)
 
 
+@pytest.mark.parametrize("make", [lambda: ss.QuantileError(0.3, error_power=2.0),
+                                  lambda: ss.QuantileError(0.5, width=0.2),
+                                  lambda: ss.TrimmedError(0.1, 0.7)])
+def test_batch_error_metrics_leave_zero_weight_examples_out(make):
+    # Zero sample weights are padding: left out of the statistic (NaN values included)
+    # and of the count that weights each batch; a batch of padding alone adds nothing.
+    rng = np.random.RandomState(7)
+    y_pred, y_true = rng.randn(10), rng.randn(10)
+    weights = rng.uniform(0.5, 2.0, 10)
+    padded_pred = np.insert(y_pred, [2, 7], [np.nan, np.inf])
+    padded_true = np.insert(y_true, [2, 7], [0.0, np.nan])
+    padded_weights = np.insert(weights, [2, 7], 0.0)
+    reference, metric = make(), make()
+    reference.update_state(y_true[:6], y_pred[:6], sample_weight=weights[:6])
+    reference.update_state(y_true[6:], y_pred[6:], sample_weight=weights[6:])
+    metric.update_state(padded_true[:7], padded_pred[:7], sample_weight=padded_weights[:7])
+    metric.update_state(padded_true[7:], padded_pred[7:], sample_weight=padded_weights[7:])
+    metric.update_state(padded_true[:3], padded_pred[:3], sample_weight=np.zeros(3))
+    assert np.isfinite(float(metric.result()))
+    assert float(metric.result()) == pytest.approx(float(reference.result()), rel=1e-6)
+
+
 def test_spearman_correlation_metric_matches_scipy():
     rng = np.random.RandomState(5)
     y_true = rng.randint(0, 3, size=(6, 7)).astype(np.float32)  # ties

@@ -24,7 +24,13 @@ class _BatchErrorMetric(keras.metrics.Metric):
 
     `sample_weight` gives the masses of the examples in each batch statistic: finite
     and ≥ 0; a negative or NaN weight raises a `ValueError` where its value is known
-    when `update_state` runs (eagerly; inside a graph it is not checked).
+    when `update_state` runs (eagerly; inside a graph it is not checked). A weight 0 is
+    padding (softsort_tf._masking): the example is left out of the statistic whatever
+    its values (NaN included) and of the count, so each batch is weighted by its number
+    of examples of non-zero weight (a batch of padding alone adds nothing).
+
+    The batch size may be unknown when the metric is traced (`evaluate` on `tf.data`
+    without `drop_remainder`), also under XLA.
     """
 
     def __init__(self, error_power: float, name: str, dtype=None, power: float | None = None):
@@ -40,21 +46,26 @@ class _BatchErrorMetric(keras.metrics.Metric):
         self.count = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
                                        name="count")
 
-    def statistic(self, errors, weights):
+    def statistic(self, errors, weights, mask=None):
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         errors = regression_errors(y_true, tf.cast(y_pred, self.dtype), self.error_power)
-        weights = None
+        weights = valid = None
+        count = tf.cast(tf.shape(errors)[0], self.dtype)
         if sample_weight is not None:
-            # Masses of the examples: negative or NaN weights have no meaning here.
-            _checks.check_weight_values("sample_weight", sample_weight, allow_zero=True)
-            weights = tf.reshape(tf.cast(sample_weight, errors.dtype), [-1])
-            weights = tf.broadcast_to(weights, tf.shape(errors))
-        value = tf.cast(self.statistic(errors, weights), self.dtype)
-        batch = tf.cast(tf.shape(errors)[0], self.dtype)
-        self.total.assign_add(value * batch)
-        self.count.assign_add(batch)
+            weights = tf.cast(tf.convert_to_tensor(sample_weight), errors.dtype)
+            # Masses of the examples: negative or NaN weights have no meaning here (zeros
+            # are padding, allowed even for a whole batch).
+            _checks.check_weight_values("sample_weight", tf.where(
+                weights == 0, tf.ones_like(weights), weights), allow_zero=True)
+            weights = tf.broadcast_to(tf.reshape(weights, [-1]), tf.shape(errors))
+            valid = weights != 0
+            count = tf.reduce_sum(tf.cast(valid, self.dtype))
+            weights = tf.where(valid, weights, tf.ones_like(weights))
+        value = tf.cast(self.statistic(errors, weights, valid), self.dtype)
+        self.total.assign_add(value * count)
+        self.count.assign_add(count)
 
     def result(self):
         return tf.math.divide_no_nan(self.total, self.count)
@@ -76,7 +87,8 @@ class QuantileError(_BatchErrorMetric):
     masses (numpy's 'averaged_inverted_cdf' for uniform weights), or, with `width=t`,
     the mean of the errors whose cumulative mass lies in [τ − t/2, τ + t/2], the exact
     (ε → 0) value of the soft loss with the same width. Streams as the
-    batch-size-weighted mean of the per-batch values (module docstring).
+    mean of the per-batch values weighted by their numbers of examples (see
+    `_BatchErrorMetric`).
 
     Args:
       quantile: τ in (0, 1) (default 0.5: the median error).
@@ -102,12 +114,13 @@ class QuantileError(_BatchErrorMetric):
                                            self.quantile + self.width / 2,
                                            "quantile - width/2", "quantile + width/2")
 
-    def statistic(self, errors, weights):
+    def statistic(self, errors, weights, mask=None):
         if self.width is None:
-            return hard_stats.weighted_quantile(errors, self.quantile, axis=0, weights=weights)
+            return hard_stats.weighted_quantile(errors, self.quantile, axis=0, weights=weights,
+                                                mask=mask)
         return hard_stats.interval_mean(errors, self.quantile - self.width / 2,
                                         self.quantile + self.width / 2, axis=0,
-                                        weights=weights)
+                                        weights=weights, mask=mask)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "quantile": self.quantile, "width": self.width}
@@ -119,8 +132,8 @@ class TrimmedError(_BatchErrorMetric):
     of `SoftTrimmedRegressionLoss`).
 
     Per batch: `hard_stats.interval_mean` of the errors over the cumulative masses
-    [start, end], sample weights as masses; streams as the batch-size-weighted mean of
-    the per-batch values (module docstring).
+    [start, end], sample weights as masses; streams as the mean of the per-batch values
+    weighted by their numbers of examples (see `_BatchErrorMetric`).
 
     Args:
       start_quantile: s in [0, 1) (default 0).
@@ -142,9 +155,9 @@ class TrimmedError(_BatchErrorMetric):
         self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
             start_quantile, end_quantile, "start_quantile", "end_quantile")
 
-    def statistic(self, errors, weights):
+    def statistic(self, errors, weights, mask=None):
         return hard_stats.interval_mean(errors, self.start_quantile, self.end_quantile,
-                                        axis=0, weights=weights)
+                                        axis=0, weights=weights, mask=mask)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "start_quantile": self.start_quantile,
