@@ -72,6 +72,14 @@ class _PermutationLayer(keras.layers.Layer):
       sample_at_inference: also draw noise when `training` is False.
       seed: int seed of the layer's `keras.random.SeedGenerator` (None: random).
       **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+
+    Call arguments:
+      inputs: scores `[batch, n]` (n may be unknown), `[scores, values]` with
+        `output_mode='sorted'`, or a `tf.RaggedTensor` `[batch, (n)]` (ragged output;
+        not under XLA, which cannot convert ragged tensors).
+      training: whether to draw Gumbel noise (stochastic layers).
+      mask: boolean `[batch, n]`, True = valid; Keras passes the mask of the input
+        (for `[scores, values]`: both masks, combined). See softsort_tf._masking.
     """
 
     method: str = ""
