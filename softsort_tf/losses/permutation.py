@@ -53,6 +53,13 @@ def permutation_cross_entropy(y_true, y_pred,
     >>> P = tf.constant([[[0.5, 0.5], [0.0, 1.0]]])
     >>> round(float(permutation_cross_entropy([[0, 1]], P)[0]), 4)   # (−log 0.5 + 0) / 2
     0.3466
+
+    A list of 2 valid items padded to 3 (ordering, then −1; P̂'s padded row and column
+    are 0, e.g. from `soft_sort_matrix(scores, mask=...)`): the mean over the 2 rows.
+
+    >>> P = tf.constant([[[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]])
+    >>> round(float(permutation_cross_entropy([[0, 1, -1]], P)[0]), 4)
+    0.3466
     """
     floor = _checks.check_in_open_interval(
         "probability_floor", deprecated_probability_floor(probability_floor, epsilon), 0.0, 1.0)
