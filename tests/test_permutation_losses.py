@@ -133,6 +133,9 @@ BAD_ORDERINGS = {
     "negative index": [[0, -1, 2], [0, 1, 2]],
     "repeated index": [[0, 0, 2], [0, 1, 2]],
     "non-integer float": [[0.0, 1.5, 2.0], [0.0, 1.0, 2.0]],
+    "repeated index before padding": [[1, 1, -1], [0, 1, 2]],
+    "index n before padding": [[3, 0, -1], [0, 1, 2]],
+    "padding between indices (float)": [[0.0, -1.0, 1.0], [0.0, 1.0, 2.0]],
 }
 
 
