@@ -400,3 +400,16 @@ def test_sinkhorn_layer_takes_the_mask():
     layer = ss.SinkhornPermutation(epsilon=1e-3, output_mode="ranks")
     out = layer(x, mask=mask).numpy()[0]
     np.testing.assert_allclose(out, [1.0, 0.0, 3.0, 2.0], atol=1e-3)
+
+
+def test_keras_mask_without_the_list_axis_masks_whole_lists():
+    # `Masking` on `[batch, n]` scores masks per example (its feature axis is n): the
+    # mask `[batch]` is broadcast along the list.
+    x = np.array([[3.0, 0.0, 1.0], [0.0, 0.0, 0.0]], np.float32)
+    inputs = keras.Input((None,))
+    layer = ss.SoftSort(tau=0.01, output_mode="ranks")
+    model = keras.Model(inputs, layer(keras.layers.Masking(0.0)(inputs)))
+    np.testing.assert_allclose(model.predict(x, verbose=0), [[1.0, 3.0, 2.0], [0.0] * 3],
+                               atol=1e-6)
+    assert np.asarray(layer.compute_mask(x, np.array([True, False]))).tolist() == [
+        [True] * 3, [False] * 3]

@@ -205,8 +205,9 @@ class _PermutationLayer(keras.layers.Layer):
         if _masking.is_ragged(scores):
             return None
         mask = keras.ops.cast(mask, "bool")
-        if len(mask.shape) == len(scores.shape) - 1:
-            mask = keras.ops.expand_dims(mask, -1)  # a Keras mask without the list axis
+        if len(mask.shape) == len(scores.shape) - 1:  # a Keras mask without the list axis
+            mask = keras.ops.logical_and(keras.ops.expand_dims(mask, -1),
+                                         keras.ops.ones_like(scores, dtype="bool"))
         if self.output_mode == "sorted":  # True first: the n_valid sorted positions
             mask = keras.ops.cast(keras.ops.flip(keras.ops.sort(
                 keras.ops.cast(mask, "int32"), axis=-1), axis=-1), "bool")
