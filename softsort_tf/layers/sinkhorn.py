@@ -5,6 +5,15 @@ construction (the solver settings once, as a `SinkhornOptions`), forwards them t
 functional operator in `call`, and reports its output shape. The solver settings keep
 the defaults and meaning documented in `softsort_tf.options` (ε = 1e-2, p = 2,
 threshold = 1e-3, 1000 iterations, implicit gradients, logistic squashing).
+
+Masking (see `softsort_tf._masking`): every layer supports Keras masking. The mask
+propagated by Keras (`keras.layers.Masking`, `Embedding(mask_zero=True)`, ...) or
+passed as `layer(x, mask=...)` marks the valid entries; a mask of the input's shape
+without its last axis (Keras' convention for `[batch, steps, features]`) is broadcast
+along that axis. `compute_mask` returns the input mask for outputs that keep the list
+axis (ranks, CDFs, quantile normalisation, full sorts) and None for the others
+(quantiles, `topk` and `num_targets` sorts). The list length may differ from batch to
+batch (`keras.Input((None,))`).
 """
 
 from __future__ import annotations
@@ -45,9 +54,19 @@ class _SinkhornLayer(keras.layers.Layer, OptionFieldsMixin):
             raise ValueError(f"`axis` must be an integer, got {axis!r}.")
         self.axis = int(axis)
         self.direction = _checks.check_direction(direction)
+        self.supports_masking = True
 
-    def _op_kwargs(self) -> dict:
-        return dict(axis=self.axis, direction=self.direction, options=self.options)
+    def _op_kwargs(self, inputs=None, mask=None) -> dict:
+        kwargs = dict(axis=self.axis, direction=self.direction, options=self.options)
+        if mask is not None:
+            kwargs["mask"] = _broadcast_keras_mask(inputs, mask)
+        return kwargs
+
+    # The output keeps the list axis (elementwise results): the input mask is its mask.
+    _keeps_list_axis = True
+
+    def compute_mask(self, inputs, mask=None):
+        return mask if self._keeps_list_axis else None
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -65,6 +84,19 @@ class _SinkhornLayer(keras.layers.Layer, OptionFieldsMixin):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
+
+
+def _broadcast_keras_mask(inputs, mask):
+    """A Keras mask as an operator mask: cast to bool and, when it lacks the input's last
+    axis (Keras' `[batch, steps]` mask of `[batch, steps, features]`), broadcast along it."""
+    if isinstance(mask, tf.RaggedTensor) or isinstance(inputs, tf.RaggedTensor):
+        return mask
+    mask = tf.convert_to_tensor(mask)
+    inputs = tf.convert_to_tensor(inputs)
+    if mask.shape.rank is not None and inputs.shape.rank is not None and \
+            mask.shape.rank == inputs.shape.rank - 1:
+        mask = tf.broadcast_to(mask[..., None], tf.shape(inputs))
+    return mask
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -87,9 +119,9 @@ class SinkhornRank(_SinkhornLayer):
         super().__init__(**kwargs)
         self.zero_based = bool(zero_based)
 
-    def call(self, inputs):
+    def call(self, inputs, mask=None):
         return sinkhorn_ops.sinkhorn_rank(inputs, zero_based=self.zero_based,
-                                          **self._op_kwargs())
+                                          **self._op_kwargs(inputs, mask))
 
     def get_config(self):
         return {**super().get_config(), "zero_based": self.zero_based}
@@ -107,8 +139,8 @@ class SinkhornCDF(_SinkhornLayer):
     array([[0.5 , 0.25, 1.  , 0.75]], dtype=float32)
     """
 
-    def call(self, inputs):
-        return sinkhorn_ops.sinkhorn_cdf(inputs, **self._op_kwargs())
+    def call(self, inputs, mask=None):
+        return sinkhorn_ops.sinkhorn_cdf(inputs, **self._op_kwargs(inputs, mask))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -140,9 +172,23 @@ class SinkhornSort(_SinkhornLayer):
         self.topk = topk
         self.num_targets = num_targets
 
-    def call(self, inputs):
+    def call(self, inputs, mask=None):
         return sinkhorn_ops.sinkhorn_sort(inputs, topk=self.topk, num_targets=self.num_targets,
-                                          **self._op_kwargs())
+                                          **self._op_kwargs(inputs, mask))
+
+    def compute_mask(self, inputs, mask=None):
+        """The sorted output's mask: its first n_valid (or min(k, n_valid)) positions
+        along `axis` hold the valid sorted values; None with `num_targets` or no mask."""
+        if mask is None or self.num_targets is not None:
+            return None
+        mask = _broadcast_keras_mask(inputs, mask)
+        axis = _checks.check_axis(self.axis, mask.shape.rank)
+        count = tf.reduce_sum(tf.cast(mask, tf.int32), axis=axis, keepdims=True)
+        length = self.topk if self.topk is not None else tf.shape(mask)[axis]
+        shape = [1] * mask.shape.rank
+        shape[axis] = -1
+        positions = tf.reshape(tf.range(length), shape)
+        return positions < count
 
     def compute_output_shape(self, input_shape):
         size = self.topk or self.num_targets
@@ -179,9 +225,11 @@ class SinkhornQuantile(_SinkhornLayer):
         self.quantiles = float(levels[0]) if scalar else [float(q) for q in levels]
         self.width = None if width is None else float(width)
 
-    def call(self, inputs):
+    _keeps_list_axis = False
+
+    def call(self, inputs, mask=None):
         return sinkhorn_ops.sinkhorn_quantile(inputs, self.quantiles, width=self.width,
-                                              **self._op_kwargs())
+                                              **self._op_kwargs(inputs, mask))
 
     def compute_output_shape(self, input_shape):
         if isinstance(self.quantiles, float):
@@ -237,9 +285,10 @@ class SinkhornQuantileNormalization(_SinkhornLayer):
         steps = tf.cumsum(tf.nn.softmax(self.logits))
         return self.offset + tf.exp(self.log_scale) * steps
 
-    def call(self, inputs):
+    def call(self, inputs, mask=None):
         f = tf.cast(self.target_values(), inputs.dtype)
-        return sinkhorn_ops.sinkhorn_quantile_normalization(inputs, f, **self._op_kwargs())
+        return sinkhorn_ops.sinkhorn_quantile_normalization(inputs, f,
+                                                            **self._op_kwargs(inputs, mask))
 
     def get_config(self):
         return {**super().get_config(), "num_targets": self.num_targets,

@@ -64,6 +64,22 @@ Conventions shared by all operators:
   unaffected) and never hang the loop: a row whose error is not finite stops. Pass
   `check_numerics=True` to raise `InvalidArgumentError` instead.
 - float16/bfloat16 are computed in float32 and returned in the input dtype.
+- Padding: `mask=` (and `tf.RaggedTensor` inputs) follow the convention of
+  `softsort_tf._masking`. Padded entries and the surplus target bins of a padded list
+  carry a negligible mass (`transport.NEGLIGIBLE_MASS`, 1e-20 of a valid entry) and sit
+  at `transport.PADDING_POSITION` (2, outside [0, 1]), decoupled from the valid ones:
+  the iterations of a padded list follow those of the unpadded one, so its valid
+  results match those of the unpadded list to rounding (measured ≤ 1e-15 in float64),
+  converged or not.
+- Unknown list length n (`tf.function` with `None` dimensions, Keras `Input((None,))`):
+  every operator works, also under XLA (`jit_compile=True`, which compiles once per
+  concrete shape). Arguments that must be below n (`topk`, `k`) are checked at run time
+  by `tf.debugging` assertions, which XLA drops: under XLA, check them yourself. When
+  the number of targets is unknown at trace time (the default m = n with unknown n)
+  the implicit backward solves by conjugate gradients (`implicit_solver='auto'` picks
+  the dense float64 solve only for a static m <= 64); pass `implicit_solver='dense'`
+  for short lists at very small ε. Ragged inputs are padded by ops that XLA does not
+  compile: call the operators on `(dense, mask)` inside `jit_compile=True` functions.
 - Reproducibility between identical calls: forward values and implicit gradients are
   bit-identical (eager and `tf.function`). Gradients with `implicit=False` are
   bit-identical between eager calls, but under `tf.function` the backpropagation
@@ -77,12 +93,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _masking
 from softsort_tf.ops.transport import (
     DEFAULT_EPSILON,  # noqa: F401 (re-exported)
     DEFAULT_MAX_ITERATIONS,  # noqa: F401
     DEFAULT_POWER,  # noqa: F401
     DEFAULT_THRESHOLD,  # noqa: F401
+    LIST_LENGTH,
+    NEGLIGIBLE_MASS,
     Transport,
     finish,
     static_n,
@@ -91,9 +109,46 @@ from softsort_tf.ops.transport import (
 from softsort_tf.options import SinkhornOptions
 
 
+def _ragged_call(op, x, axis, mask, return_info, kind, **kwargs):
+    """Runs `op` on the padded lists of a ragged x (see `_masking.RaggedLists`) and
+    returns the result in ragged form: `kind` is 'elementwise', 'per_list', 'square' or
+    an int k ('prefix': rows of min(k, n_valid) values) or 'uniform' (rows of the
+    op's output length)."""
+    rank = x.shape.rank
+    if not (axis == -1 or (rank is not None and axis == rank - 1)):
+        raise ValueError(f"A ragged `x` is operated along its last (ragged) axis: `axis` "
+                         f"must be -1, got {axis!r}.")
+    lists = _masking.RaggedLists.from_ragged(x, mask)
+    out = op(lists.dense, axis=-1, mask=lists.mask, return_info=return_info, **kwargs)
+    info = None
+    if return_info:
+        out, info = out
+        info = type(info)(*(lists.to_per_list(v) for v in info))
+    if kind == "elementwise":
+        out = lists.to_elementwise(out)
+    elif kind == "per_list":
+        out = lists.to_per_list(out)
+    elif kind == "square":
+        out = lists.to_square(out)
+    elif kind == "uniform":
+        out = lists.to_prefix(out, tf.fill(tf.shape(out)[:1], tf.shape(out)[1]))
+    else:
+        valid = _masking.n_valid(lists.mask, tf.int64)
+        out = lists.to_prefix(out, tf.minimum(valid, kind))
+    return (out, info) if return_info else out
+
+
+def _assert_below_n(k: int, n, name: str):
+    """Run-time check k < n for an n unknown at trace time (a no-op when static)."""
+    if isinstance(n, int):
+        return []
+    return [tf.debugging.assert_less(tf.constant(k, n.dtype), n, message=(
+        f"softsort_tf: `{name}` = {k} must be smaller than the list length n"))]
+
+
 @with_common_args_doc
 def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
-                  weights=None, num_targets: int | None = None,
+                  mask=None, weights=None, num_targets: int | None = None,
                   target_weights=None, zero_based: bool = False, check_numerics: bool = False,
                   return_info: bool = False,
                   options: SinkhornOptions | dict | None = None, **option_kwargs):
@@ -119,20 +174,25 @@ def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
     >>> np.round(r.numpy())
     array([[3., 1., 2.]], dtype=float32)
     """
-    m = num_targets if num_targets is not None else (
-        None if target_weights is not None else static_n(x, axis))
-    t = Transport(x, targets=(m, target_weights),
+    if _masking.is_ragged(x):
+        return _ragged_call(sinkhorn_rank, x, axis, mask, return_info, "elementwise",
+                            direction=direction, weights=weights, num_targets=num_targets,
+                            target_weights=target_weights, zero_based=zero_based,
+                            check_numerics=check_numerics, options=options, **option_kwargs)
+    static_n(x, axis)
+    m = num_targets if num_targets is not None else LIST_LENGTH
+    t = Transport(x, targets=(m, target_weights), mask=mask,
                   axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
-    ranks = t.n * t.cdf()
+    ranks = t.count[:, None] * t.cdf()
     if zero_based:
         ranks = ranks - 1.0
-    return finish(t.output(ranks), t, return_info)
+    return finish(t.output_elementwise(ranks), t, return_info)
 
 
 @with_common_args_doc
 def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
-                 weights=None, num_targets: int | None = None,
+                 mask=None, weights=None, num_targets: int | None = None,
                  target_weights=None, check_numerics: bool = False, return_info: bool = False,
                  options: SinkhornOptions | dict | None = None, **option_kwargs):
     """The S-CDF F̃ = a⁻¹ ∘ (P c) + a/2, c = b̄ − b/2 (paper Def. 2, centred), in [0, 1].
@@ -157,17 +217,22 @@ def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
     >>> np.round(F.numpy(), 2)
     array([0.75, 0.25, 1.  , 0.5 ], dtype=float32)
     """
-    m = num_targets if num_targets is not None else (
-        None if target_weights is not None else static_n(x, axis))
-    t = Transport(x, targets=(m, target_weights),
+    if _masking.is_ragged(x):
+        return _ragged_call(sinkhorn_cdf, x, axis, mask, return_info, "elementwise",
+                            direction=direction, weights=weights, num_targets=num_targets,
+                            target_weights=target_weights, check_numerics=check_numerics,
+                            options=options, **option_kwargs)
+    static_n(x, axis)
+    m = num_targets if num_targets is not None else LIST_LENGTH
+    t = Transport(x, targets=(m, target_weights), mask=mask,
                   axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
-    return finish(t.output(t.cdf()), t, return_info)
+    return finish(t.output_elementwise(t.cdf()), t, return_info)
 
 
 @with_common_args_doc
 def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int | None = None,
-                  weights=None, num_targets: int | None = None,
+                  mask=None, weights=None, num_targets: int | None = None,
                   target_weights=None, check_numerics: bool = False, return_info: bool = False,
                   options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft-sorted values S̃ = b⁻¹ ∘ (Pᵀ x) (paper Def. 2), in the units of x.
@@ -194,23 +259,60 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
     >>> np.round(s.numpy(), 3)
     array([[3., 2., 1.]], dtype=float32)
     """
+    kwargs = dict(direction=direction, weights=weights, num_targets=num_targets,
+                  target_weights=target_weights, check_numerics=check_numerics,
+                  options=options, **option_kwargs)
+    if _masking.is_ragged(x):
+        kind = topk if topk is not None else (
+            "elementwise" if num_targets is None and target_weights is None else "uniform")
+        return _ragged_call(sinkhorn_sort, x, axis, mask, return_info, kind, topk=topk,
+                            **kwargs)
     n = static_n(x, axis)
+    options = SinkhornOptions.resolve(options, **option_kwargs)
     if topk is not None:
-        k = _checks.check_k(topk, n, "topk")
         if weights is not None or num_targets is not None or target_weights is not None:
             raise ValueError("`topk` cannot be combined with `weights`, `num_targets` or "
                              "`target_weights`.")
-        tw = np.concatenate([np.full([k], 1.0 / n), [1.0 - k / n]])
-        t = Transport(x, targets=(k + 1, tw),
+        if n is not None and mask is None:
+            k = _checks.check_k(topk, n, "topk")
+            tw = np.concatenate([np.full([k], 1.0 / n), [1.0 - k / n]])
+            targets = (k + 1, tw)
+        else:
+            k = _checks.check_positive_int("topk", topk)
+            targets = _topk_sort_targets(k, masked=mask is not None, name="topk")
+        t = Transport(x, targets=targets, mask=mask,
                       axis=axis, direction=direction, weights=weights,
-                      check_numerics=check_numerics,
-                      options=SinkhornOptions.resolve(options, **option_kwargs))
-        return finish(t.output(t.sorted_values()[:, :k]), t, return_info)
-    m = num_targets if num_targets is not None else (None if target_weights is not None else n)
-    t = Transport(x, targets=(m, target_weights),
+                      check_numerics=check_numerics, options=options)
+        return finish(t.output_sorted(t.sorted_values()[:, :k]), t, return_info)
+    m = num_targets if num_targets is not None else LIST_LENGTH
+    t = Transport(x, targets=(m, target_weights), mask=mask,
                   axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
-    return finish(t.output(t.sorted_values()), t, return_info)
+                  options=options)
+    return finish(t.output_sorted(t.sorted_values()), t, return_info)
+
+
+def _topk_sort_targets(k: int, masked: bool, name: str):
+    """Target of the top-k sort for lists of `count` valid entries (a callable for
+    `Transport`): k bins of mass 1/count and one of mass 1 − k/count. A list with
+    count <= k keeps count bins of mass 1/count (its full sort); the others are surplus
+    bins of negligible mass. Without a mask every row has count = n and k < n is
+    checked at run time."""
+
+    def targets(count):
+        checks = [] if masked else _assert_below_n(k, tf.reduce_min(count), name)
+        with tf.control_dependencies(checks):
+            count = tf.identity(count)[:, None]
+        j = tf.cast(tf.range(k + 1), count.dtype)[None, :]
+        tiny = tf.constant(NEGLIGIBLE_MASS, count.dtype)
+        head = tf.where(j < tf.minimum(count, float(k)), tf.ones_like(j * count), tiny)
+        rest = tf.where(count > k, count - k, tiny)
+        b = tf.where(j < k, head, rest)
+        real = None
+        if masked:
+            real = tf.where(count[:, 0] > k, tf.ones_like(count[:, 0]) * (k + 1), count[:, 0])
+        return b, real
+
+    return targets
 
 
 def default_quantile_width(taus: np.ndarray, n: int | None = None) -> float:
@@ -282,7 +384,8 @@ def quantile_target_weights(quantiles, width: float | None = None,
 
 @with_common_args_doc
 def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
-                      direction: str = "ASCENDING", *, weights=None, check_numerics: bool = False,
+                      direction: str = "ASCENDING", *, mask=None, weights=None,
+                      check_numerics: bool = False,
                       return_info: bool = False,
                       options: SinkhornOptions | dict | None = None, **option_kwargs):
     """τ-S-quantiles (paper eq. 4, generalised to several levels).
@@ -308,22 +411,55 @@ def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
     >>> round(float(q), 2)
     3.0
     """
-    _, scalar = _checks.check_quantiles(quantiles)
+    taus, scalar = _checks.check_quantiles(quantiles)
+    if _masking.is_ragged(x):
+        return _ragged_call(sinkhorn_quantile, x, axis, mask, return_info, "per_list",
+                            quantiles=quantiles, width=width, direction=direction,
+                            weights=weights, check_numerics=check_numerics, options=options,
+                            **option_kwargs)
     n = static_n(x, axis)
-    b, _ = quantile_target_weights(quantiles, width, n=None if weights is not None else n)
-    t = Transport(x, targets=(b.size, b),
+    if width is not None or weights is not None or (n is not None and mask is None):
+        b, _ = quantile_target_weights(quantiles, width, n=None if weights is not None else n)
+        targets = (b.size, b)
+    else:  # the default width depends on the (valid) list length: per row
+        quantile_target_weights(quantiles, None)  # validates the levels
+
+        def targets(count):
+            return _quantile_target_weights_per_row(taus, count), None
+
+    t = Transport(x, targets=targets, mask=mask,
                   axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
     q = t.sorted_values()[:, 1::2]
     if scalar:
-        return finish(t.output(q[:, 0], keep_axis=False), t, return_info)
-    return finish(t.output(q), t, return_info)
+        return finish(t.output_per_list(q[:, 0], keep_axis=False), t, return_info)
+    return finish(t.output_per_list(q), t, return_info)
+
+
+def _quantile_target_weights_per_row(taus: np.ndarray, count):
+    """`quantile_target_weights(taus, None, n)` for a `[batch]` tensor of list lengths
+    (the number of valid entries of each row, possibly unknown at trace time):
+    `[batch, 2q + 1]` target weights with the default width of each row's n (see
+    `default_quantile_width`). Computed in float64."""
+    n = tf.maximum(tf.cast(count, tf.float64), 1.0)[:, None]
+    width = default_quantile_width(taus)  # the n-free cap
+    pos = taus[None, :] * n
+    nearest = tf.round(pos)
+    on_boundary = tf.abs(pos - nearest) < 1e-9
+    cell = tf.where(on_boundary, 1.0 / n, 2.0 * tf.abs(pos - nearest) / n)
+    t = tf.minimum(tf.constant(width, tf.float64), tf.reduce_min(cell, axis=-1))
+    columns = [taus[0] - t / 2]
+    for k in range(taus.size):
+        columns.append(t)
+        gap = (taus[k + 1] - taus[k] - t) if k + 1 < taus.size else (1.0 - taus[-1] - t / 2)
+        columns.append(gap)
+    return tf.cast(tf.stack(columns, axis=-1), count.dtype)
 
 
 @with_common_args_doc
 def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
                                     direction: str = "ASCENDING", *,
-                                    weights=None,
+                                    mask=None, weights=None,
                                     target_weights=None, check_numerics: bool = False,
                                     return_info: bool = False,
                                     options: SinkhornOptions | dict | None = None, **option_kwargs):
@@ -354,12 +490,17 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
     >>> np.round(t.numpy())
     array([20., 10., 30.], dtype=float32)
     """
+    if _masking.is_ragged(x):
+        return _ragged_call(sinkhorn_quantile_normalization, x, axis, mask, return_info,
+                            "elementwise", target_values=target_values, direction=direction,
+                            weights=weights, target_weights=target_weights,
+                            check_numerics=check_numerics, options=options, **option_kwargs)
     target_values = tf.sort(tf.convert_to_tensor(target_values), axis=-1)
     m = target_values.shape[-1]
     if m is None or m == 0:
         raise ValueError("`target_values` must have a known, non-zero last dimension.")
     _checks.check_direction(direction)  # validated; the result keeps the order of x either way
-    t = Transport(x, targets=(m, target_weights),
+    t = Transport(x, targets=(m, target_weights), mask=mask,
                   axis=axis, direction="ASCENDING", weights=weights,
                   check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
@@ -372,12 +513,12 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
                              f"got {f.shape.as_list()}.")
         f = tf.reshape(f, [-1, m])
     out = t.push(f)
-    return finish(t.output(out), t, return_info)
+    return finish(t.output_elementwise(out), t, return_info)
 
 
 @with_common_args_doc
 def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
-                       weights=None, check_numerics: bool = False,
+                       mask=None, weights=None, check_numerics: bool = False,
                        return_info: bool = False,
                        options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft indicator of membership in the first k entries in `direction` order.
@@ -400,19 +541,39 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
     >>> np.round(mask.numpy())
     array([0., 1., 0., 1.], dtype=float32)
     """
+    if _masking.is_ragged(x):
+        return _ragged_call(sinkhorn_topk_mask, x, axis, mask, return_info, "elementwise",
+                            k=k, direction=direction, weights=weights,
+                            check_numerics=check_numerics, options=options, **option_kwargs)
     n = static_n(x, axis)
-    k = _checks.check_k(k, n)
-    tw = np.array([k / n, 1.0 - k / n])
-    t = Transport(x, targets=(2, tw),
+    if n is not None and mask is None:
+        k = _checks.check_k(k, n)
+        targets = (2, np.array([k / n, 1.0 - k / n]))
+    else:
+        k = _checks.check_positive_int("k", k)
+        masked = mask is not None
+
+        def targets(count):
+            checks = [] if masked else _assert_below_n(k, tf.reduce_min(count), "k")
+            with tf.control_dependencies(checks):
+                count = tf.identity(count)
+            tiny = tf.constant(NEGLIGIBLE_MASS, count.dtype)
+            b = tf.stack([tf.maximum(tf.minimum(count, float(k)), tiny),
+                          tf.where(count > k, count - k, tiny)], axis=-1)
+            return b, (1.0 + tf.cast(count > k, count.dtype) if masked else None)
+
+    t = Transport(x, targets=targets, mask=mask,
                   axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
-    mask = t.row_plan[:, :, 0]
-    return finish(t.output(mask), t, return_info)
+    selected = t.row_plan[:, :, 0]
+    if mask is not None:  # lists of at most k valid entries: all of them are selected
+        selected = tf.where((t.count <= k)[:, None], tf.ones_like(selected), selected)
+    return finish(t.output_elementwise(selected), t, return_info)
 
 
 @with_common_args_doc
 def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCENDING", *,
-                                check_numerics: bool = False, return_info: bool = False,
+                                mask=None, check_numerics: bool = False, return_info: bool = False,
                                 options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Doubly-stochastic relaxed permutation matrix P̂ = n Pᵀ (n × n transport plan).
 
@@ -437,14 +598,24 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
-    n = static_n(scores, axis)
-    t = Transport(scores, targets=(n, None),
+    if _masking.is_ragged(scores):
+        return _ragged_call(sinkhorn_permutation_matrix, scores, axis, mask, return_info,
+                            "square", direction=direction, check_numerics=check_numerics,
+                            options=options, **option_kwargs)
+    static_n(scores, axis)
+    t = Transport(scores, targets=(LIST_LENGTH, None), mask=mask,
                   axis=axis, direction=direction, weights=None, check_numerics=check_numerics,
                   options=SinkhornOptions.resolve(options, **option_kwargs))
-    perm = n * tf.linalg.matrix_transpose(t.plan)  # [batch, n, n]
+    perm = t.count[:, None, None] * tf.linalg.matrix_transpose(t.plan)  # [batch, n, n]
+    if t.mask is not None:
+        # Rows: sorted positions >= n_valid are 0; columns: padded entries are 0.
+        rows = _masking.valid_prefix(tf.cast(t.count, tf.int32), t.n)
+        keep = tf.logical_and(rows[:, :, None], t.mask[:, None, :])
+        perm = _masking.fill_padded(perm, keep)
     view = t.view
+    n = t.n
     lead = view.moved_shape[:-1]
-    out = tf.reshape(perm, tf.concat([lead, [n, n]], axis=0))
-    out.set_shape(view.static_moved_shape[:-1].concatenate([n, n]))
+    out = tf.reshape(perm, tf.concat([lead, tf.stack([n, n])], axis=0))
+    out.set_shape(view.static_moved_shape[:-1].concatenate([view.static_n, view.static_n]))
     out = tf.cast(out, view.output_dtype)
     return finish(out, t, return_info)

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _shapes
+from softsort_tf import _checks, _masking, _shapes
 from softsort_tf.ops.squash import exact_float64, squash_values
 from softsort_tf.options import (  # noqa: F401 (re-exported defaults)
     DEFAULT_EPSILON,
@@ -94,24 +94,63 @@ def bin_centres(b):
     return tf.cumsum(b, axis=-1) - 0.5 * b
 
 
-def regular_grid(b):
+def regular_grid(b, real_bins=None):
     """The paper's regular grid y_j = (j − 1)/(m − 1) on [0, 1] (Fig. 2, eq. 4) for
-    target weights b `[..., m]`, whatever their masses; 0.5 for m = 1."""
+    target weights b `[..., m]`, whatever their masses; 0.5 for m = 1.
+
+    With `real_bins` (`[batch]`, for b `[batch, m]`): row r is the grid of its first
+    `real_bins[r]` bins alone, y_j = (j − 1)/(real_bins[r] − 1), and its surplus bins
+    (the negligible-mass bins of a padded list, see `softsort_tf._masking`) sit at
+    `PADDING_POSITION`.
+    """
     m = tf.shape(b)[-1]
     steps = tf.cast(tf.range(m), b.dtype)
-    offset = tf.cast(tf.where(m > 1, 0.0, 0.5), b.dtype)
-    y = steps / tf.cast(tf.maximum(m - 1, 1), b.dtype) + offset
-    return tf.broadcast_to(y, tf.shape(b))
+    if real_bins is None:
+        offset = tf.cast(tf.where(m > 1, 0.0, 0.5), b.dtype)
+        y = steps / tf.cast(tf.maximum(m - 1, 1), b.dtype) + offset
+        return tf.broadcast_to(y, tf.shape(b))
+    real = tf.cast(real_bins, b.dtype)[:, None]
+    y = steps[None, :] / tf.maximum(real - 1.0, 1.0)
+    y = tf.where(real > 1.0, y, 0.5 * tf.ones_like(y))
+    return tf.where(steps[None, :] < real, y, PADDING_POSITION * tf.ones_like(y))
 
 
-def _target_measure(m: int | None, target_weights, dtype, grid: str = "centres"):
+# Mass of a padded entry and of a surplus target bin of a padded list, relative to one
+# valid entry (or bin): far below every rounding and `threshold`, so the valid entries
+# are transported as if alone, yet far above the solver's trusted-sum floor (1e-30), so
+# the single-pass updates stay on their fast path.
+NEGLIGIBLE_MASS = 1e-20
+
+# Where padded entries and surplus bins sit: outside [0, 1], one unit of cost away from
+# every valid entry and target, so that the valid entries' problem is decoupled from
+# them (plan entries between the two below exp(−1/ε)) and the Sinkhorn iterations of a
+# padded list follow those of the unpadded one, converged or not.
+PADDING_POSITION = 2.0
+
+# `targets=(LIST_LENGTH, None)`: m = n bins (per list: n_valid bins with a mask).
+LIST_LENGTH = "n"
+
+
+def _is_static_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _normalised(b):
+    return b / tf.reduce_sum(b, axis=-1, keepdims=True)
+
+
+def _target_measure(m, target_weights, dtype, grid: str = "centres", real_bins=None):
     """Returns (y, b) for a target of m uniform bins or the given (positive) weights,
-    with y on `grid` ('centres': `bin_centres(b)`; 'regular': `regular_grid(b)`)."""
+    with y on `grid` ('centres': `bin_centres(b)`; 'regular': `regular_grid(b)`, per row
+    on its first `real_bins` bins when given). m may be a scalar tensor (unknown n)."""
     if target_weights is None:
-        m = _checks.check_positive_int("num_targets", m)
-        b = tf.fill([m], tf.constant(1.0 / m, dtype))
+        if tf.is_tensor(m):  # the list length n, unknown at trace time
+            b = tf.fill(tf.reshape(m, [1]), 1.0 / tf.cast(m, dtype))
+        else:
+            m = _checks.check_positive_int("num_targets", m)
+            b = tf.fill([m], tf.constant(1.0 / m, dtype))
     else:
-        if m is not None:
+        if m is not None and not tf.is_tensor(m):
             m = _checks.check_positive_int("num_targets", m)
         b = tf.convert_to_tensor(target_weights)
         # A zero-mass bin would give 0/0 in the sort read-out: drop the bin instead.
@@ -119,19 +158,44 @@ def _target_measure(m: int | None, target_weights, dtype, grid: str = "centres")
         b = tf.cast(b, dtype)
         if b.shape.rank not in (1, 2):
             raise ValueError("`target_weights` must have shape [m] or [batch, m].")
-        if m is not None and b.shape[-1] is not None and b.shape[-1] != m:
+        if _is_static_int(m) and b.shape[-1] is not None and b.shape[-1] != m:
             raise ValueError(f"`target_weights` must have length m = {m}, got {b.shape[-1]}.")
-        b = b / tf.reduce_sum(b, axis=-1, keepdims=True)
-    return (regular_grid(b) if grid == "regular" else bin_centres(b)), b
+        b = _normalised(b)
+    y = regular_grid(b, real_bins) if grid == "regular" else bin_centres(b)
+    return y, b
+
+
+def padded_list_target(count, m, dtype):
+    """Per-row target weights `[batch, m]` of a padded list: one bin of mass 1 per valid
+    entry (the first `count[r]` bins), `NEGLIGIBLE_MASS` for the surplus bins.
+    Unnormalised; `count`: `[batch]`."""
+    bins = tf.cast(tf.range(m), dtype)[None, :]
+    count = tf.cast(count, dtype)[:, None]
+    return tf.where(bins < count, tf.ones_like(bins * count),
+                    tf.fill(tf.shape(bins * count), tf.constant(NEGLIGIBLE_MASS, dtype)))
 
 
 class Transport:
     """The solved transport problem of one operator call, in `[batch, ·]` layout."""
 
     def __init__(self, x, *, axis, direction, weights, targets, options: SinkhornOptions,
-                 check_numerics):
+                 check_numerics, mask=None):
+        """Sets up and solves the transport of x.
+
+        Args:
+          targets: `(m, target_weights)`: m bins (`LIST_LENGTH`: m = n, per list the
+            n_valid bins of its valid entries with a mask) or the given weights; or a
+            callable `targets(count) -> (b, real_bins)` of the number of valid entries
+            `count` (`[batch]`, float; n for every row without a mask) returning target
+            weights b `[m]` or `[batch, m]` (positive, unnormalised) and the number of
+            non-surplus bins of each row (`[batch]`, or None: all).
+          mask: padding mask (see `softsort_tf._masking`).
+        """
         direction = _checks.check_direction(direction)
         x2d, self.view = _shapes.to_batch(x, axis)
+        self.mask = _masking.mask_to_batch(mask, self.view)
+        # Padded values are replaced before any arithmetic (NaN/inf padding is harmless).
+        x2d = _masking.replace_padded(x2d, self.mask)
         if check_numerics:
             x2d = tf.debugging.check_numerics(x2d, "softsort_tf: `x` has NaN or Inf")
         self.sign = -1.0 if direction == "DESCENDING" else 1.0
@@ -141,13 +205,45 @@ class Transport:
         self.dtype = x2d.dtype
         self.n = self.view.n
         a = _shapes.weights_to_batch(weights, self.view, self.dtype)
-        self.uniform_a = a is None
-        if a is None:
-            a = tf.fill(tf.shape(x2d), tf.constant(1.0 / self.n, self.dtype))
+        self.uniform_a = a is None and self.mask is None
+        if self.mask is None:
+            if a is None:
+                inverse_n = (tf.constant(1.0 / self.n, self.dtype) if _is_static_int(self.n)
+                             else 1.0 / tf.cast(self.n, self.dtype))
+                a = tf.fill(tf.shape(x2d), inverse_n)
+            self.count = tf.fill(tf.shape(x2d)[:1], tf.cast(self.n, self.dtype))
+            solver_a = a
+        else:
+            # a: the measure of the valid entries (0 at padding), read by the read-outs;
+            # the solver gives the padded entries a negligible mass instead of 0.
+            self.count = _masking.n_valid(self.mask, self.dtype)
+            a = tf.where(self.mask, tf.ones_like(x2d) if a is None else a, tf.zeros_like(x2d))
+            total = tf.reduce_sum(a, axis=-1, keepdims=True)
+            a = a / tf.where(total > 0, total, tf.ones_like(total))
+            solver_a = _normalised(tf.where(
+                self.mask, a, tf.fill(tf.shape(a), tf.constant(NEGLIGIBLE_MASS, self.dtype))
+                / tf.maximum(self.count[:, None], 1.0)))
         self.a = a
         check_epsilon_for_dtype(options.solver_kwargs()["epsilon"], self.dtype)
-        m, target_weights = targets
-        self.y, self.b = _target_measure(m, target_weights, self.dtype, options.targets)
+        real_bins = None
+        if callable(targets):
+            b, real_bins = targets(self.count)
+            self.y, self.b = _target_measure(None, b, self.dtype, options.targets, real_bins)
+        else:
+            m, target_weights = targets
+            if m is LIST_LENGTH and target_weights is None and self.mask is not None:
+                real_bins = self.count
+                target_weights = padded_list_target(self.count, self.n, self.dtype)
+                m = None
+            elif m is LIST_LENGTH:
+                m = self.n if target_weights is None else None
+            self.y, self.b = _target_measure(m, target_weights, self.dtype, options.targets,
+                                             real_bins)
+        self.real_bins = real_bins
+        if real_bins is not None and options.targets != "regular":
+            bins = tf.cast(tf.range(tf.shape(self.b)[-1]), self.dtype)[None, :]
+            self.y = tf.where(bins < tf.cast(real_bins, self.dtype)[:, None], self.y,
+                              tf.constant(PADDING_POSITION, self.dtype))
         rows, b_rows = x2d.shape[0], (self.b.shape[0] if self.b.shape.rank == 2 else None)
         if rows is not None and b_rows is not None and b_rows != rows:
             raise ValueError(f"Per-row `target_weights` must have one row per row of x "
@@ -155,7 +251,13 @@ class Transport:
                              f"{b_rows}.")
         squashed = squash_values(self.values, options.squash,
                                  weights=None if self.uniform_a else a)
-        self.result = solver_lib.solve(squashed, self.y, a, self.b, **options.solver_kwargs())
+        if self.mask is not None:
+            # Padded entries sit with the surplus bins, away from the valid ones.
+            squashed = tf.where(self.mask, squashed,
+                                tf.fill(tf.shape(squashed),
+                                        tf.constant(PADDING_POSITION, squashed.dtype)))
+        self.result = solver_lib.solve(squashed, self.y, solver_a, self.b,
+                                       **options.solver_kwargs())
         warn_if_unconverged(self.result, options.threshold)
         self._plan = None
         self._row_plan = None
@@ -240,6 +342,30 @@ class Transport:
     def output(self, y2d, keep_axis=True):
         return _shapes.from_batch(y2d, self.view, keep_axis=keep_axis)
 
+    def output_elementwise(self, y2d):
+        """An elementwise `[batch, n]` result, 0 at padded entries, in the input layout."""
+        return self.output(_masking.fill_padded(y2d, self.mask))
+
+    def output_sorted(self, s2d):
+        """A sorted `[batch, m]` result; with a mask, the positions past the row's
+        number of non-surplus bins (its valid sorted values) are 0."""
+        if self.mask is not None:
+            if self.real_bins is not None:
+                keep = _masking.valid_prefix(tf.cast(self.real_bins, tf.int32),
+                                             tf.shape(s2d)[-1])
+            else:
+                keep = tf.broadcast_to((self.count > 0)[:, None], tf.shape(s2d))
+            s2d = _masking.fill_padded(s2d, keep)
+        return self.output(s2d)
+
+    def output_per_list(self, q2d, keep_axis=True):
+        """A result without the list axis (`[batch, q]` or `[batch]`), 0 for rows without
+        a valid entry."""
+        if self.mask is not None:
+            has_valid = self.count > 0
+            q2d = _masking.fill_padded(q2d, has_valid[:, None] if keep_axis else has_valid)
+        return self.output(q2d, keep_axis=keep_axis)
+
     def info(self):
         view = self.view
         lead = view.moved_shape[:-1]
@@ -258,7 +384,10 @@ _COMMON_ARGS_DOC = """
         uniform); they are the input measure and weight the squashing's mean and
         standard deviation (a zero-weight outlier does not compress the others).
       check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
-        propagating NaN.
+        propagating NaN (padded entries are not checked).
+      mask: optional boolean (or 0/1) `[n]` or the shape of x, False = padding: see
+        `softsort_tf._masking` (padded entries get no mass and output 0). x may also be
+        a `tf.RaggedTensor` ragged along its last axis (then `axis` must be the last).
       return_info: also return a `SinkhornInfo(num_iterations, error)`.
       options: a `SinkhornOptions` (or its config dict) with the solver settings;
         default `SinkhornOptions()`: ε = 1e-2, p = 2, threshold 1e-3, 1000
@@ -269,11 +398,17 @@ _COMMON_ARGS_DOC = """
 
 
 def with_common_args_doc(f):
+    """Fills in the shared argument documentation of a Sinkhorn operator and marks it
+    for AutoGraph as not to be converted: the operators have no tensor-dependent Python
+    control flow, and converting their nested target builders broke their closures."""
     f.__doc__ = f.__doc__.replace("{common}", _COMMON_ARGS_DOC.strip("\n"))
-    return f
+    return tf.autograph.experimental.do_not_convert(f)
 
 
 def static_n(x, axis):
+    """The static length of `axis` of x (None when unknown); rejects n = 0."""
+    if isinstance(x, tf.RaggedTensor):
+        return None
     shape = tf.convert_to_tensor(x).shape
     _checks.check_axis(axis, shape.rank)
     n = shape[axis]
