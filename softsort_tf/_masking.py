@@ -11,9 +11,10 @@ Masks
   e.g. from `keras.layers.Masking` or `Embedding(mask_zero=True)`, is used as `mask`;
   a Keras mask of the input's shape without its last axis is broadcast along it) and
   also accept an explicit `mask` call argument. `compute_mask` returns the input mask
-  for elementwise outputs (ranks, CDFs, quantile normalisation, top-k masks) and for
-  sorts whose output keeps the list length; it returns None where the output has no
-  list axis (quantiles) or a new one (`topk`, `num_targets`).
+  for elementwise outputs (ranks, CDFs, quantile normalisation, top-k masks); for
+  sorted outputs the mask of their valid positions, the first n_valid (min(k, n_valid)
+  with `topk=k`) along the list axis; None where the output has no list axis
+  (quantiles) or one of a fixed length m (`num_targets`).
 - `weights=` keeps its meaning (zero weight = zero mass); where both are given, the
   mask is applied on top of the weights.
 

@@ -99,6 +99,15 @@ def test_k_below_n_is_checked_at_run_time(call, name):
         f(np.zeros([1, 4], np.float32))
 
 
+@pytest.mark.parametrize("call", [lambda x: ss.sinkhorn_sort(x, topk=4),
+                                  lambda x: ss.sinkhorn_topk_mask(x, 4)])
+def test_k_not_below_n_gives_nan_under_xla(call):
+    """XLA drops run-time assertions: the rows are poisoned (NaN) instead."""
+    f = tf.function(call, input_signature=[SPEC], jit_compile=True)
+    assert np.all(np.isfinite(f(np.arange(6.0, dtype=np.float32)[None]).numpy()))
+    assert np.all(np.isnan(f(np.arange(4.0, dtype=np.float32)[None]).numpy()))
+
+
 def test_k_may_exceed_n_valid_with_a_mask_and_unknown_n():
     f = tf.function(lambda x, m: ss.sinkhorn_sort(x, topk=3, mask=m, direction="DESCENDING",
                                                   epsilon=1e-3),

@@ -10,10 +10,11 @@ Masking (see `softsort_tf._masking`): every layer supports Keras masking. The ma
 propagated by Keras (`keras.layers.Masking`, `Embedding(mask_zero=True)`, ...) or
 passed as `layer(x, mask=...)` marks the valid entries; a mask of the input's shape
 without its last axis (Keras' convention for `[batch, steps, features]`) is broadcast
-along that axis. `compute_mask` returns the input mask for outputs that keep the list
-axis (ranks, CDFs, quantile normalisation, full sorts) and None for the others
-(quantiles, `topk` and `num_targets` sorts). The list length may differ from batch to
-batch (`keras.Input((None,))`).
+along that axis. `compute_mask` returns the input mask for elementwise outputs (ranks,
+CDFs, quantile normalisation), the mask of the valid sorted positions (the first
+n_valid, or min(k, n_valid) with `topk=k`) for sorts, and None for quantiles and
+`num_targets` sorts. The list length may differ from batch to batch
+(`keras.Input((None,))`), and `tf.RaggedTensor` inputs give ragged outputs.
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ Conventions shared by all operators:
 - Unknown list length n (`tf.function` with `None` dimensions, Keras `Input((None,))`):
   every operator works, also under XLA (`jit_compile=True`, which compiles once per
   concrete shape). Arguments that must be below n (`topk`, `k`) are checked at run time
-  by `tf.debugging` assertions, which XLA drops: under XLA, check them yourself. When
+  by `tf.debugging` assertions; XLA drops assertions, so there a `k` >= n gives NaN
+  results instead of an error. When
   the number of targets is unknown at trace time (the default m = n with unknown n)
   the implicit backward solves by conjugate gradients (`implicit_solver='auto'` picks
   the dense float64 solve only for a static m <= 64); pass `implicit_solver='dense'`
@@ -138,12 +139,17 @@ def _ragged_call(op, x, axis, mask, return_info, kind, **kwargs):
     return (out, info) if return_info else out
 
 
-def _assert_below_n(k: int, n, name: str):
-    """Run-time check k < n for an n unknown at trace time (a no-op when static)."""
-    if isinstance(n, int):
-        return []
-    return [tf.debugging.assert_less(tf.constant(k, n.dtype), n, message=(
-        f"softsort_tf: `{name}` = {k} must be smaller than the list length n"))]
+def _checked_list_length(k: int, count, name: str):
+    """`(count, poison)` for lists of length n = count (no mask, n unknown at trace
+    time): a run-time assertion k < n (naming the argument) guards `count`. XLA drops
+    assertions, so `poison` (`[batch]`, 0 where k < n, NaN elsewhere) is added to the
+    target weights: under XLA a k >= n gives NaN results instead of wrong ones."""
+    check = tf.debugging.assert_less(tf.cast(k, count.dtype), tf.reduce_min(count), message=(
+        f"softsort_tf: `{name}` = {k} must be smaller than the list length n"))
+    with tf.control_dependencies([check]):
+        count = tf.identity(count)
+    poison = tf.where(count > k, tf.zeros_like(count), tf.fill(tf.shape(count), np.nan))
+    return count, tf.cast(poison, count.dtype)
 
 
 @with_common_args_doc
@@ -299,14 +305,15 @@ def _topk_sort_targets(k: int, masked: bool, name: str):
     checked at run time."""
 
     def targets(count):
-        checks = [] if masked else _assert_below_n(k, tf.reduce_min(count), name)
-        with tf.control_dependencies(checks):
-            count = tf.identity(count)[:, None]
+        poison = tf.zeros_like(count)
+        if not masked:
+            count, poison = _checked_list_length(k, count, name)
+        count = count[:, None]
         j = tf.cast(tf.range(k + 1), count.dtype)[None, :]
         tiny = tf.constant(NEGLIGIBLE_MASS, count.dtype)
         head = tf.where(j < tf.minimum(count, float(k)), tf.ones_like(j * count), tiny)
         rest = tf.where(count > k, count - k, tiny)
-        b = tf.where(j < k, head, rest)
+        b = tf.where(j < k, head, rest) + poison[:, None]
         real = None
         if masked:
             real = tf.where(count[:, 0] > k, tf.ones_like(count[:, 0]) * (k + 1), count[:, 0])
@@ -554,12 +561,12 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
         masked = mask is not None
 
         def targets(count):
-            checks = [] if masked else _assert_below_n(k, tf.reduce_min(count), "k")
-            with tf.control_dependencies(checks):
-                count = tf.identity(count)
+            poison = tf.zeros_like(count)
+            if not masked:
+                count, poison = _checked_list_length(k, count, "k")
             tiny = tf.constant(NEGLIGIBLE_MASS, count.dtype)
             b = tf.stack([tf.maximum(tf.minimum(count, float(k)), tiny),
-                          tf.where(count > k, count - k, tiny)], axis=-1)
+                          tf.where(count > k, count - k, tiny)], axis=-1) + poison[:, None]
             return b, (1.0 + tf.cast(count > k, count.dtype) if masked else None)
 
     t = Transport(x, targets=targets, mask=mask,

@@ -9,8 +9,11 @@ reads out CDFs, sorted values and pushed-forward target values (see
 from __future__ import annotations
 
 import collections
+import os
+import sys
 import warnings
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -61,7 +64,23 @@ def warn_if_unconverged(result, threshold: float) -> None:
             f"stopped after {iterations} iterations (`max_iterations`) with an L1 marginal "
             f"error up to {float(error[unconverged].max()):.3g} > `threshold` = {threshold:g}. "
             "Raise `max_iterations` or `epsilon` (`return_info=True` reports every row).",
-            SinkhornConvergenceWarning, stacklevel=4)
+            SinkhornConvergenceWarning, stacklevel=_user_stacklevel())
+
+
+# Frames of these packages are skipped when a warning points at the user's call.
+_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (
+    os.path.dirname(os.path.abspath(__file__)),  # softsort_tf/ops → softsort_tf/
+    tf.__file__, keras.__file__))
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` of the first frame outside softsort_tf, TensorFlow and Keras (so
+    a warning points at the user's call through operators, layers, losses and the
+    AutoGraph wrappers alike)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # The potentials are of the order of the costs over ε (costs in [0, 1] after squashing),
