@@ -181,3 +181,18 @@ def test_masked_model_with_unknown_n_saves_and_loads(tmp_path):
         np.testing.assert_allclose(out, model.predict(x, verbose=0), atol=1e-6)
         assert np.all(out[:, -1] == 0.0)
         np.testing.assert_allclose(np.sort(out[0, :-1, 0]), np.arange(1, n), atol=0.05)
+
+
+def test_plain_list_input_of_unknown_length():
+    """`keras.Input((None,))` straight into a layer, with a mask argument."""
+    inp = keras.Input((None,))
+    valid = keras.Input((None,), dtype="bool")
+    model = keras.Model([inp, valid], ss.SinkhornSort(epsilon=1e-3)(inp, mask=valid))
+    for n in (3, 6):
+        x = np.random.RandomState(n).randn(2, n).astype(np.float32)
+        mask = np.ones_like(x, bool)
+        mask[1, 0] = False
+        out = model.predict([x, mask], verbose=0)
+        np.testing.assert_allclose(out[0], np.sort(x[0]), atol=1e-2)
+        np.testing.assert_allclose(out[1, :-1], np.sort(x[1, 1:]), atol=1e-2)
+        assert out[1, -1] == 0.0

@@ -179,17 +179,21 @@ class SinkhornSort(_SinkhornLayer):
 
     def compute_mask(self, inputs, mask=None):
         """The sorted output's mask: its first n_valid (or min(k, n_valid)) positions
-        along `axis` hold the valid sorted values; None with `num_targets` or no mask."""
+        along `axis` hold the valid sorted values; None with `num_targets` or no mask.
+        Built with `keras.ops` (Keras calls it on symbolic tensors too): the input mask
+        sorted valid-first along `axis` is exactly that prefix."""
         if mask is None or self.num_targets is not None:
             return None
-        mask = _broadcast_keras_mask(inputs, mask)
-        axis = _checks.check_axis(self.axis, mask.shape.rank)
-        count = tf.reduce_sum(tf.cast(mask, tf.int32), axis=axis, keepdims=True)
-        length = self.topk if self.topk is not None else tf.shape(mask)[axis]
-        shape = [1] * mask.shape.rank
-        shape[axis] = -1
-        positions = tf.reshape(tf.range(length), shape)
-        return positions < count
+        ops = keras.ops
+        mask = ops.cast(mask, "bool")
+        if len(mask.shape) == len(inputs.shape) - 1:
+            mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
+        axis = _checks.check_axis(self.axis, len(inputs.shape))
+        padding_last = ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis)
+        prefix = ops.equal(padding_last, 0)
+        if self.topk is not None:
+            prefix = ops.take(prefix, ops.arange(self.topk), axis=axis)
+        return prefix
 
     def compute_output_shape(self, input_shape):
         size = self.topk or self.num_targets
