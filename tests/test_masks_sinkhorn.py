@@ -376,3 +376,31 @@ def test_layers_accept_ragged_inputs():
                                ss.sinkhorn_rank(x, **TIGHT).flat_values.numpy())
     top = ss.SinkhornSort(topk=2, **TIGHT)(x)
     np.testing.assert_array_equal(top.row_lengths().numpy(), [2, 1])
+
+
+@pytest.mark.parametrize("name", ["rank", "cdf", "sort", "quantile", "topk_mask"])
+def test_float32_padded_equals_unpadded_to_rounding(name):
+    """float32 at the default threshold: NaN padding, values and gradients within
+    float32 rounding of the unpadded lists (measured ≤ 5e-7 and ≤ 4e-5)."""
+    op, kind, _ = OPERATORS[name]
+    rng = np.random.RandomState(0)
+    x = rng.randn(3, 7).astype(np.float32)
+    mask = rng.rand(3, 7) < 0.6
+    mask[:, :3] = True
+    xt = tf.constant(np.where(mask, x, np.float32(np.nan)))
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        out = op(xt, mask=mask)
+        loss = tf.reduce_sum(tf.sin(out))
+    grad = tape.gradient(loss, xt).numpy()
+    assert np.all(grad[~mask] == 0.0) and np.all(np.isfinite(grad))
+    for r in range(3):
+        xv = tf.constant(x[r][mask[r]][None])
+        with tf.GradientTape() as tape:
+            tape.watch(xv)
+            expected = op(xv)
+            loss = tf.reduce_sum(tf.sin(expected))
+        index, _ = _split(kind, out[r].numpy(), mask[r], int(mask[r].sum()))
+        np.testing.assert_allclose(out[r].numpy()[index], expected.numpy()[0], atol=2e-6)
+        np.testing.assert_allclose(grad[r][mask[r]], tape.gradient(loss, xv).numpy()[0],
+                                   atol=2e-4, rtol=1e-3)
