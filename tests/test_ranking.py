@@ -125,7 +125,8 @@ def test_metrics_serialize_and_take_ragged_lists():
 def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
     """What the op does with `weights=mask`: n·(weighted CDF) with n the padded length,
     on a grid of n bins, so rescaling by n_v/n is still off by up to half a bin;
-    `soft_ranks` sets the target grid of the valid entries and matches."""
+    `soft_ranks` passes the padding as the op's `mask` (the target grid of the valid
+    entries) and matches."""
     x = np.array([[0.3, -1.2, 2.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
     mask = np.arange(10) < 4
     valid = sinkhorn_rank(x[:, :4], epsilon=1e-3, **TIGHT).numpy()[0]
@@ -147,6 +148,28 @@ def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method)
     for b in range(3):
         v = x[b, mask[b]]
         np.testing.assert_allclose(r[b, mask[b]], stats.rankdata(-v), atol=1e-3)
+
+
+@pytest.mark.parametrize("targets", ["centres", "regular"])
+def test_sinkhorn_soft_ranks_of_padded_lists_on_either_target_grid(targets):
+    # Bug: soft_ranks(method='sinkhorn') rejected targets='regular' (its own padding
+    # moved the grid); with the op's `mask` the grid is that of the valid entries.
+    x = np.array([[0.3, -1.2, 9.0, 2.0, 0.7, np.nan], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    mask = np.array([[1, 1, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], bool)
+    s = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        ranks = soft_ranks(s, mask, "sinkhorn", 1e-2, targets=targets, threshold=1e-6,
+                           max_iterations=5000)
+        total = tf.reduce_sum(ranks * np.arange(1.0, 7.0))
+    grad = tape.gradient(total, s).numpy()
+    for b in range(2):
+        alone = soft_ranks(x[b:b + 1, mask[b]], None, "sinkhorn", 1e-2, targets=targets,
+                           threshold=1e-6, max_iterations=5000).numpy()[0]
+        np.testing.assert_allclose(ranks.numpy()[b, mask[b]], alone, atol=1e-4)
+    np.testing.assert_array_equal(ranks.numpy()[~mask], 0.0)  # the documented fill
+    np.testing.assert_array_equal(grad[~mask], 0.0)
+    assert np.isfinite(grad).all()
 
 
 # ---------------------------------------------------------------------------------
@@ -290,35 +313,49 @@ def test_masked_spearman_matches_scipy_on_the_valid_entries_and_keeps_old_behavi
 # ---------------------------------------------------------------------------------
 # Dynamic list length.
 # ---------------------------------------------------------------------------------
-def test_unknown_list_length_in_tf_function():
+DYNAMIC_LOSSES = {
+    "ndcg-sinkhorn": lambda: SoftNDCGLoss(temperature=0.05),
+    "ndcg-softsort": lambda: SoftNDCGLoss(method="softsort"),
+    "ndcg-neuralsort": lambda: SoftNDCGLoss(method="neuralsort"),
+    "perm-neuralsort": lambda: ListwisePermutationLoss(),
+    "perm-softsort": lambda: ListwisePermutationLoss(method="softsort"),
+    "spearman": lambda: SpearmanLoss(negative_labels_are_padding=True, threshold=1e-7),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_LOSSES))
+def test_unknown_list_length_in_tf_function(name):
+    # Bug: the listwise losses needed a static n (or `list_size`) and raised inside
+    # `tf.function` with a `None` list axis.
     spec = [tf.TensorSpec([None, None], tf.float32)] * 2
-    ndcg_loss = SoftNDCGLoss(method="softsort", list_size=16)
-    perm_loss = ListwisePermutationLoss(list_size=16)
+    loss = DYNAMIC_LOSSES[name]()
     metric = NDCGMetric(k=3)
 
     @tf.function(input_signature=spec)
     def step(labels, scores):
         metric.update_state(labels, scores)
-        return ndcg_loss(labels, scores), perm_loss(labels, scores)
+        return loss(labels, scores)
 
     rng = np.random.default_rng(5)
     for n in (4, 11):
         labels, scores = random_padded(rng, 3, n, np.float32, ties=False)
         labels[:, 0] = 1.0
-        got = step(labels, scores)
-        np.testing.assert_allclose(got[0], ndcg_loss.__class__(method="softsort")(
-            labels, scores), rtol=1e-5)
-        np.testing.assert_allclose(got[1], ListwisePermutationLoss()(labels, scores), rtol=1e-5)
+        np.testing.assert_allclose(step(labels, scores), loss(labels, scores), rtol=1e-5,
+                                   atol=1e-6)
     assert step.experimental_get_tracing_count() == 1
 
-    @tf.function(input_signature=spec)
-    def no_list_size(labels, scores):
-        return SoftNDCGLoss()(labels, scores)
 
-    with pytest.raises(ValueError, match="list_size"):
-        no_list_size.get_concrete_function()
-    with pytest.raises(tf.errors.InvalidArgumentError, match="list_size"):
-        step(np.ones([1, 20], np.float32), np.ones([1, 20], np.float32))
+def test_list_size_is_accepted_and_no_longer_needed():
+    rng = np.random.default_rng(8)
+    labels, scores = random_padded(rng, 4, 9, ties=False)
+    for make in (SoftNDCGLoss, ListwisePermutationLoss):
+        old = make(method="softsort", list_size=4)  # shorter than the lists: ignored
+        assert old.get_config()["list_size"] == 4
+        clone = make.from_config(old.get_config())
+        assert float(clone(labels, scores)) == pytest.approx(
+            float(make(method="softsort")(labels, scores)), rel=1e-12)
+    np.testing.assert_allclose(soft_ndcg(labels, scores, list_size=2),
+                               soft_ndcg(labels, scores), rtol=1e-12)
 
 
 def test_keras_model_fed_two_list_lengths():
@@ -326,7 +363,7 @@ def test_keras_model_fed_two_list_lengths():
     inputs = keras.Input((None, 3))
     scores = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(inputs))
     model = keras.Model(inputs, scores)
-    model.compile(optimizer="adam", loss=SoftNDCGLoss(method="neuralsort", list_size=12),
+    model.compile(optimizer="adam", loss=SoftNDCGLoss(method="neuralsort"),
                   metrics=[NDCGMetric(k=5), MRRMetric()])
     rng = np.random.default_rng(6)
     for n in (5, 12, 7):
@@ -338,6 +375,55 @@ def test_keras_model_fed_two_list_lengths():
         pred = model.predict(x, verbose=0)
         ref = np.mean([np_ndcg(lab, s, 5)[0] for lab, s in zip(y, pred, strict=True)])
         assert logs["ndcg_at_5"] == pytest.approx(ref, abs=1e-5)
+
+
+class _SqueezeKeepingMask(keras.layers.Layer):
+    """`[batch, n, 1]` → `[batch, n]`, passing the items' Keras mask on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, x, mask=None):
+        return keras.ops.squeeze(x, -1)
+
+    def compute_mask(self, x, mask=None):
+        return mask
+
+
+def test_keras_item_masks_are_the_padding_of_the_list_losses():
+    # Bug: a Keras mask of the scores [batch, n] (e.g. `Masking` on the documents) was
+    # applied by Keras to the per-list losses [batch]: a shape error or a wrong loss.
+    inputs = keras.Input((None, 2))
+    h = keras.layers.Masking(0.0)(inputs)
+    model = keras.Model(inputs, _SqueezeKeepingMask()(keras.layers.Dense(1)(h)))
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(3, 6, 2)).astype(np.float32)
+    lengths = np.array([6, 4, 2])
+    valid = np.arange(6)[None, :] < lengths[:, None]
+    x[~valid] = 0.0
+    labels = rng.integers(0, 4, size=(3, 6)).astype(np.float32)
+    labels[:, 0] = 3.0
+    scores = model(x)
+    assert scores._keras_mask is not None
+    padded_labels = np.where(valid, labels, -1.0).astype(np.float32)
+    plain = tf.constant(scores.numpy())
+    for loss, reference in (
+            (SoftNDCGLoss(method="softsort"), lambda: SoftNDCGLoss(method="softsort")(
+                padded_labels, plain)),
+            (ListwisePermutationLoss(), lambda: ListwisePermutationLoss()(padded_labels, plain)),
+            (SpearmanLoss(epsilon=1e-2), lambda: tf.reduce_mean(
+                1.0 - soft_spearman_correlation(labels, plain, mask=valid, epsilon=1e-2)))):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            value = loss(labels, scores)
+        assert float(value) == pytest.approx(float(reference()), rel=1e-5)
+        grad = tape.gradient(value, scores).numpy()
+        np.testing.assert_array_equal(grad[~valid], 0.0)
+        assert np.abs(grad[valid]).max() > 0
+        model.compile(loss=loss)
+        assert model.evaluate(x, labels, verbose=0) == pytest.approx(float(reference()),
+                                                                     rel=1e-5)
 
 
 # ---------------------------------------------------------------------------------
@@ -357,10 +443,6 @@ def test_losses_serialize_and_reject_bad_arguments():
         SoftNDCGLoss(temperature=-1.0)
     with pytest.raises(ValueError, match="`list_size`"):
         SoftNDCGLoss(list_size=0)
-    with pytest.raises(ValueError, match="list_size"):
-        soft_ndcg(np.zeros([1, 5]), np.zeros([1, 5]), list_size=3)
-    with pytest.raises(ValueError, match="targets='centres'"):
-        soft_ranks(np.zeros([1, 4]), method="sinkhorn", targets="regular")
     with pytest.raises(ValueError, match="negative_labels_are_padding"):
         SpearmanLoss(negative_labels_are_padding="yes")
 

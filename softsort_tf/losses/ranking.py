@@ -6,22 +6,29 @@ masked Spearman functions):
 - Lists are the last axis of `y_true` (graded relevance labels, 0, 1, 2, …) and
   `y_pred` (scores, larger = ranked higher), shape `[..., n]`.
 - An entry is padding when its label is negative (TF-Ranking's convention, e.g. −1),
-  or when the optional boolean `mask` `[..., n]` is False there. `tf.RaggedTensor`
-  inputs are padded to the longest row with the rows' ends marked as padding.
-- Padded entries get no mass: the soft ranks, sorts and losses of the valid entries
-  are those of the valid entries alone (up to the Sinkhorn solver's `threshold`, see
-  `soft_ranks`), whatever the padded scores (NaN included), and padded scores get a
-  zero gradient. A list with no valid entry has loss 0.
+  or when the optional boolean `mask` `[..., n]` is False there (for the Keras losses:
+  a Keras mask of `y_pred` of its shape, e.g. from `keras.layers.Masking` on the
+  items). `tf.RaggedTensor` inputs are padded to the longest row with the rows' ends
+  marked as padding.
+- The padding becomes the operators' `mask` (see softsort_tf._masking, the package's
+  one convention): padded entries get no mass, the soft ranks, sorts and losses of
+  the valid entries are those of the valid entries alone (exactly for SoftSort and
+  NeuralSort, up to the Sinkhorn solver's `threshold`), whatever the padded scores
+  (NaN included), and padded scores get a zero gradient. A list with no valid entry
+  has loss 0.
 
 Soft ranks come from one of the package's operators, chosen by `method`:
-'sinkhorn' (`sinkhorn_cdf` with the padded entries at weight 0, O(n²) per list) or a
-relaxed permutation matrix of `PERMUTATION_OPERATORS` ('softsort', 'neuralsort')
-read out with `ranks_from_permutation`.
+'sinkhorn' (`sinkhorn_rank` with the mask, O(n²) per list) or a relaxed permutation
+matrix of `PERMUTATION_OPERATORS` ('softsort', 'neuralsort') with the mask, read out
+with `ranks_from_permutation`.
 
-The operators need a static list length n. When n is unknown at trace time (a Keras
-model fed lists of several lengths, `tf.function` with `None` dimensions), pass
-`list_size`: shorter lists are padded up to it (which, by the convention above, does
-not change the result); longer ones raise an error at run time.
+The list length n may be unknown when the graph is built (a Keras model fed lists of
+several lengths, `tf.function` with `None` dimensions), also under XLA
+(`jit_compile=True`) for dense padded lists; `tf.RaggedTensor` inputs cannot be
+compiled by XLA (TensorFlow has no XLA kernel for densifying them): pad them with
+`to_tensor(default_value=-1)` outside the compiled function. The former
+`list_size` argument (a static length to pad to) is no longer needed: it is still
+accepted and validated, so that saved configs load, and has no effect.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.base import full_precision_dtype
+from softsort_tf.losses.base import ItemMaskMixin, full_precision_dtype, split_item_mask
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.permutation_readout import ranks_from_permutation
@@ -41,12 +48,6 @@ from softsort_tf.options import SinkhornOptions
 _PACKAGE = "softsort_tf"
 RANK_METHODS = tuple(PERMUTATION_OPERATORS)  # 'sinkhorn' reads Sinkhorn ranks, not the plan
 PERMUTATION_LOSS_METHODS = tuple(m for m in PERMUTATION_OPERATORS if m != "sinkhorn")
-# A padded score is moved this many temperatures below the valid ones: its weight in
-# the rows of the valid entries is then below exp(−60) ≈ 1e-26 (SoftSort, NeuralSort).
-_FILL_TEMPERATURES = 60.0
-# Mass of the surplus Sinkhorn target bins of a padded list (relative to 1 per valid
-# entry): the target grid is then that of the valid entries alone.
-_SURPLUS_TARGET_MASS = 1e-30
 
 
 # ---------------------------------------------------------------------------------
@@ -76,12 +77,12 @@ def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool
       y_pred: scores of the same shape.
       mask: optional boolean `[..., n]`, False for padding.
       negative_labels_are_padding: whether a label < 0 marks padding (TF-Ranking).
-      list_size: pad lists of unknown length up to this static length (see the module
-        docstring).
+      list_size: no longer needed (lists of unknown length work as they are); accepted
+        for compatibility and ignored.
 
     Returns:
       `labels` (floating, 0 at padded entries), `scores` (the input values, floating)
-      and `mask` (bool), all of one static shape.
+      and `mask` (bool), all of the shape of `y_pred`.
     """
     labels, present_t = _dense(y_true, -1)
     scores, present_p = _dense(y_pred, 0)
@@ -99,51 +100,9 @@ def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool
         valid = tf.logical_and(valid, labels >= 0)
     if scores.shape.rank is None or scores.shape.rank < 1:
         raise ValueError(f"`y_pred` must have shape [..., n], got {scores.shape}.")
-    list_size = check_list_size(list_size)
-    n = scores.shape[-1]
-    if list_size is not None and n is not None and n > list_size:
-        raise ValueError(f"The lists have length {n} > `list_size` = {list_size}.")
-    if list_size is not None and n is None:
-        length = tf.shape(scores)[-1]
-        check = tf.debugging.assert_less_equal(
-            length, list_size, message="softsort_tf: a list is longer than `list_size`")
-        with tf.control_dependencies([check]):
-            extra = list_size - length
-        rank = scores.shape.rank
-        paddings = tf.concat([tf.zeros([rank - 1, 2], tf.int32),
-                              tf.reshape(tf.stack([0, extra]), [1, 2])], axis=0)
-        labels, scores, valid = (tf.pad(t, paddings) for t in (labels, scores, valid))
-        for t in (labels, scores, valid):
-            t.set_shape(scores.shape[:-1].concatenate([list_size]))
+    check_list_size(list_size)  # no longer needed (module docstring)
     labels = tf.where(valid, labels, tf.zeros_like(labels))
     return labels, scores, valid
-
-
-def _static_n(scores, what: str) -> int:
-    n = scores.shape[-1]
-    if n is None:
-        raise ValueError(f"{what} needs the list length n to be known when the model is "
-                         "built (its operators have a static n): pass `list_size` (the "
-                         "longest list) to pad lists of unknown length.")
-    return n
-
-
-def _masked_extremes(scores, mask):
-    """Smallest and largest valid score of each list (0 for a list without one)."""
-    has_valid = tf.reduce_any(mask, axis=-1, keepdims=True)
-    big = tf.constant(np.inf, scores.dtype)
-    lo = tf.reduce_min(tf.where(mask, scores, big), axis=-1, keepdims=True)
-    hi = tf.reduce_max(tf.where(mask, scores, -big), axis=-1, keepdims=True)
-    zero = tf.zeros_like(lo)
-    return tf.where(has_valid, lo, zero), tf.where(has_valid, hi, zero)
-
-
-def _fill_below(scores, mask, margin: float):
-    """Scores with the padded ones (no gradient) moved `margin` + the list's spread below
-    the smallest valid score: they sort last and take no weight from the valid rows."""
-    lo, hi = _masked_extremes(tf.stop_gradient(scores), mask)
-    fill = lo - (hi - lo) - tf.abs(lo) - tf.constant(margin, scores.dtype)
-    return tf.where(mask, scores, tf.broadcast_to(fill, tf.shape(scores)))
 
 
 def _operator_kwargs(method: str, temperature: float | None) -> tuple[dict, float]:
@@ -164,20 +123,17 @@ def soft_ranks(scores, mask=None, method: str = "sinkhorn", temperature: float |
                **operator_kwargs):
     """Differentiable 1-based ranks of the valid entries among the valid entries alone.
 
-    Rank 1 goes to the largest score ('DESCENDING', the ranking convention).
+    Rank 1 goes to the largest score ('DESCENDING', the ranking convention). The mask
+    is the operators' own (see softsort_tf._masking):
 
-    - 'sinkhorn': `n_v · sinkhorn_cdf(x, weights=mask, target_weights=b)` with n_v the
-      number of valid entries and b one bin of mass 1 per valid entry (the surplus
-      n − n_v bins get mass 1e-30): the transport problem is then that of the valid
-      list, so the ranks match those of the unpadded list up to the solver's
-      `threshold`. (`sinkhorn_rank(x, weights=mask)` alone returns n·CDF with n the
-      padded length, on a grid of n bins: its ranks are not those of the valid list.)
-    - 'softsort', 'neuralsort': `ranks_from_permutation` of the operator's P̂ for scores
-      whose padded entries are moved far below the valid ones: they take the last
-      positions and a weight below e⁻⁶⁰ in the rows of the valid entries.
+    - 'sinkhorn': `sinkhorn_rank(scores, direction='DESCENDING', mask=mask)`, the ranks
+      of the transport problem of the valid list (its n_valid target bins), equal to
+      those of the unpadded list up to the solver's `threshold`.
+    - 'softsort', 'neuralsort': `ranks_from_permutation` of the operator's masked P̂,
+      whose valid block is the P̂ of the unpadded list (exactly).
 
     Args:
-      scores: `[..., n]` real scores, n static.
+      scores: `[..., n]` real scores (n may be unknown when the graph is built).
       mask: optional boolean `[..., n]` (default: all valid).
       method: one of `RANK_METHODS` ('softsort', 'neuralsort', 'sinkhorn').
       temperature: the operator's temperature (τ for SoftSort/NeuralSort, ε for
@@ -186,46 +142,25 @@ def soft_ranks(scores, mask=None, method: str = "sinkhorn", temperature: float |
         Sinkhorn).
 
     Returns:
-      `[..., n]` ranks in [1, n_v] at valid entries (padded entries: unspecified, ignore).
+      `[..., n]` ranks in [1, n_valid] at valid entries, 0 at padded entries.
 
     Example:
     >>> r = soft_ranks([[0.5, 3.0, 1.0, 0.0]], [[True, True, True, False]],
     ...                method="softsort", temperature=0.01)
-    >>> np.round(r.numpy()[0, :3], 3)
-    array([3., 1., 2.], dtype=float32)
+    >>> np.round(r.numpy()[0], 3)
+    array([3., 1., 2., 0.], dtype=float32)
     """
     check_method(method, RANK_METHODS)
     scores = tf.convert_to_tensor(scores)
     if not scores.dtype.is_floating:
         scores = tf.cast(scores, tf.float32)
-    mask = tf.ones_like(scores, tf.bool) if mask is None else tf.cast(mask, tf.bool)
-    n = _static_n(scores, f"soft_ranks(method={method!r})")
-    kwargs, value = _operator_kwargs(method, temperature)
+    kwargs, _ = _operator_kwargs(method, temperature)
     kwargs.update(operator_kwargs)
     if method == "sinkhorn":
         options = SinkhornOptions.resolve(kwargs.pop("options", None), **kwargs)
-        if options.targets != "centres":
-            raise ValueError("soft_ranks(method='sinkhorn') needs `targets='centres'` (the "
-                             "default): on the 'regular' grid the target positions depend on "
-                             f"the padded length, got targets={options.targets!r}.")
-        kwargs = {"options": options}
-        # An empty list is computed as a full one (its result is discarded by the losses).
-        has_valid = tf.reduce_any(mask, axis=-1, keepdims=True)
-        mask = tf.logical_or(mask, tf.logical_not(has_valid))
-        lo, _ = _masked_extremes(tf.stop_gradient(scores), mask)
-        x = tf.where(mask, scores, tf.broadcast_to(lo, tf.shape(scores)))
-        weights = tf.cast(mask, scores.dtype)
-        n_valid = tf.reduce_sum(weights, axis=-1, keepdims=True)
-        bins = tf.cast(tf.range(n), scores.dtype)
-        target = tf.where(bins < n_valid, tf.ones_like(weights),
-                          tf.fill(tf.shape(weights), tf.constant(_SURPLUS_TARGET_MASS,
-                                                                 scores.dtype)))
-        target = tf.reshape(target, [-1, n])
-        cdf = sinkhorn_ops.sinkhorn_cdf(x, direction="DESCENDING", weights=weights,
-                                        target_weights=target, **kwargs)
-        return n_valid * cdf
-    perm = PERMUTATION_OPERATORS[method].matrix(
-        _fill_below(scores, mask, _FILL_TEMPERATURES * value), **kwargs)
+        return sinkhorn_ops.sinkhorn_rank(scores, direction="DESCENDING", mask=mask,
+                                          options=options)
+    perm = PERMUTATION_OPERATORS[method].matrix(scores, mask=mask, **kwargs)
     return ranks_from_permutation(perm)
 
 
@@ -262,7 +197,7 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
       y_pred: scores of the same shape, or ragged.
       mask: optional boolean `[..., n]`, False for padding.
       method, temperature, **operator_kwargs: see `soft_ranks`.
-      list_size: see `padded_lists`.
+      list_size: no longer needed, ignored (see `padded_lists`).
 
     Returns:
       `[...]` soft NDCG values in (0, 1].
@@ -283,8 +218,13 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
                     tf.ones_like(ideal))
 
 
-class _ListwiseLoss(keras.losses.Loss):
-    """Shared arguments of the listwise losses: method, temperature, list_size."""
+class _ListwiseLoss(ItemMaskMixin, keras.losses.Loss):
+    """Shared arguments of the listwise losses: method, temperature, list_size (ignored).
+
+    Padding: labels < 0, the ends of ragged rows, and a Keras mask of `y_pred` of its
+    shape `[batch, n]` (one flag per item, see `ItemMaskMixin`); `sample_weight` is one
+    weight per list `[batch]`.
+    """
 
     _methods: tuple = RANK_METHODS
 
@@ -312,8 +252,8 @@ class SoftNDCGLoss(_ListwiseLoss):
       temperature: the operator's temperature (ε for Sinkhorn, τ otherwise); default
         that of `PERMUTATION_OPERATORS[method]`. For Sinkhorn, each soft rank of a list
         of n items blurs over ≈ n·√(ε/2) neighbours.
-      list_size: pad lists of unknown length to this length (needed inside models fed
-        several list lengths).
+      list_size: no longer needed (lists of any length, also unknown when the model is
+        built, work as they are); accepted so that saved configs load, and ignored.
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch, n]` labels and scores (or ragged); `sample_weight` `[batch]`.
@@ -331,8 +271,9 @@ class SoftNDCGLoss(_ListwiseLoss):
         super().__init__(method, temperature, list_size, reduction, name, dtype)
 
     def call(self, y_true, y_pred):
-        return 1.0 - soft_ndcg(y_true, y_pred, method=self.method,
-                               temperature=self.temperature, list_size=self.list_size)
+        y_true, mask = split_item_mask(y_true)
+        return 1.0 - soft_ndcg(y_true, y_pred, mask, method=self.method,
+                               temperature=self.temperature)
 
 
 # ---------------------------------------------------------------------------------
@@ -369,7 +310,8 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
     targets`, tied labels share a row's mass), the loss is the mean over the n_v valid
     positions of −Σ_j Y_ij log(δ + (1 − δ) P̂_ij) (`permutation_cross_entropy`, the
     objective of the NeuralSort sorting experiments, Grover et al. 2019 §6, with the
-    ties of graded labels spread uniformly). Padded scores sort last and take no mass.
+    ties of graded labels spread uniformly). P̂ is the operator's masked matrix: its
+    valid block is the P̂ of the unpadded list, and padded scores take no mass.
 
     Args:
       y_true: relevance labels `[..., n]` (< 0 = padding), or ragged.
@@ -378,7 +320,7 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
       method: 'neuralsort' (default) or 'softsort'.
       temperature: τ (default that of the operator).
       probability_floor: δ in (0, 1), as in `permutation_cross_entropy`.
-      list_size: see `padded_lists`.
+      list_size: no longer needed, ignored (see `padded_lists`).
 
     Returns:
       `[...]` per-list losses ≥ 0 (0 for a list without valid entries).
@@ -390,10 +332,8 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
     """
     check_method(method, PERMUTATION_LOSS_METHODS)
     labels, scores, valid = padded_lists(y_true, y_pred, mask, list_size=list_size)
-    _static_n(scores, f"listwise_permutation_loss(method={method!r})")
-    kwargs, value = _operator_kwargs(method, temperature)
-    perm = PERMUTATION_OPERATORS[method].matrix(
-        _fill_below(scores, valid, _FILL_TEMPERATURES * value), **kwargs)
+    kwargs, _ = _operator_kwargs(method, temperature)
+    perm = PERMUTATION_OPERATORS[method].matrix(scores, mask=valid, **kwargs)
     target = relevance_permutation_targets(labels, valid)
     per_row_mean = permutation_cross_entropy(target, perm, probability_floor,
                                              y_true_format="matrix")
@@ -410,7 +350,7 @@ class ListwisePermutationLoss(_ListwiseLoss):
       method: 'neuralsort' (default) or 'softsort'.
       temperature: τ; default that of `PERMUTATION_OPERATORS[method]`.
       probability_floor: δ in (0, 1) (default 1e-7): each row costs at most −log δ.
-      list_size: pad lists of unknown length to this length.
+      list_size: no longer needed; accepted so that saved configs load, and ignored.
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch, n]` labels and scores (or ragged); `sample_weight` `[batch]`.
@@ -432,9 +372,10 @@ class ListwisePermutationLoss(_ListwiseLoss):
             "probability_floor", probability_floor, 0.0, 1.0)
 
     def call(self, y_true, y_pred):
+        y_true, mask = split_item_mask(y_true)
         return listwise_permutation_loss(
-            y_true, y_pred, method=self.method, temperature=self.temperature,
-            probability_floor=self.probability_floor, list_size=self.list_size)
+            y_true, y_pred, mask, method=self.method, temperature=self.temperature,
+            probability_floor=self.probability_floor)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "probability_floor": self.probability_floor}

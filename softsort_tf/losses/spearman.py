@@ -156,7 +156,8 @@ class SpearmanLoss(ItemMaskMixin, _SinkhornLoss):
 
     Input shapes: `[batch, n]` (any rank; lists along `axis`); `sample_weight` has the
     shape of the input without `axis` (one weight per list). Output: a scalar, or the
-    per-list losses for reduction 'none'.
+    per-list losses for reduction 'none'. n and the batch size may be unknown when the
+    model is built (lists of several lengths), also under XLA.
 
     Example:
     >>> loss = SpearmanLoss(epsilon=1e-3)

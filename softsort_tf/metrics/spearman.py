@@ -59,7 +59,8 @@ class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
     1 − `SpearmanLoss`).
 
     Each list contributes `spearman_correlation` of its targets and predictions; the
-    metric is their (sample-weighted) mean over all lists seen.
+    metric is their (sample-weighted) mean over all lists seen. Lists of any length,
+    also unknown when the model is built, and XLA are supported.
 
     Args:
       axis: the list axis (default −1).
