@@ -450,6 +450,32 @@ def test_spearman_propagates_nan_per_list():
     assert np.isfinite(ss.spearman_correlation(y_true, y_pred).numpy()[1])
 
 
+@pytest.mark.parametrize("form", ["rank", "cdf"])
+def test_top_k_loss_with_padded_classes(form):
+    # Candidate classes padded to L: the loss of the valid classes alone, whatever the
+    # padded logits, zero gradient there; a Keras mask of the logits does the same.
+    rng = np.random.RandomState(6)
+    logits = rng.randn(3, 5)
+    labels = np.array([0, 2, 1])
+    full = np.full((3, 8), np.nan)
+    full[:, [0, 2, 3, 5, 6]] = logits
+    full[:, 1], full[:, 4] = 1e30, -np.inf
+    mask = np.isin(np.arange(8), [0, 2, 3, 5, 6])[None, :].repeat(3, axis=0)
+    full_labels = np.array([0, 3, 2])  # the same classes in the padded layout
+    sharp = dict(epsilon=1e-3, threshold=1e-7, max_iterations=3000)
+    want, want_grad = value_and_grad(lambda x: ss.soft_top_k_loss(
+        labels, x, 2, form=form, from_sparse=True, **sharp), logits)
+    got, grad = value_and_grad(lambda x: ss.soft_top_k_loss(
+        full_labels, x, 2, form=form, from_sparse=True, mask=mask, **sharp), full)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(grad[~mask], 0.0)
+    np.testing.assert_allclose(grad[mask].reshape(3, 5), want_grad, rtol=1e-3, atol=1e-6)
+    masked = tf.constant(full)
+    masked._keras_mask = tf.constant(mask)
+    loss = ss.SoftTopKLoss(2, form=form, from_sparse=True, **sharp)
+    assert float(loss(full_labels, masked)) == pytest.approx(float(np.mean(want)), rel=1e-4)
+
+
 @pytest.mark.parametrize("label", [3, -1])
 def test_top_k_sparse_label_out_of_range_raises_a_clear_error(label):
     # Unclear error: a raw GatherV2 message.

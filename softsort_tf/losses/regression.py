@@ -210,19 +210,11 @@ class _BatchStatisticLoss(_SinkhornLoss):
             y_true, valid = y_true
         errors, valid = self._masked_errors(y_true, y_pred, valid)
         b, index = self.middle_bin()
-        masses = None
-        if valid is not None:
-            # Padding has no mass (a batch without a valid example is computed as a full
-            # one and its shares zeroed below).
-            any_valid = tf.reduce_any(valid)
-            masses = tf.where(valid | tf.logical_not(any_valid), 1.0, 0.0)
-            masses = tf.cast(masses, errors.dtype)
-        elif errors.shape[0] is None:
-            masses = tf.ones_like(errors)  # uniform masses over a batch of unknown size
-        transport = Transport(errors[None, :], axis=-1, direction="ASCENDING",
-                              weights=None if masses is None else masses[None, :],
+        # Padding is the transport's mask: no mass, whatever the (replaced) errors.
+        transport = Transport(errors[None, :], axis=-1, direction="ASCENDING", weights=None,
                               targets=(b.size, b), options=self.options,
-                              check_numerics=False)
+                              check_numerics=False,
+                              mask=None if valid is None else valid[None, :])
         plan = transport.plan[0, :, index]  # P_{i,mid}
         # Divided by the column's own sum (b_mid up to the solver's rounding), as the
         # operators' read-out: the mean share is an exact convex combination of errors.

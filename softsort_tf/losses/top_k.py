@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.base import _check_bool, _SinkhornLoss
+from softsort_tf.losses.base import ItemMaskMixin, _check_bool, _SinkhornLoss, split_item_mask
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.permutation_targets import check_at_run_time
 from softsort_tf.options import SinkhornOptions
@@ -41,7 +41,7 @@ def default_top_k_epsilon(num_classes: int) -> float:
 
 
 def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
-                    from_sparse: bool = False,
+                    from_sparse: bool = False, mask=None,
                     options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
 
@@ -56,14 +56,24 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     For soft labels (rows of `y_true` summing to 1, e.g. label smoothing) the loss is
     the expectation Σ_j y_j J_k(·)_j; for one-hot labels it is the term of the label.
 
+    Padding (softsort_tf._masking): `mask` marks the candidate classes of each example
+    (e.g. a variable set of candidates padded to L); the ranks and the CDF are those
+    of the valid classes alone, L above is their number L_v, and a padded class has
+    loss 0 (a label on one contributes nothing). k ≥ L_v selects every valid class
+    (loss 0 in the hard limit). Padded *examples* are Keras' business: give them
+    `sample_weight` 0 (their logits must then be finite, as for any Keras loss).
+
     Args:
       y_true: integer labels in [0, L) `[...]` or `[..., 1]` if `from_sparse` (a label
         out of range raises, see `permutation_targets.check_at_run_time`), else one-hot
         or soft labels `[..., L]`.
-      logits: `[..., L]` real tensor, L ≥ 2 known statically.
+      logits: `[..., L]` real tensor, L ≥ 2. L may be unknown when the graph is built
+        (`None`) if `epsilon` is given (the default ε depends on L); k < L is then
+        checked at run time.
       k: an integer in [1, L).
       form: 'rank' or 'cdf' (see above).
       from_sparse: whether `y_true` holds integer class indices.
+      mask: optional boolean `[..., L]` (or `[L]`), True = valid class (see above).
       options, **option_kwargs: the `SinkhornOptions` of the Sinkhorn ranks (see
         `sinkhorn_rank`); ε defaults to `default_top_k_epsilon(L)` when it is not
         given (or given as None).
@@ -80,25 +90,47 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     logits = tf.convert_to_tensor(logits)
     if logits.shape.rank is None or logits.shape.rank < 1:
         raise ValueError("`logits` must have rank >= 1 with classes on the last axis.")
-    num_classes = logits.shape[-1]
-    if num_classes is None or num_classes < 2:
-        raise ValueError(f"`logits` must have a static number of classes L >= 2 on the last "
-                         f"axis, got shape {logits.shape}.")
-    k = _checks.check_k(k, num_classes)
+    static_classes = logits.shape[-1]
+    if static_classes is not None and static_classes < 2:
+        raise ValueError(f"`logits` must have L >= 2 classes on the last axis, got shape "
+                         f"{logits.shape}.")
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
     if options is None:
         option_kwargs.setdefault("epsilon", None)  # the n-aware rule below
     options = SinkhornOptions.resolve(options, **option_kwargs)
-    if options.epsilon is None:
-        options = options.replace(epsilon=default_top_k_epsilon(num_classes))
-    kwargs = dict(axis=-1, options=options)
-    if form == "rank":
-        ranks = sinkhorn_ops.sinkhorn_rank(logits, **kwargs)
-        per_class = tf.nn.relu(float(num_classes - k + 1) - ranks)
+    if static_classes is None:
+        # L is only known at run time: k < L is checked then, and the default ε (a
+        # function of L) cannot be chosen when the graph is built.
+        k = _checks.check_positive_int("k", k)
+        if options.epsilon is None:
+            raise ValueError("soft_top_k_loss needs the number of classes L (the last axis "
+                             "of `logits`) to be known when the model is built for its "
+                             "default `epsilon` = 0.3/L²; pass `epsilon` explicitly to use "
+                             f"logits of unknown L (got shape {logits.shape}).")
+        num_classes = tf.shape(logits)[-1]
+        logits = check_at_run_time(
+            tf.logical_and(k < num_classes, num_classes >= 2), logits,
+            f"`k` must be an integer in [1, L), L the number of classes; got k = {k}.")
     else:
-        cdf = sinkhorn_ops.sinkhorn_cdf(logits, **kwargs)
-        per_class = tf.nn.relu((1.0 - k / num_classes) - cdf)
+        num_classes = static_classes
+        k = _checks.check_k(k, num_classes)
+        if options.epsilon is None:
+            options = options.replace(epsilon=default_top_k_epsilon(num_classes))
+    kwargs = dict(axis=-1, mask=mask, options=options)
+    soft = (sinkhorn_ops.sinkhorn_rank if form == "rank" else sinkhorn_ops.sinkhorn_cdf)(
+        logits, **kwargs)
+    classes = tf.cast(num_classes, soft.dtype)
+    if mask is not None:
+        mask = tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(soft))
+        classes = tf.reduce_sum(tf.cast(mask, soft.dtype), axis=-1, keepdims=True)
+    k_float = tf.cast(k, soft.dtype)
+    if form == "rank":
+        per_class = tf.nn.relu(classes - k_float + 1.0 - soft)
+    else:
+        per_class = tf.nn.relu(1.0 - k_float / tf.maximum(classes, 1.0) - soft)
+    if mask is not None:
+        per_class = tf.where(mask, per_class, tf.zeros_like(per_class))
     if from_sparse:
         labels = tf.convert_to_tensor(y_true)
         if labels.shape.rank == logits.shape.rank:
@@ -109,17 +141,19 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
         labels = tf.cast(labels, tf.int32)
         labels = check_at_run_time(
             tf.reduce_all((labels >= 0) & (labels < num_classes)), labels,
-            f"Sparse `y_true` must hold class indices in [0, L) = [0, {num_classes}).")
+            "Sparse `y_true` must hold class indices in [0, L) = "
+            + (f"[0, {static_classes})." if static_classes else "[0, number of classes)."))
         return tf.gather(per_class, labels, batch_dims=labels.shape.rank)
     labels = tf.cast(y_true, per_class.dtype)
-    if labels.shape.rank != logits.shape.rank or labels.shape[-1] != num_classes:
+    if labels.shape.rank != logits.shape.rank or not labels.shape[-1:].is_compatible_with(
+            logits.shape[-1:]):
         raise ValueError(f"One-hot `y_true` must have the shape of the logits {logits.shape}, "
                          f"got {labels.shape}; pass from_sparse=True for integer labels.")
     return tf.reduce_sum(labels * per_class, axis=-1)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftTopKLoss(_SinkhornLoss):
+class SoftTopKLoss(ItemMaskMixin, _SinkhornLoss):
     """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
 
     For logits f ∈ R^L and the true label l (`soft_top_k_loss`):
@@ -169,6 +203,12 @@ class SoftTopKLoss(_SinkhornLoss):
     Input shapes: logits `y_pred` `[batch, L]`; `y_true` `[batch, L]` or `[batch]`;
     `sample_weight` `[batch]`. Output: a scalar, or `[batch]` for reduction 'none'.
 
+    Padding: a Keras mask of the logits of their shape `[batch, L]` marks the valid
+    classes (the `mask` of `soft_top_k_loss`; see `ItemMaskMixin`); `sample_weight` 0
+    removes an example, as in every Keras loss. L may be unknown when the model is
+    built if `epsilon` is given. Runs under XLA (where the run-time checks of k < L and
+    of sparse labels are compiled out).
+
     Example:
     >>> loss = SoftTopKLoss(k=1, from_sparse=True)
     >>> float(loss([1], [[0.0, 5.0, 1.0]])) < 5e-3
@@ -190,8 +230,9 @@ class SoftTopKLoss(_SinkhornLoss):
         self.from_sparse = _check_bool("from_sparse", from_sparse)
 
     def call(self, y_true, y_pred):
+        y_true, mask = split_item_mask(y_true)
         return soft_top_k_loss(y_true, y_pred, self.k, form=self.form,
-                               from_sparse=self.from_sparse, options=self.options)
+                               from_sparse=self.from_sparse, mask=mask, options=self.options)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "k": self.k, "form": self.form,
