@@ -83,8 +83,9 @@ def test_batch_statistics_with_an_unknown_batch_size(name):
         assert hard == pytest.approx(np_window_mean(errors, low, high, weights), abs=1e-9)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("name", sorted(BATCH_STATISTICS))
-def test_batch_statistics_in_evaluate_and_fit_with_a_short_last_batch(name):
+def test_batch_statistics_in_evaluate_and_fit_with_a_short_last_batch(name, jit):
     make_loss, make_metric, (low, high) = BATCH_STATISTICS[name]
     rng = np.random.RandomState(2)
     size, batch = 19, 8  # batches of 8, 8 and 3
@@ -98,7 +99,7 @@ def test_batch_statistics_in_evaluate_and_fit_with_a_short_last_batch(name):
     model = keras.Model(inputs, keras.layers.Dense(1, dtype="float64")(inputs))
     model.set_weights([np.ones((1, 1)), np.zeros(1)])  # predictions = x
     model.compile(optimizer=keras.optimizers.SGD(1e-3), loss=make_loss(),
-                  weighted_metrics=[make_metric()], jit_compile=False)
+                  weighted_metrics=[make_metric()], jit_compile=jit)
     got = model.evaluate(data, return_dict=True, verbose=0)
 
     # Keras averages the per-batch losses weighted by the batch sizes; the metric streams
@@ -163,6 +164,8 @@ def _metric_value(metric):
 LIST_FUNCTIONS = {
     "spearman_loss": lambda: ss.SpearmanLoss(),
     "spearman_loss_padded": lambda: ss.SpearmanLoss(negative_labels_are_padding=True),
+    "spearman_loss_axis0": lambda: (lambda y, p: ss.SpearmanLoss(
+        axis=0, negative_labels_are_padding=True)(tf.transpose(y), tf.transpose(p))),
     "soft_spearman": lambda: (lambda y, p: ss.losses.spearman.soft_spearman_correlation(
         y, p, mask=y >= 0)),
     "spearman_metric": lambda: _metric_value(
