@@ -252,7 +252,9 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
     Args:
       x: `[..., n, ...]` real tensor.
 {common}
-      topk: if set, an integer in [1, n): return only the first k sorted values.
+      topk: if set, an integer in [1, n): return only the first k sorted values (with
+        `mask`, any k >= 1: a list of n_valid <= k gives its n_valid sorted values,
+        then 0).
       num_targets: m, the number of output values (default n): with m < n each
         output averages about n/m inputs.
       target_weights: positive target weights b `[m]` (default uniform).
@@ -537,7 +539,8 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
 
     Args:
       x: `[..., n, ...]` real tensor.
-      k: an integer in [1, n).
+      k: an integer in [1, n) (with `mask`, any k >= 1: every valid entry of a list of
+        n_valid <= k gets 1).
 {common}
 
     Returns:
