@@ -75,12 +75,12 @@ Conventions shared by all operators:
   every operator works, also under XLA (`jit_compile=True`, which compiles once per
   concrete shape). Arguments that must be below n (`topk`, `k`) are checked at run time
   by `tf.debugging` assertions; XLA drops assertions, so there a `k` >= n gives NaN
-  results instead of an error. When
-  the number of targets is unknown at trace time (the default m = n with unknown n)
-  the implicit backward solves by conjugate gradients (`implicit_solver='auto'` picks
-  the dense float64 solve only for a static m <= 64); pass `implicit_solver='dense'`
-  for short lists at very small ε. Ragged inputs are padded by ops that XLA does not
-  compile: call the operators on `(dense, mask)` inside `jit_compile=True` functions.
+  results instead of an error. When the number of targets is unknown at trace time
+  (the default m = n with unknown n), `implicit_solver='auto'` still picks the
+  backward solve by m (dense float64 for m <= 64, conjugate gradients above) with a
+  `tf.cond`, which traces the solver twice (a one-time cost of about a second).
+  Ragged inputs are padded by ops that XLA does not compile (`RaggedTensorToTensor`):
+  call the operators on `(dense, mask)` inside `jit_compile=True` functions.
 - Reproducibility between identical calls: forward values and implicit gradients are
   bit-identical (eager and `tf.function`). Gradients with `implicit=False` are
   bit-identical between eager calls, but under `tf.function` the backpropagation
