@@ -31,6 +31,8 @@ _TARGET_LABEL = flags.DEFINE_string("target_label", "published", "Label of --tar
 _TITLE = flags.DEFINE_string("title", "large-MNIST", "Plot title.")
 _NUM_TEST = flags.DEFINE_integer("num_test_sequences", None,
                                  "Test sequences (default: each run's own).", lower_bound=1)
+_EVERY = flags.DEFINE_integer("every", 1, "Evaluate every k-th epoch (and the last and the "
+                               "best validation epoch).", lower_bound=1)
 _PNG = flags.DEFINE_string("output_png", None, "Plot to write.")
 _CSV = flags.DEFINE_string("output_csv", None, "Table to write (one row per run and epoch).")
 flags.mark_flags_as_required(["runs"])
@@ -49,7 +51,8 @@ def _parse_runs(pairs: list[str]) -> dict[str, str]:
 def main(argv):
     del argv
     runs = _parse_runs(_RUNS.value)
-    results = {label: curves.epoch_curve(path, _NUM_TEST.value) for label, path in runs.items()}
+    results = {label: curves.epoch_curve(path, _NUM_TEST.value, _EVERY.value)
+               for label, path in runs.items()}
     for label, rows in results.items():
         reached = (curves.time_to_reach(rows, _METRIC.value, _TARGET.value)
                    if _TARGET.value is not None else None)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from numpy_references import np_window_mean
 
 import softsort_tf as ss
+from softsort_tf.experiments import small_problems
 from softsort_tf.metrics import regression as metrics
 
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
@@ -620,31 +621,15 @@ def test_losses_survive_saving_a_model(tmp_path):
 # ---------------------------------------------------------------------------------
 # Learning problems.
 # ---------------------------------------------------------------------------------
-def _digits_accuracy(loss, seed=0):
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
-    order = np.random.RandomState(0).permutation(len(labels))
-    images = (images[order] / 16.0).astype(np.float32)
-    labels = labels[order].astype(np.int32)
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(10)])
-    model.compile(keras.optimizers.Adam(1e-2), loss=loss,
-                  metrics=[keras.metrics.SparseTopKCategoricalAccuracy(k=1, name="acc")])
-    model.fit(images[:1200], labels[:1200], batch_size=128, epochs=15, verbose=0)
-    return model.evaluate(images[1200:], labels[1200:], verbose=0, return_dict=True)["acc"]
-
-
 def test_soft_top_k_loss_alone_trains_digits_like_cross_entropy():
     """An MLP (64-64-10) on scikit-learn's 8×8 digits (1200 train / 597 test images),
     Adam 1e-2, batch 128, 15 epochs, seed 0, trained with SoftTopKLoss(k=1) alone
     (default ε = 0.3/L² = 3e-3) reaches 97.5% test accuracy, the same as cross-entropy
     with the same model and budget (97.5%; seeds 1 and 2: 97.3% vs 98.2%; CPU, TF 2.21).
     The assertion allows 3 points."""
-    cross_entropy = _digits_accuracy(
+    cross_entropy = small_problems.digits_accuracy(
         keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    soft_top_k = _digits_accuracy(ss.SoftTopKLoss(k=1, from_sparse=True))
+    soft_top_k = small_problems.digits_accuracy(ss.SoftTopKLoss(k=1, from_sparse=True))
     assert cross_entropy > 0.95
     assert soft_top_k > cross_entropy - 0.03
 
@@ -654,24 +639,8 @@ def test_least_quantile_regression_ignores_outliers():
     around the line y = 4 − 6x; a linear model trained full-batch (Adam 0.1, 100 steps,
     seed 0) with the soft least-median loss (τ = 0.5) recovers slope 2.98, while MSE
     gives 0.17 (its optimum, the least-squares slope, is −0.12)."""
-    rng = np.random.RandomState(0)
-    n = 200
-    x = rng.uniform(0, 1, n).astype(np.float32)
-    y = (3 * x + 1 + 0.05 * rng.randn(n)).astype(np.float32)
-    outliers = rng.permutation(n)[: int(0.3 * n)]
-    y[outliers] = (4 - 6 * x[outliers] + 0.5 * rng.randn(outliers.size)).astype(np.float32)
-
-    def fitted_slope(loss):
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((1,)),
-                                  keras.layers.Dense(1, kernel_initializer="zeros")])
-        model.compile(keras.optimizers.Adam(0.1), loss=loss)
-        data = tf.data.Dataset.from_tensors((x[:, None], y[:, None])).repeat(100)
-        model.fit(data, epochs=1, verbose=0, shuffle=False)
-        return float(model.layers[0].kernel.numpy()[0, 0])
-
-    robust = fitted_slope(ss.SoftLeastQuantileRegressionLoss(quantile=0.5))
-    mse = fitted_slope("mse")
+    robust = small_problems.outlier_slope(ss.SoftLeastQuantileRegressionLoss(quantile=0.5))
+    mse = small_problems.outlier_slope("mse")
     assert abs(robust - 3.0) < 0.15
     assert abs(mse - 3.0) > 1.5
     assert abs(robust - 3.0) < 0.1 * abs(mse - 3.0)

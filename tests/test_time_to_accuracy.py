@@ -82,6 +82,8 @@ def test_fast_schedule_run_keeps_epochs_and_draws_the_curve(tmp_path):
         results["metrics"]["test_exact_accuracy"])
     assert curves.time_to_reach(rows, "test_exact_accuracy", -1.0) == rows[0]["train_seconds"]
     assert curves.time_to_reach(rows, "test_exact_accuracy", 2.0) is None
+    sparse = curves.epoch_curve(out, every=2)  # epoch 2, and the best epoch
+    assert [r["epoch"] for r in sparse] == sorted({2, results["best_epoch"]})
     # Same seeds, same numbers (determinism with the bfloat16 CNN too).
     twin = experiment.run(ExperimentConfig(output_dir=str(tmp_path / "twin"), **config))
     assert twin["history"]["val_loss"] == results["history"]["val_loss"]

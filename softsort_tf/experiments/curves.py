@@ -40,12 +40,15 @@ def load_config(run_dir: str) -> large_mnist.ExperimentConfig:
     return large_mnist.ExperimentConfig(**{k: v for k, v in flags.items() if k in names})
 
 
-def epoch_curve(run_dir: str, num_test_sequences: int | None = None) -> list[dict]:
+def epoch_curve(run_dir: str, num_test_sequences: int | None = None,
+                every: int = 1) -> list[dict]:
     """Test metrics of every saved epoch of a run, with the wall time to reach it.
 
     Args:
       run_dir: the run's `output_dir` (trained with `save_every_epoch=True`).
       num_test_sequences: test sequences to evaluate (default: the run's own).
+      every: evaluate every `every`-th epoch only (and the last and the best validation
+        epoch).
 
     Returns:
       One dict per saved epoch: `epoch` (1-based), `steps`, `train_seconds` (cumulative
@@ -60,16 +63,18 @@ def epoch_curve(run_dir: str, num_test_sequences: int | None = None) -> list[dic
     if not files:
         raise ValueError(f"{run_dir!r} kept no per-epoch weights (train with "
                          "--save_every_epoch).")
+    results = _results(run_dir)
     history = training.read_history(os.path.join(run_dir, "history.csv"),
-                                    _results(run_dir)["epochs_completed"])
+                                    results["epochs_completed"])
     seconds = np.cumsum(history.get("epoch_seconds", []))
     monitor, _ = large_mnist.objective(config.task)
+    keep = {results.get("best_epoch"), results["epochs_completed"]}
     _, _, test_ds = large_mnist.make_datasets(config)
     model = large_mnist.build_model(config)
     rows = []
     for path in files:
         epoch = int(_EPOCH_FILE.search(path).group(1))
-        if epoch > len(seconds):
+        if epoch > len(seconds) or (epoch % every and epoch not in keep):
             continue
         model.load_weights(path)
         metrics = large_mnist.evaluate(model, test_ds, config.task)
@@ -113,8 +118,10 @@ def plot_curves(curves: dict[str, list[dict]], metric: str, path: str, *,
                 marker="o", markersize=3, label=label)
     for label, value in (targets or {}).items():
         ax.axhline(value, linestyle="--", linewidth=1, color="gray")
-        ax.annotate(label, (0, value), textcoords="offset points", xytext=(4, 3),
-                    fontsize=8, color="gray")
+        ax.text(0.01, value, label, transform=ax.get_yaxis_transform(), fontsize=8,
+                color="gray", va="bottom")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, max(high, value + 0.05 * (high - low)))
     ax.set_xlabel("training wall time (minutes, validation included)")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(title)
