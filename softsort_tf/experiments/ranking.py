@@ -18,8 +18,11 @@ with one loss:
 - `soft_ndcg_<method>`: `SoftNDCGLoss(method)` for method sinkhorn, softsort,
   neuralsort;
 - `listwise_<method>`: `ListwisePermutationLoss(method)` for neuralsort, softsort;
-- `spearman`: `SpearmanLoss(negative_labels_are_padding=True)` — needs a static list
-  length, so it is trained on batches padded to `max_list_size`.
+- `spearman`: `SpearmanLoss(negative_labels_are_padding=True)`.
+
+Every loss takes the batches as they come, padded to the batch's longest list: the
+operators work with a list length unknown when the step is traced (one trace for all
+lengths) and give padded documents no mass.
 
 Validation queries choose nothing but are logged each epoch (NDCG@10, MRR); the test
 NDCG@10 and MRR reported in `results.csv` are those of the last epoch's weights on
@@ -212,7 +215,6 @@ def masked_mse(y_true, y_pred):
 
 
 def make_loss(name: str, config: RankingConfig):
-    size = config.max_list_size
     if name == "mse":
         return masked_mse
     if name == "spearman":
@@ -221,8 +223,8 @@ def make_loss(name: str, config: RankingConfig):
     kind, method = name.rsplit("_", 1)
     temperature = config.epsilon if method == "sinkhorn" else config.tau
     if kind == "soft_ndcg":
-        return SoftNDCGLoss(method=method, temperature=temperature, list_size=size)
-    return ListwisePermutationLoss(method=method, temperature=temperature, list_size=size)
+        return SoftNDCGLoss(method=method, temperature=temperature)
+    return ListwisePermutationLoss(method=method, temperature=temperature)
 
 
 def _metrics():
@@ -249,19 +251,17 @@ def _run_one(config: RankingConfig, data: dict, name: str,
             return json.load(f)
     keras.backend.clear_session()
     keras.utils.set_random_seed(config.seed)
-    pad_to = config.max_list_size if name == "spearman" else None
     with training.output_directory(out):
         with strategy.scope():
             model = build_scorer(config.num_features)
             model.compile(keras.optimizers.Adam(config.learning_rate),
                           loss=make_loss(name, config), metrics=_metrics())
-        val = padded_batches(data["val"], EVAL_BATCH_SIZE, pad_to=pad_to)
-        test = padded_batches(data["test"], EVAL_BATCH_SIZE, pad_to=pad_to)
+        val = padded_batches(data["val"], EVAL_BATCH_SIZE)
+        test = padded_batches(data["test"], EVAL_BATCH_SIZE)
         start = time.time()
         fit = training.fit_resumable(
             model, lambda step: padded_batches(data["train"], config.batch_size,
-                                               shuffle_seed=config.seed, start_step=step,
-                                               pad_to=pad_to),
+                                               shuffle_seed=config.seed, start_step=step),
             val, epochs=config.epochs, steps_per_epoch=config.steps(), output_dir=out,
             monitor="val_ndcg_at_10", mode="max", writer=training.is_chief(strategy),
             stop_after_epochs=config.stop_after_epochs, verbose=config.verbose,
