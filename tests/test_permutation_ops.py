@@ -102,13 +102,14 @@ def test_neural_sort_matches_numpy_formula(lead, n, direction, seed, tau):
                                rtol=1e-9, atol=1e-12)
 
 
-def np_sinkhorn_permutation(x, epsilon, direction, iterations=5000):
-    """n·Pᵀ for the entropic plan from sign·x onto y_j = (j − 1/2)/n, cost |x̃ − y|²,
-    uniform marginals (Cuturi et al., Algorithm 1, in the log domain)."""
+def np_sinkhorn_permutation(x, epsilon, direction, targets="regular", iterations=5000):
+    """n·Pᵀ for the entropic plan from sign·x onto the targets y_j = (j − 1)/(n − 1)
+    ('regular') or (j − 1/2)/n ('centres'), cost |x̃ − y|², uniform marginals (Cuturi et
+    al., Algorithm 1, in the log domain)."""
     sign = -1.0 if direction == "DESCENDING" else 1.0
     xs = sign * np.asarray(x, np.float64)
     n = xs.size
-    y = (np.arange(n) + 0.5) / n
+    y = np.arange(n) / (n - 1) if targets == "regular" else (np.arange(n) + 0.5) / n
     cost = (xs[:, None] - y[None, :]) ** 2
     log_a = log_b = np.full(n, -np.log(n))
     f, g = np.zeros(n), np.zeros(n)
@@ -124,13 +125,16 @@ def np_sinkhorn_permutation(x, epsilon, direction, iterations=5000):
     return n * plan.T
 
 
+@pytest.mark.parametrize("targets", [None, "regular", "centres"])
 @pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
-def test_sinkhorn_permutation_matches_numpy_formula(direction):
+def test_sinkhorn_permutation_matches_numpy_formula(direction, targets):
     x = np.random.RandomState(7).rand(2, 6)
+    grid = {} if targets is None else {"targets": targets}  # None: the default, 'regular'
     out = ss.sinkhorn_permutation_matrix(x, direction=direction, squash=None, epsilon=0.1,
-                                         threshold=1e-10, max_iterations=1000).numpy()
+                                         threshold=1e-10, max_iterations=1000, **grid).numpy()
     for row, got in zip(x, out, strict=True):
-        np.testing.assert_allclose(got, np_sinkhorn_permutation(row, 0.1, direction), atol=1e-8)
+        np.testing.assert_allclose(
+            got, np_sinkhorn_permutation(row, 0.1, direction, targets or "regular"), atol=1e-8)
 
 
 def test_xla_formulation_of_soft_sort_matches_numpy():
