@@ -77,8 +77,8 @@ Conventions shared by all operators:
   by `tf.debugging` assertions; XLA drops assertions, so there a `k` >= n gives NaN
   results instead of an error. When the number of targets is unknown at trace time
   (the default m = n with unknown n), `implicit_solver='auto'` still picks the
-  backward solve by m (dense float64 for m <= 64, conjugate gradients above) with a
-  `tf.cond`, which traces the solver twice (a one-time cost of about a second).
+  backward solve by m (dense float64 for m <= 64, conjugate gradients above) when the
+  backward runs (a `tf.cond` in the implicit backward; it compiles under XLA).
   Ragged inputs are padded by ops that XLA does not compile (`RaggedTensorToTensor`):
   call the operators on `(dense, mask)` inside `jit_compile=True` functions.
 - Reproducibility between identical calls: forward values and implicit gradients are

@@ -27,7 +27,6 @@ from softsort_tf.options import (  # noqa: F401 (re-exported defaults)
     SinkhornOptions,
 )
 from softsort_tf.solvers import sinkhorn as solver_lib
-from softsort_tf.solvers.implicit import DENSE_SOLVE_MAX_TARGETS
 
 SinkhornInfo = collections.namedtuple("SinkhornInfo", ["num_iterations", "error"])
 SinkhornInfo.__doc__ = """Convergence report of a Sinkhorn operator.
@@ -195,25 +194,6 @@ def padded_list_target(count, m, dtype):
                     tf.fill(tf.shape(bins * count), tf.constant(NEGLIGIBLE_MASS, dtype)))
 
 
-def _solve(x, y, a, b, kwargs):
-    """`solver_lib.solve`, keeping the 'auto' choice of the implicit backward solve when
-    the number of targets m is unknown at trace time (the default m = n of a list of
-    unknown length): a `tf.cond` on m runs the dense float64 solve for m <= 64 and
-    conjugate gradients above, as a static m would (CG alone made float32 rank
-    gradients of 10 entries at ε = 1e-3 wrong by 7 %)."""
-    m = b.shape[-1]
-    if not (kwargs["implicit"] and kwargs["implicit_solver"] == "auto" and m is None):
-        return solver_lib.solve(x, y, a, b, **kwargs)
-
-    def run(solver):
-        r = solver_lib.solve(x, y, a, b, **{**kwargs, "implicit_solver": solver})
-        return r.f, r.g, r.cost, r.epsilon, r.num_iterations, r.error
-
-    parts = tf.cond(tf.shape(b)[-1] <= DENSE_SOLVE_MAX_TARGETS,
-                    lambda: run("dense"), lambda: run("cg"))
-    return solver_lib.SinkhornResult(*parts)
-
-
 class Transport:
     """The solved transport problem of one operator call, in `[batch, ·]` layout."""
 
@@ -295,7 +275,8 @@ class Transport:
             squashed = tf.where(self.mask, squashed,
                                 tf.fill(tf.shape(squashed),
                                         tf.constant(PADDING_POSITION, squashed.dtype)))
-        self.result = _solve(squashed, self.y, solver_a, self.b, options.solver_kwargs())
+        self.result = solver_lib.solve(squashed, self.y, solver_a, self.b,
+                                       **options.solver_kwargs())
         warn_if_unconverged(self.result, options.threshold)
         self._plan = None
         self._row_plan = None

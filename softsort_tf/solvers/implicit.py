@@ -61,10 +61,24 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     Returns:
       `(d_cost, d_a, d_b)`.
     """
-    out_dtype = cost.dtype
     m = cost.shape[-1]
-    use_dense = solver == "dense" or (solver == "auto" and m is not None
-                                      and m <= DENSE_SOLVE_MAX_TARGETS)
+    kwargs = dict(cg_max_iterations=cg_max_iterations, cg_tolerance=cg_tolerance)
+    if solver == "auto" and m is None:
+        # m unknown at trace time (the default m = n of lists of unknown length): the
+        # same choice by m as for a static m, made when the backward runs. (A choice
+        # made on the whole solve instead, forward loop included, does not compile
+        # under XLA once differentiated.)
+        return tf.cond(tf.shape(cost)[-1] <= DENSE_SOLVE_MAX_TARGETS,
+                       lambda: _vjp(cost, f, g, epsilon, df, dg, use_dense=True, **kwargs),
+                       lambda: _vjp(cost, f, g, epsilon, df, dg, use_dense=False, **kwargs))
+    use_dense = solver == "dense" or (solver == "auto" and m <= DENSE_SOLVE_MAX_TARGETS)
+    return _vjp(cost, f, g, epsilon, df, dg, use_dense=use_dense, **kwargs)
+
+
+def _vjp(cost, f, g, epsilon, df, dg, *, use_dense: bool, cg_max_iterations: int,
+         cg_tolerance):
+    """`implicit_vjp` with the dense (Cholesky, float64) or the CG solve."""
+    out_dtype = cost.dtype
     if use_dense and out_dtype != tf.float64:
         # Few targets (ranks of short rows, top-k masks, quantiles) make the system
         # nearly singular once the plan is nearly hard: a float32 plan and right-hand
