@@ -9,7 +9,10 @@ retracing per length):
 - `padded`: the same lists padded to the longest with `mask=` (graph and XLA);
 - `one at a time`: a Python loop over the lists, one call per list (graph and XLA);
 - `padded, no mask`: the padded batch as if every entry were valid, the cost of the
-  padded shape alone (the floor any padded computation pays).
+  padded shape alone (the floor any padded computation pays);
+- `bucketed`: the lists sorted by length and split into `--buckets` batches of equal
+  count, each padded to its own longest list with `mask=` (what
+  `tf.data.Dataset.bucket_by_sequence_length` does for a model's input).
 
 The table reports the time per batch, the padded share (padded entries / all entries
 of the padded batch) and the ratio to the unmasked padded batch, so the mask's own
@@ -38,6 +41,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 5, "Timings per figure (median).", lo
 _OPS = flags.DEFINE_list("ops", ["sinkhorn_rank", "sinkhorn_sort", "softsort_ranks",
                                  "neuralsort_ranks"], "Operators to time.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the lengths and values.")
+_BUCKETS = flags.DEFINE_integer("buckets", 4, "Buckets of the bucketed way.", lower_bound=1)
 
 
 def _softsort_ranks(x, mask=None):
@@ -114,6 +118,13 @@ def bench(name: str, lists: list[np.ndarray], repeats: int) -> list[tuple[str, f
 
     singles = [(tf.constant(v), w[: len(v)]) for v, w in zip(lists, weights.numpy(),
                                                               strict=True)]
+    order = np.argsort([len(v) for v in lists], kind="stable")
+    buckets = []
+    for part in np.array_split(order, _BUCKETS.value):
+        r = tf.ragged.constant([lists[i] for i in part], dtype=tf.float32, ragged_rank=1)
+        d = r.to_tensor(0.0)
+        m = tf.sequence_mask(r.row_lengths(), tf.shape(d)[1])
+        buckets.append((d, m, tf.where(m, tf.gather(weights, part)[:, : d.shape[1]], 0.0)))
     rows = [("ragged (graph)", _median_seconds(
         lambda: run_ragged(ragged, ragged_weights)[0].numpy(), repeats))]
     for jit in (False, True):
@@ -125,6 +136,9 @@ def bench(name: str, lists: list[np.ndarray], repeats: int) -> list[tuple[str, f
             lambda f=f_full: f(dense, weights)[0].numpy(), repeats)))
         rows.append((f"one at a time ({mode})", _median_seconds(
             lambda f=f_one: [f(x, w)[0].numpy() for x, w in singles], repeats)))
+        rows.append((f"bucketed by length, {_BUCKETS.value} buckets + mask ({mode})",
+                     _median_seconds(lambda f=f_pad: [f(d, m, w)[0].numpy()
+                                                      for d, m, w in buckets], repeats)))
     return rows
 
 
