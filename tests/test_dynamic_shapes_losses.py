@@ -8,24 +8,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from numpy_references import np_window_mean
+from numpy_references import np_window_mean, np_window_shares
 
 import softsort_tf as ss
 
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
-
-
-def np_window_shares(x, low, high):
-    """Per-example shares n·c_i of a batch statistic in the hard limit (uniform masses):
-    c_i = overlap_i · x_i / (high − low), Σ_i c_i the mean of the window [low, high]."""
-    x = np.asarray(x, np.float64)
-    n = x.size
-    order = np.argsort(x, kind="stable")
-    upto = np.arange(1, n + 1) / n
-    overlap = np.clip(np.minimum(upto, high) - np.maximum(upto - 1 / n, low), 0.0, None)
-    shares = np.empty(n)
-    shares[order] = n * overlap * x[order] / (high - low)
-    return shares
 
 
 def np_batch_loss(errors, weights, low, high):

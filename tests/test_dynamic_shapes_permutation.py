@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_test_layers import Squeeze
 
 import softsort_tf as ss
 from softsort_tf.ops import hard_stats
@@ -117,18 +118,6 @@ def test_functional_model_with_unknown_length_predicts_two_lengths(layer, mode):
         assert sampled.shape == expected.shape[:1] + (2,) + expected.shape[1:]
 
 
-@keras.saving.register_keras_serializable(package="test_dynamic_shapes_permutation")
-class _Squeeze(keras.layers.Layer):
-    """[batch, n, 1] → [batch, n], passing the Keras mask on."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def call(self, x):
-        return keras.ops.squeeze(x, -1)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["softsort", "neuralsort"])
 def test_fit_with_padded_orderings_of_two_lengths(method):
@@ -136,7 +125,7 @@ def test_fit_with_padded_orderings_of_two_lengths(method):
     # padded lists (ordering then −1) of two lengths; padded items are masked upstream.
     items = keras.Input((None, 2))
     masked = keras.layers.Masking(mask_value=0.0)(items)
-    scores = _Squeeze()(keras.layers.Dense(1)(masked))  # carries the Keras mask
+    scores = Squeeze()(keras.layers.Dense(1)(masked))  # carries the Keras mask
     model = keras.Model(items, LAYERS[method](stochastic=True)(scores))
     model.compile(keras.optimizers.Adam(0.05), ss.PermutationCrossEntropy(),
                   metrics=[ss.ExactPermutationAccuracy(), ss.ElementwisePermutationAccuracy()])
@@ -160,7 +149,7 @@ def test_fit_with_padded_orderings_of_two_lengths(method):
 def test_masked_model_save_load_round_trip(tmp_path):
     items = keras.Input((None, 1))
     masked = keras.layers.Masking(mask_value=0.0)(items)
-    scores = _Squeeze()(keras.layers.Dense(1)(masked))
+    scores = Squeeze()(keras.layers.Dense(1)(masked))
     ranks = ss.NeuralSort(tau=0.2, output_mode="ranks")(scores)
     sorted_values = ss.SoftSort(tau=0.2, output_mode="sorted")(scores)
     model = keras.Model(items, [ranks, sorted_values, scores])

@@ -8,7 +8,7 @@ import scipy.stats
 import tensorflow as tf
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from numpy_references import np_window_mean
+from numpy_references import np_window_mean, np_window_shares
 
 import softsort_tf as ss
 from softsort_tf.experiments import small_problems
@@ -36,19 +36,6 @@ def np_top_k_loss(logits, labels, k, form):
     if form == "rank":
         return np.maximum(0.0, num_classes - r - k + 1)
     return np.maximum(0.0, 1.0 - r / num_classes - k / num_classes)
-
-
-def np_window_shares(x, low, high):
-    """Per-example shares B·c_i of the batch-statistic losses in the hard limit, with
-    uniform masses: c_i = overlap_i · x_i / (high − low), Σ_i c_i the window mean."""
-    x = np.asarray(x, np.float64)
-    n = x.size
-    order = np.argsort(x, kind="stable")
-    upto = np.arange(1, n + 1) / n
-    overlap = np.clip(np.minimum(upto, high) - np.maximum(upto - 1 / n, low), 0.0, None)
-    shares = np.empty(n)
-    shares[order] = n * overlap * x[order] / (high - low)
-    return shares
 
 
 def value_and_grad(fn, x):

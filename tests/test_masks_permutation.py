@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from keras_test_layers import Squeeze
 
 import softsort_tf as ss
 from softsort_tf.ops import hard_stats
@@ -337,22 +338,11 @@ def test_layer_mask_argument_and_compute_mask(mode):
         assert np.asarray(stochastic.compute_mask(x, mask)).shape == (1, 3, 4)
 
 
-class _Squeeze(keras.layers.Layer):
-    """[batch, n, 1] → [batch, n], passing the Keras mask on."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def call(self, x):
-        return keras.ops.squeeze(x, -1)
-
-
 @pytest.mark.parametrize("mode", ["sorted", "ranks", "matrix"])
 def test_keras_mask_from_embedding_is_honoured(mode):
     tokens = keras.Input((None,), dtype="int32")
     embedded = keras.layers.Embedding(10, 3, mask_zero=True)(tokens)
-    scores = _Squeeze()(keras.layers.Dense(1)(embedded))
+    scores = Squeeze()(keras.layers.Dense(1)(embedded))
     model = keras.Model(tokens, ss.SoftSort(tau=0.05, output_mode=mode)(scores))
     score_model = keras.Model(tokens, scores)
     ids = np.array([[3, 0, 5, 7, 0], [1, 2, 0, 0, 0]], np.int32)  # 0 = padding

@@ -1,0 +1,15 @@
+"""Small Keras layers shared by several test modules (not a test module)."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="softsort_tf_tests")
+class Squeeze(keras.layers.Layer):
+    """[batch, n, 1] → [batch, n], passing the Keras mask on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, x):
+        return keras.ops.squeeze(x, -1)
