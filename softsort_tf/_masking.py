@@ -53,6 +53,15 @@ length min(k, n_valid) for `topk`, one ragged `[(n), (n)]` matrix per list for
 permutation matrices, and a dense (or outer-ragged) tensor when the output has no list
 axis (quantiles).
 
+Padding every list to the longest one would make a batch of lists of lengths 10–1000
+cost as much as a batch of 1000-long lists (the permutation and Sinkhorn operators are
+quadratic in n). So the op sorts the lists by length and computes them in
+`RAGGED_BUCKETS` groups of consecutive lengths, each padded only to its own longest
+list (`map_lists`); the results are put back in the input's order. For Gumbel-perturbed
+operators the seed of group g > 0 is `stateless_fold_in(seed, g)`, so every list gets
+its own noise; as with masks, the noise of a list depends on its padded shape and
+group. docs/benchmarks.md ("Variable-length lists") measures the gain.
+
 Dynamic shapes
 --------------
 The list length n may be unknown when a graph is traced (`tf.function` with an
@@ -175,6 +184,125 @@ def is_ragged(x) -> bool:
     return isinstance(x, tf.RaggedTensor)
 
 
+RAGGED_BUCKETS = 4
+"""How many groups of similar length the lists of a ragged input are computed in (see
+"Ragged tensors" above): 1 pads every list to the longest; more groups pad less but run
+the operator more times per call (more dispatch in eager mode, a larger graph)."""
+
+
+def _check_list_axis(x: tf.RaggedTensor, name: str):
+    if x.flat_values.shape.rank != 1:
+        raise ValueError(f"A ragged `{name}` must be ragged along its last axis (the "
+                         f"list axis), got flat values of shape {x.flat_values.shape}.")
+
+
+def _list_level(t: tf.RaggedTensor, outer: int) -> tf.RaggedTensor:
+    """`t` without its first `outer` ragged partitions: axis 0 indexes the lists."""
+    if outer == 0:
+        return t
+    return tf.RaggedTensor.from_nested_row_splits(t.flat_values, t.nested_row_splits[outer:],
+                                                  validate=False)
+
+
+def _reattach(source: tf.RaggedTensor, inner):
+    """Re-attaches the outer ragged partitions of `source` to a per-list `inner`."""
+    outer = source.nested_row_splits[:-1]
+    if not outer:
+        return inner
+    if isinstance(inner, tf.RaggedTensor):
+        return tf.RaggedTensor.from_nested_row_splits(
+            inner.flat_values, tuple(outer) + tuple(inner.nested_row_splits), validate=False)
+    return tf.RaggedTensor.from_nested_row_splits(inner, outer, validate=False)
+
+
+def gather_rows(t, rows):
+    """Rows `rows` (int32 `[k]`) of a tensor or `tf.RaggedTensor` along axis 0.
+
+    Written with dense `tf.gather`s of the flat values (whose gradient is a plain
+    scatter), keeping uniform partitions uniform."""
+    if not isinstance(t, tf.RaggedTensor):
+        return tf.gather(t, rows)
+    splits = tf.cast(t.row_splits, tf.int32)
+    starts, limits = tf.gather(splits[:-1], rows), tf.gather(splits[1:], rows)
+    values = gather_rows(t.values, tf.ragged.range(starts, limits).flat_values)
+    if t.uniform_row_length is not None:
+        return tf.RaggedTensor.from_uniform_row_length(values, t.uniform_row_length,
+                                                       validate=False)
+    return tf.RaggedTensor.from_row_lengths(values, tf.cast(limits - starts,
+                                                            t.row_splits.dtype),
+                                            validate=False)
+
+
+def map_lists(fn, x: tf.RaggedTensor, mask=None, aligned=(), name: str = "x",
+              num_buckets: int | None = None):
+    """Applies `fn` to the lists of a ragged `x` in groups of similar length.
+
+    The lists (the rows of the last ragged partition) are sorted by length and cut into
+    `num_buckets` (default `RAGGED_BUCKETS`) groups of consecutive lengths, as equal in
+    count as possible; each group is padded to its own longest list only. `fn` returns,
+    for a group, a nest of tensors (ragged or dense) whose axis 0 indexes the group's
+    lists, typically through the `RaggedLists.to_*` methods; the groups' results are
+    concatenated, put back in the order of `x` and given the outer ragged partitions of
+    `x`. Runs in eager mode and in graphs with an unknown number of lists (a group
+    without lists then computes the shortest list and its result is dropped); not
+    under XLA, which cannot compile ragged tensors.
+
+    Args:
+      fn: `fn(lists, aligned, group)`: `lists` a `RaggedLists` of the group (its mask
+        combines the lists' and `mask`), `aligned` the group's rows of the `aligned`
+        tensors, `group` the int index of the group (0 is the shortest lists).
+      x: ragged `[..., (n)]` (ragged along its last axis).
+      mask: optional ragged bool of the row lengths of `x`, or dense of its padded shape.
+      aligned: ragged tensors with the outer partitions of `x` whose rows (after them)
+        are those of `x`'s lists, e.g. ragged `[batch, (n), (n)]` matrices.
+      name: the argument name used in error messages.
+      num_buckets: the number of groups (>= 1).
+
+    Returns:
+      The nest of `fn`'s results for all lists of `x`.
+    """
+    _check_list_axis(x, name)
+    outer = len(x.nested_row_splits) - 1
+    lists = _list_level(x, outer)
+    lengths = lists.row_lengths()
+    count = tf.shape(lengths, out_type=tf.int32)[0]
+    if mask is not None:
+        if isinstance(mask, tf.RaggedTensor):
+            mask = lists.with_flat_values(tf.cast(mask.flat_values, tf.bool))
+        else:
+            longest = tf.reduce_max(tf.concat([lengths, tf.zeros([1], lengths.dtype)], 0))
+            dense = tf.reshape(tf.cast(mask, tf.bool), tf.stack([tf.cast(count, lengths.dtype),
+                                                                 longest]))
+            mask = tf.RaggedTensor.from_tensor(dense, lengths=lengths)
+    aligned = tuple(_list_level(a, outer) for a in aligned)
+    groups = RAGGED_BUCKETS if num_buckets is None else int(num_buckets)
+    static_count = tf.get_static_value(count)
+    if static_count is not None:
+        groups = max(1, min(groups, int(static_count)))
+    if groups == 1:
+        out = fn(RaggedLists.from_ragged(lists, mask, name=name), aligned, 0)
+        return tf.nest.map_structure(lambda t: _reattach(x, t), out)
+    order = tf.argsort(lengths, stable=True)
+    outs, rows_in_concat = [], []
+    offset = tf.zeros([], tf.int32)
+    for group in range(groups):
+        start, stop = group * count // groups, (group + 1) * count // groups
+        size = stop - start
+        computed = tf.maximum(size, 1)
+        rows = tf.where(size > 0, start + tf.range(computed), tf.zeros([computed], tf.int32))
+        take = tf.gather(order, rows)
+        part = RaggedLists.from_ragged(
+            gather_rows(lists, take), None if mask is None else gather_rows(mask, take),
+            name=name)
+        outs.append(fn(part, tuple(gather_rows(a, take) for a in aligned), group))
+        rows_in_concat.append(offset + tf.range(size))
+        offset += computed
+    # Sorted position r of a list → its row among the concatenated groups' rows.
+    back = tf.gather(tf.concat(rows_in_concat, 0), tf.math.invert_permutation(order))
+    return tf.nest.map_structure(
+        lambda *parts: _reattach(x, gather_rows(tf.concat(parts, 0), back)), *outs)
+
+
 @dataclasses.dataclass
 class RaggedLists:
     """The lists of a `tf.RaggedTensor` ragged along its last axis, as a dense tensor.
@@ -199,9 +327,7 @@ class RaggedLists:
     def from_ragged(cls, x: tf.RaggedTensor, mask=None, name: str = "x") -> RaggedLists:
         """Pads the lists of `x`; `mask` (optional) is a ragged bool tensor of the same
         row lengths, or a dense one of the padded shape, combined with the lists'."""
-        if x.flat_values.shape.rank != 1:
-            raise ValueError(f"A ragged `{name}` must be ragged along its last axis (the "
-                             f"list axis), got flat values of shape {x.flat_values.shape}.")
+        _check_list_axis(x, name)
         lists = tf.RaggedTensor.from_row_splits(x.flat_values, x.nested_row_splits[-1],
                                                 validate=False)
         dense = lists.to_tensor(default_value=tf.zeros([], x.dtype))
@@ -218,14 +344,7 @@ class RaggedLists:
 
     def _outer(self, inner):
         """Re-attaches the outer ragged partitions of `source` to per-list `inner`."""
-        outer = self.source.nested_row_splits[:-1]
-        if not outer:
-            return inner
-        if isinstance(inner, tf.RaggedTensor):
-            return tf.RaggedTensor.from_nested_row_splits(
-                inner.flat_values, tuple(outer) + tuple(inner.nested_row_splits),
-                validate=False)
-        return tf.RaggedTensor.from_nested_row_splits(inner, outer, validate=False)
+        return _reattach(self.source, inner)
 
     def to_elementwise(self, out):
         """`[lists, longest]` result → ragged with the row lengths of `source`."""

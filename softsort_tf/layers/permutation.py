@@ -169,23 +169,28 @@ class _PermutationLayer(keras.layers.Layer):
     def _ragged_call(self, scores, values, training, mask):
         """The call on ragged `[batch, (n)]` lists: computed on the padded lists and
         their mask, returned ragged (`[batch, (S,) (n), (n)]` or `[batch, (S,) (n)]`)."""
-        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
-        dense_values = lists.dense
-        if values is not scores:
-            dense_values = _masking.RaggedLists.from_ragged(values, name="values").dense
-        out = self.call([lists.dense, dense_values] if values is not scores else lists.dense,
-                        training=training, mask=lists.mask)
-        if self.output_mode == "matrix":
+        separate = values is not scores
+
+        def run(lists, aligned, group):
+            del group
+            inputs = lists.dense
+            if separate:
+                inputs = [lists.dense, aligned[0].to_tensor()]
+            out = self.call(inputs, training=training, mask=lists.mask)
+            if self.output_mode == "matrix":
+                if self.num_samples is None:
+                    return lists.to_square(out)
+                return sampling.ragged_samples(lists, out, self.num_samples)
             if self.num_samples is None:
-                return lists.to_square(out)
-            return sampling.ragged_samples(lists, out, self.num_samples)
-        if self.num_samples is None:
-            return lists.to_elementwise(out)
-        rows = tf.RaggedTensor.from_tensor(
-            tf.reshape(out, tf.stack([-1, tf.shape(out)[-1]])),
-            lengths=tf.repeat(lists.lengths, self.num_samples))
-        return lists.to_per_list(tf.RaggedTensor.from_uniform_row_length(rows,
-                                                                          self.num_samples))
+                return lists.to_elementwise(out)
+            rows = tf.RaggedTensor.from_tensor(
+                tf.reshape(out, tf.stack([-1, tf.shape(out)[-1]])),
+                lengths=tf.repeat(lists.lengths, self.num_samples))
+            return lists.to_per_list(tf.RaggedTensor.from_uniform_row_length(
+                rows, self.num_samples))
+
+        return _masking.map_lists(run, scores, mask, aligned=(values,) if separate else (),
+                                  name="scores")
 
     def compute_mask(self, inputs, mask=None):
         """The input mask for 'ranks', the first n_valid positions for 'sorted' (both

@@ -8,8 +8,10 @@ masked Spearman functions):
 - An entry is padding when its label is negative (TF-Ranking's convention, e.g. −1),
   or when the optional boolean `mask` `[..., n]` is False there (for the Keras losses:
   a Keras mask of `y_pred` of its shape, e.g. from `keras.layers.Masking` on the
-  items). `tf.RaggedTensor` inputs are padded to the longest row with the rows' ends
-  marked as padding.
+  items). `tf.RaggedTensor` inputs are padded with the rows' ends marked as padding:
+  when `y_true` and `y_pred` are both ragged, in groups of lists of similar length
+  (`per_list_over_groups`, as the operators do; see softsort_tf._masking), else to the
+  longest row.
 - The padding becomes the operators' `mask` (see softsort_tf._masking, the package's
   one convention): padded entries get no mass, the soft ranks, sorts and losses of
   the valid entries are those of the valid entries alone (exactly for SoftSort and
@@ -33,11 +35,14 @@ accepted and validated, so that saved configs load, and has no effect.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _masking
 from softsort_tf.losses.base import ItemMaskMixin, full_precision_dtype, split_item_mask
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
@@ -59,6 +64,34 @@ def _dense(t, default):
         present = tf.ones_like(t, dtype=tf.bool).to_tensor(default_value=False)
         return t.to_tensor(default_value=default), present
     return tf.convert_to_tensor(t), None
+
+
+def per_list_over_groups(fn):
+    """Decorates a per-list function `fn(y_true, y_pred, ..., mask=None, ...)` (results
+    `[...]` without the list axis): for ragged `y_true` and `y_pred` of the same
+    partitions, `fn` runs on groups of lists of similar length, each padded to its own
+    longest list (`_masking.map_lists`), labels padded with −1, and the row ends in the
+    mask; other inputs go to `fn` unchanged."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        y_true, y_pred = bound.arguments["y_true"], bound.arguments["y_pred"]
+        if not (isinstance(y_true, tf.RaggedTensor) and isinstance(y_pred, tf.RaggedTensor)
+                and y_true.ragged_rank == y_pred.ragged_rank):
+            return fn(*args, **kwargs)
+
+        def run(lists, aligned, group):
+            del group
+            bound.arguments.update(y_true=aligned[0].to_tensor(default_value=-1),
+                                   y_pred=lists.dense, mask=lists.mask)
+            return fn(*bound.args, **bound.kwargs)
+
+        return _masking.map_lists(run, y_pred, bound.arguments.get("mask"),
+                                  aligned=(y_true,), name="y_pred")
+
+    return wrapper
 
 
 def check_list_size(list_size) -> int | None:
@@ -182,6 +215,7 @@ def ideal_dcg(labels, k=None):
     return tf.reduce_sum(g * discounts, axis=-1)
 
 
+@per_list_over_groups
 def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
               temperature: float | None = None, list_size: int | None = None,
               **operator_kwargs):
@@ -299,6 +333,7 @@ def relevance_permutation_targets(labels, mask):
     return match / tf.maximum(count, 1.0)
 
 
+@per_list_over_groups
 def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neuralsort",
                               temperature: float | None = None,
                               probability_floor: float = DEFAULT_PROBABILITY_FLOOR,

@@ -74,6 +74,7 @@ def masked_target_ranks(labels, mask):
     return hard_stats.rankdata(-labels, axis=-1, mask=mask)
 
 
+@ranking.per_list_over_groups
 def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
                               negative_labels_are_padding: bool = False,
                               options: SinkhornOptions | dict | None = None,

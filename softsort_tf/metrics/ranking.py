@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.ranking import gains, ideal_dcg, padded_lists
+from softsort_tf.losses.ranking import gains, ideal_dcg, padded_lists, per_list_over_groups
 
 _PACKAGE = "softsort_tf"
 
@@ -32,6 +32,7 @@ def _predicted_order(scores, valid):
     return tf.argsort(keyed, axis=-1, direction="DESCENDING", stable=True)
 
 
+@per_list_over_groups
 def ndcg(y_true, y_pred, mask=None, k: int | None = None):
     """NDCG@k of each list: DCG@k of the predicted order over the ideal DCG@k.
 
@@ -68,6 +69,7 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None):
     return values, tf.cast(has_relevant, values.dtype)
 
 
+@per_list_over_groups
 def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
     """1 / (position of the first relevant item, label > 0) in the predicted order.
 

@@ -54,8 +54,9 @@ def rankdata(x, axis: int = -1, *, mask=None):
     if _masking.is_ragged(x):
         if axis not in (-1, x.shape.rank - 1):
             raise ValueError(f"A ragged `x` is ranked along its last axis, got axis={axis}.")
-        lists = _masking.RaggedLists.from_ragged(x, mask)
-        return lists.to_elementwise(rankdata(lists.dense, mask=lists.mask))
+        return _masking.map_lists(
+            lambda lists, aligned, group: lists.to_elementwise(
+                rankdata(lists.dense, mask=lists.mask)), x, mask)
     x2d, view = _shapes.to_batch(x, axis)
     valid = _masking.mask_to_batch(mask, view)
     if valid is not None:

@@ -209,8 +209,10 @@ def _matrix_op(scores, mask, core, direction: str):
     order (padded entries already replaced by `_masking.replace_padded`; `valid` None when no
     mask is given), and restores the shape `[..., n, n]` (ragged `[batch, (n), (n)]`)."""
     if _masking.is_ragged(scores):
-        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
-        return lists.to_square(_matrix_op(lists.dense, lists.mask, core, direction))
+        return _masking.map_lists(
+            lambda lists, aligned, group: lists.to_square(
+                _matrix_op(lists.dense, lists.mask, core, direction)),
+            scores, mask, name="scores")
     s2d, view = _shapes.to_batch(scores, -1, "scores")
     valid = _masking.mask_to_batch(mask, view, name="mask")
     # Padded scores (NaN and ±inf included) are replaced before any arithmetic.

@@ -94,9 +94,16 @@ def permute_values(perm, values, *, mask=None):
     array([[20., 30., 10.]], dtype=float32)
     """
     if isinstance(values, tf.RaggedTensor):
-        lists = _masking.RaggedLists.from_ragged(values, mask, name="values")
-        return lists.to_elementwise(permute_values(_dense_square(perm), lists.dense,
-                                                   mask=lists.mask))
+        if isinstance(perm, tf.RaggedTensor) and perm.ragged_rank == values.ragged_rank + 1:
+            # The lists' matrices are gathered with them (groups of similar length).
+            return _masking.map_lists(
+                lambda lists, aligned, group: lists.to_elementwise(permute_values(
+                    _dense_square(aligned[0]), lists.dense, mask=lists.mask)),
+                values, mask, aligned=(perm,), name="values")
+        return _masking.map_lists(
+            lambda lists, aligned, group: lists.to_elementwise(permute_values(
+                _dense_square(perm), lists.dense, mask=lists.mask)),
+            values, mask, name="values", num_buckets=1)
     perm, values, out_dtype = _align_values(_dense_square(perm), values)
     if mask is not None:
         mask = tf.convert_to_tensor(mask)

@@ -68,9 +68,10 @@ def _sinkhorn_matrix(scores, *, direction: str = "DESCENDING", hard: bool = Fals
                          "sorted along their last axis; call "
                          "`sinkhorn_permutation_matrix` directly for them.")
     if _masking.is_ragged(scores):
-        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
-        return lists.to_square(_sinkhorn_matrix(lists.dense, direction=direction, hard=hard,
-                                                mask=lists.mask, **kwargs))
+        return _masking.map_lists(
+            lambda lists, aligned, group: lists.to_square(_sinkhorn_matrix(
+                lists.dense, direction=direction, hard=hard, mask=lists.mask, **kwargs)),
+            scores, mask, name="scores")
     if mask is not None:
         kwargs["mask"] = mask
     perm = sinkhorn_permutation_matrix(scores, direction=direction, **kwargs)

@@ -168,6 +168,15 @@ def _scores_mask(mask, scores):
     return tf.reshape(_masking.mask_to_batch(mask, view), tf.shape(scores))
 
 
+def group_seed(seed, group: int):
+    """The seed of group `group` of a ragged input's lists (`_masking.map_lists`): `seed`
+    itself for group 0, else `stateless_fold_in(seed, group)`, so lists computed in
+    different groups get independent noise."""
+    if group == 0:
+        return seed
+    return tf.random.experimental.stateless_fold_in(_as_seed(seed), group)
+
+
 def ragged_samples(lists, dense_out, num_samples: int):
     """Stochastic matrices `[lists, S, longest, longest]` of the padded lists of
     `lists` (a `_masking.RaggedLists`) → ragged `[lists, S, (n), (n)]`."""
@@ -216,10 +225,15 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
     """
     if _masking.is_ragged(scores):
         num_samples = _checks.check_positive_int("num_samples", num_samples)
-        lists = _masking.RaggedLists.from_ragged(scores, mask, name="scores")
-        dense = stochastic_permutation_matrix(lists.dense, num_samples, seed, method,
-                                              direction, hard, mask=lists.mask, **kwargs)
-        return ragged_samples(lists, dense, num_samples)
+
+        def run(lists, aligned, group):
+            del aligned
+            dense = stochastic_permutation_matrix(
+                lists.dense, num_samples, group_seed(seed, group), method, direction, hard,
+                mask=lists.mask, **kwargs)
+            return ragged_samples(lists, dense, num_samples)
+
+        return _masking.map_lists(run, scores, mask, name="scores")
     scores = tf.convert_to_tensor(scores)
     dtype = _shapes.compute_dtype(scores.dtype)
     perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed, mask=mask)

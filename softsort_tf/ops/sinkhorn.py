@@ -111,7 +111,7 @@ from softsort_tf.options import SinkhornOptions
 
 
 def _ragged_call(op, x, axis, mask, return_info, kind, **kwargs):
-    """Runs `op` on the padded lists of a ragged x (see `_masking.RaggedLists`) and
+    """Runs `op` on the padded lists of a ragged x (see `_masking.map_lists`) and
     returns the result in ragged form: `kind` is 'elementwise', 'per_list', 'square' or
     an int k ('prefix': rows of min(k, n_valid) values) or 'uniform' (rows of the
     op's output length)."""
@@ -119,24 +119,28 @@ def _ragged_call(op, x, axis, mask, return_info, kind, **kwargs):
     if not (axis == -1 or (rank is not None and axis == rank - 1)):
         raise ValueError(f"A ragged `x` is operated along its last (ragged) axis: `axis` "
                          f"must be -1, got {axis!r}.")
-    lists = _masking.RaggedLists.from_ragged(x, mask)
-    out = op(lists.dense, axis=-1, mask=lists.mask, return_info=return_info, **kwargs)
-    info = None
-    if return_info:
-        out, info = out
-        info = type(info)(*(lists.to_per_list(v) for v in info))
-    if kind == "elementwise":
-        out = lists.to_elementwise(out)
-    elif kind == "per_list":
-        out = lists.to_per_list(out)
-    elif kind == "square":
-        out = lists.to_square(out)
-    elif kind == "uniform":
-        out = lists.to_prefix(out, tf.fill(tf.shape(out)[:1], tf.shape(out)[1]))
-    else:
-        valid = _masking.n_valid(lists.mask, tf.int64)
-        out = lists.to_prefix(out, tf.minimum(valid, kind))
-    return (out, info) if return_info else out
+
+    def run(lists, aligned, group):
+        del aligned, group
+        out = op(lists.dense, axis=-1, mask=lists.mask, return_info=return_info, **kwargs)
+        info = None
+        if return_info:
+            out, info = out
+            info = type(info)(*(lists.to_per_list(v) for v in info))
+        if kind == "elementwise":
+            out = lists.to_elementwise(out)
+        elif kind == "per_list":
+            out = lists.to_per_list(out)
+        elif kind == "square":
+            out = lists.to_square(out)
+        elif kind == "uniform":
+            out = lists.to_prefix(out, tf.fill(tf.shape(out)[:1], tf.shape(out)[1]))
+        else:
+            valid = _masking.n_valid(lists.mask, tf.int64)
+            out = lists.to_prefix(out, tf.minimum(valid, kind))
+        return (out, info) if return_info else out
+
+    return _masking.map_lists(run, x, mask)
 
 
 def _checked_list_length(k: int, count, name: str):
