@@ -138,11 +138,15 @@ def _sorted_positions_valid(valid):
 def _masked_normalise(weights, valid):
     """Row-normalised `weights` `[batch, n, n]` over the valid columns; rows of sorted
     positions >= n_valid and columns of padded entries are 0 (no division by 0)."""
-    zero = tf.zeros([], weights.dtype)
-    weights = tf.where(valid[:, None, :], weights, zero)
+    # Three passes over [batch, n, n] (column factor, row sums, row factor): the row
+    # masking and the normalisation share one [batch, n, 1] factor. `weights` are
+    # finite (padded scores were replaced), so the factor 0 of a padded column is exact.
+    weights = weights * tf.cast(valid, weights.dtype)[:, None, :]
     sums = tf.reduce_sum(weights, axis=-1, keepdims=True)
-    perm = weights / tf.where(sums > 0, sums, tf.ones_like(sums))
-    return tf.where(_sorted_positions_valid(valid)[:, :, None], perm, zero)
+    keep = tf.logical_and(_sorted_positions_valid(valid)[:, :, None], sums > 0)
+    factor = tf.where(keep, 1.0 / tf.where(keep, sums, tf.ones_like(sums)),
+                      tf.zeros_like(sums))
+    return weights * factor
 
 
 @_not_converted
