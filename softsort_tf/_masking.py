@@ -216,21 +216,19 @@ def _reattach(source: tf.RaggedTensor, inner):
 
 
 def gather_rows(t, rows):
-    """Rows `rows` (int32 `[k]`) of a tensor or `tf.RaggedTensor` along axis 0.
+    """Rows `rows` (integer `[k]`) of a tensor or `tf.RaggedTensor` along axis 0.
 
     Written with dense `tf.gather`s of the flat values (whose gradient is a plain
     scatter), keeping uniform partitions uniform."""
     if not isinstance(t, tf.RaggedTensor):
         return tf.gather(t, rows)
-    splits = tf.cast(t.row_splits, tf.int32)
+    splits = t.row_splits
     starts, limits = tf.gather(splits[:-1], rows), tf.gather(splits[1:], rows)
     values = gather_rows(t.values, tf.ragged.range(starts, limits).flat_values)
     if t.uniform_row_length is not None:
         return tf.RaggedTensor.from_uniform_row_length(values, t.uniform_row_length,
                                                        validate=False)
-    return tf.RaggedTensor.from_row_lengths(values, tf.cast(limits - starts,
-                                                            t.row_splits.dtype),
-                                            validate=False)
+    return tf.RaggedTensor.from_row_lengths(values, limits - starts, validate=False)
 
 
 def map_lists(fn, x: tf.RaggedTensor, mask=None, aligned=(), name: str = "x",
