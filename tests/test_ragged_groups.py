@@ -10,7 +10,7 @@ import tensorflow as tf
 import softsort_tf as ss
 from softsort_tf import _masking
 
-TIGHT = dict(epsilon=0.05, threshold=1e-8, max_iterations=1000)
+TIGHT = dict(epsilon=0.05, threshold=1e-6, max_iterations=3000)
 LENGTHS = [7, 1, 12, 3, 3, 9, 2, 5, 11]  # unsorted, with a tie and a singleton
 OPERATORS = {
     "rank": lambda x, **kw: ss.sinkhorn_rank(x, **TIGHT, **kw),
@@ -56,8 +56,8 @@ def test_groups_give_the_results_and_gradients_of_one_padded_batch(name, monkeyp
         np.testing.assert_array_equal(grouped.nested_row_lengths()[0],
                                       padded.nested_row_lengths()[0])
         grouped, padded = grouped.flat_values, padded.flat_values
-    np.testing.assert_allclose(grouped.numpy(), padded.numpy(), atol=1e-6, err_msg=name)
-    np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(grouped.numpy(), padded.numpy(), atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-5, err_msg=name)
     assert np.any(padded_grad != 0) or name in ("rankdata", "neuralsort_hard", "topk_mask")
 
 
@@ -72,7 +72,7 @@ def test_unknown_number_of_lists_in_a_graph(name, lengths):
     got = traced(x)
     for row, values in zip(_as_lists(got), x.to_list(), strict=True):
         expected = op(tf.constant([values], tf.float64)).numpy()[0]
-        np.testing.assert_allclose(np.array(row), expected, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(np.array(row), expected, atol=1e-5, err_msg=name)
 
 
 def test_outer_partitions_and_a_dense_mask_of_the_padded_shape():
@@ -89,7 +89,7 @@ def test_outer_partitions_and_a_dense_mask_of_the_padded_shape():
         if valid.any():
             expected[valid] = ss.sinkhorn_rank(
                 tf.constant([np.array(values)[valid]], tf.float64), **TIGHT).numpy()[0]
-        np.testing.assert_allclose(row, expected, atol=1e-6)
+        np.testing.assert_allclose(row, expected, atol=1e-5)
 
 
 def test_lists_in_different_groups_get_independent_noise():
@@ -136,6 +136,6 @@ def test_ranking_losses_and_metrics_on_groups_of_ragged_lists(name, monkeypatch)
     monkeypatch.setattr(_masking, "RAGGED_BUCKETS", 1)
     padded, padded_grad = run()
     assert grouped.shape == (len(lengths),)
-    np.testing.assert_allclose(grouped, padded, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(grouped, padded, atol=1e-5, err_msg=name)
     if padded_grad is not None:
-        np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-5, err_msg=name)
