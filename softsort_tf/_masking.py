@@ -324,7 +324,7 @@ class RaggedLists:
     @classmethod
     def from_ragged(cls, x: tf.RaggedTensor, mask=None, name: str = "x") -> RaggedLists:
         """Pads the lists of `x`; `mask` (optional) is a ragged bool tensor of the same
-        row lengths, or a dense one of the padded shape, combined with the lists'."""
+        row lengths (`map_lists` turns a dense mask into one), combined with the lists'."""
         _check_list_axis(x, name)
         lists = tf.RaggedTensor.from_row_splits(x.flat_values, x.nested_row_splits[-1],
                                                 validate=False)
@@ -332,12 +332,8 @@ class RaggedLists:
         present = tf.ones_like(lists.flat_values, tf.bool)
         present = lists.with_flat_values(present).to_tensor(default_value=False)
         if mask is not None:
-            if isinstance(mask, tf.RaggedTensor):
-                flat = tf.cast(mask.flat_values, tf.bool)
-                user = lists.with_flat_values(flat).to_tensor(default_value=False)
-            else:
-                user = tf.reshape(tf.cast(mask, tf.bool), tf.shape(present))
-            present = tf.logical_and(present, user)
+            user = lists.with_flat_values(tf.cast(mask.flat_values, tf.bool))
+            present = tf.logical_and(present, user.to_tensor(default_value=False))
         return cls(source=x, dense=dense, mask=present, lengths=lists.row_lengths())
 
     def _outer(self, inner):

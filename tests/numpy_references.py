@@ -26,3 +26,21 @@ def np_window_shares(x, low, high):
     shares = np.empty(n)
     shares[order] = n * overlap * x[order] / (high - low)
     return shares
+
+
+def np_log_sinkhorn_plan(x, y, epsilon, iterations):
+    """Entropic plan between x (uniform masses 1/n) and targets y (uniform 1/m) for the
+    cost |x_i − y_j|², by the log-domain Sinkhorn updates of Cuturi et al. (eq. 3)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    cost = (x[:, None] - y[None, :]) ** 2
+    log_a, log_b = np.full(x.size, -np.log(x.size)), np.full(y.size, -np.log(y.size))
+    f, g = np.zeros(x.size), np.zeros(y.size)
+
+    def softmin(m, axis):
+        top = m.max(axis=axis, keepdims=True)
+        return (top + np.log(np.exp(m - top).sum(axis=axis, keepdims=True))).squeeze(axis)
+
+    for _ in range(iterations):
+        f = epsilon * log_a - epsilon * softmin((g[None, :] - cost) / epsilon, 1)
+        g = epsilon * log_b - epsilon * softmin((f[:, None] - cost) / epsilon, 0)
+    return np.exp((f[:, None] + g[None, :] - cost) / epsilon)

@@ -10,6 +10,7 @@ import scipy.stats
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy_references import np_log_sinkhorn_plan
 
 import softsort_tf as ss
 from softsort_tf.ops import sampling
@@ -110,18 +111,7 @@ def np_sinkhorn_permutation(x, epsilon, direction, targets="regular", iterations
     xs = sign * np.asarray(x, np.float64)
     n = xs.size
     y = np.arange(n) / (n - 1) if targets == "regular" else (np.arange(n) + 0.5) / n
-    cost = (xs[:, None] - y[None, :]) ** 2
-    log_a = log_b = np.full(n, -np.log(n))
-    f, g = np.zeros(n), np.zeros(n)
-
-    def lse(m, axis):
-        top = m.max(axis=axis, keepdims=True)
-        return (top + np.log(np.exp(m - top).sum(axis=axis, keepdims=True))).squeeze(axis)
-
-    for _ in range(iterations):
-        f = epsilon * log_a - epsilon * lse((g[None, :] - cost) / epsilon, 1)
-        g = epsilon * log_b - epsilon * lse((f[:, None] - cost) / epsilon, 0)
-    plan = np.exp((f[:, None] + g[None, :] - cost) / epsilon)
+    plan = np_log_sinkhorn_plan(xs, y, epsilon, iterations)
     return n * plan.T
 
 

@@ -56,6 +56,7 @@ def test_groups_give_the_results_and_gradients_of_one_padded_batch(name, monkeyp
         np.testing.assert_array_equal(grouped.nested_row_lengths()[0],
                                       padded.nested_row_lengths()[0])
         grouped, padded = grouped.flat_values, padded.flat_values
+    assert np.all(np.isfinite(grouped.numpy())) and np.all(np.isfinite(grouped_grad)), name
     np.testing.assert_allclose(grouped.numpy(), padded.numpy(), atol=1e-5, err_msg=name)
     np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-5, err_msg=name)
     assert np.any(padded_grad != 0) or name in ("rankdata", "neuralsort_hard", "topk_mask")
@@ -135,7 +136,8 @@ def test_ranking_losses_and_metrics_on_groups_of_ragged_lists(name, monkeypatch)
     grouped, grouped_grad = run()
     monkeypatch.setattr(_masking, "RAGGED_BUCKETS", 1)
     padded, padded_grad = run()
-    assert grouped.shape == (len(lengths),)
+    assert grouped.shape == (len(lengths),) and np.all(np.isfinite(grouped))
+    assert grouped_grad is None or np.all(np.isfinite(grouped_grad))
     np.testing.assert_allclose(grouped, padded, atol=1e-5, err_msg=name)
     if padded_grad is not None:
         np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-5, err_msg=name)

@@ -10,6 +10,7 @@ to 1e-5 in float64. The hard (ε → 0) limits on both grids are checked by
 import numpy as np
 import pytest
 import tensorflow as tf
+from numpy_references import np_log_sinkhorn_plan
 
 import softsort_tf as ss
 from softsort_tf.ops import transport as transport_lib
@@ -179,19 +180,7 @@ def _np_paper_operators(x, epsilon, iterations=20_000):
     n = x.size
     z = (x - x.mean()) / x.std()
     g_x = 1.0 / (1.0 + np.exp(-np.pi * z / np.sqrt(3.0)))
-    y = np.linspace(0.0, 1.0, n)
-    cost = (g_x[:, None] - y[None, :]) ** 2
-    log_a = log_b = np.full(n, -np.log(n))
-    f, g = np.zeros(n), np.zeros(n)
-
-    def softmin(m, axis):
-        top = m.max(axis=axis, keepdims=True)
-        return (top + np.log(np.exp(m - top).sum(axis=axis, keepdims=True))).squeeze(axis)
-
-    for _ in range(iterations):
-        f = epsilon * log_a - epsilon * softmin((g[None, :] - cost) / epsilon, 1)
-        g = epsilon * log_b - epsilon * softmin((f[:, None] - cost) / epsilon, 0)
-    plan = np.exp((f[:, None] + g[None, :] - cost) / epsilon)
+    plan = np_log_sinkhorn_plan(g_x, np.linspace(0.0, 1.0, n), epsilon, iterations)
     a = b = np.full(n, 1.0 / n)
     cdf = plan @ np.cumsum(b) / a
     return {"cdf": cdf, "rank": n * cdf, "sort": plan.T @ x / b}
