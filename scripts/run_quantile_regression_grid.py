@@ -32,6 +32,8 @@ _METHODS = flags.DEFINE_list("methods", list(quantile_grid.METHODS), "Methods.")
 _EPOCHS = flags.DEFINE_integer("epochs", None, "Override the runs' epochs (tests, quick "
                                "looks); default that of train_quantile_regression.")
 _STEPS = flags.DEFINE_integer("steps_per_epoch", None, "Override the runs' steps per epoch.")
+_OUTPUT_INIT = flags.DEFINE_enum("output_init", None, ["quantile", "glorot"],
+                                 "Override the runs' output initialisation (ablation).")
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False,
                                     "Only write the tables from the finished runs.")
 _RESULTS_MD = flags.DEFINE_string(
@@ -48,7 +50,8 @@ def main(argv):
                               taus=tuple(float(t) for t in _TAUS.value),
                               methods=tuple(_METHODS.value), seeds=_SEEDS.value,
                               overrides={k: v for k, v in (("epochs", _EPOCHS.value),
-                                                           ("steps_per_epoch", _STEPS.value))
+                                                           ("steps_per_epoch", _STEPS.value),
+                                                           ("output_init", _OUTPUT_INIT.value))
                                          if v is not None})
     if not _SUMMARIZE_ONLY.value:
         grid.run()

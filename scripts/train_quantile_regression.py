@@ -34,6 +34,9 @@ flags.DEFINE_integer("patience", _D.patience, "Early stopping: epochs without a 
 flags.DEFINE_float("epsilon", _D.epsilon, "Sinkhorn regularisation of the S-quantile.",
                    lower_bound=0.0)
 flags.DEFINE_float("width", None, "Mass t of the middle bin; default min(0.1, τ, 1 − τ).")
+flags.DEFINE_enum("output_init", _D.output_init, quantile_regression.OUTPUT_INITS,
+                  "'quantile': start as the constant training τ-quantile (output kernel 0, "
+                  "bias the τ-quantile); 'glorot': Keras' default initialisation.")
 flags.DEFINE_float("validation_fraction", _D.validation_fraction,
                    "Share of the training part used for early stopping.")
 flags.DEFINE_bool("jit_compile", _D.jit_compile, "XLA-compile the training step.")

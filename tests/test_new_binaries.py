@@ -213,6 +213,21 @@ def test_squantile_loss_gradients_are_finite_and_move_the_quantile_to_zero():
     assert covered == pytest.approx(0.2, abs=0.05)
 
 
+@pytest.mark.parametrize("tau", [0.1, 0.5])
+def test_quantile_regressor_starts_as_the_constant_training_quantile(tau):
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(40, 6)).astype(np.float32), rng.gamma(2.0, size=300)
+    config = quantile_regression.QuantileRegressionConfig(method="pinball", tau=tau,
+                                                          jit_compile=False)
+    pred = np.asarray(quantile_regression.build_model(6, config, y)(x))
+    np.testing.assert_allclose(pred, np.quantile(y, tau), rtol=1e-6)
+    config.output_init = "glorot"  # Keras' default: the output depends on the input
+    assert np.std(np.asarray(quantile_regression.build_model(6, config, y)(x))) > 1e-2
+    config.output_init = "zeros"
+    with pytest.raises(ValueError, match="output_init"):
+        config.finalize()
+
+
 def test_pinball_loss_matches_numpy():
     y, p = np.array([1.0, -2.0, 0.5]), np.array([0.0, 0.0, 1.0])
     r = y - p

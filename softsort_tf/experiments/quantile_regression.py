@@ -43,6 +43,14 @@ code of the data sets' authors); an "epoch" of the run is a validation interval 
 weights of the best interval on the validation pinball loss (20 % of the training
 part) are kept, and training stops when, at a multiple of `patience` = 10 intervals,
 the best one is 10 or more intervals (2,000 steps) back. The steps are XLA-compiled (`jit_compile`).
+
+Initialisation (ours; the paper does not give it): `output_init="quantile"` starts the
+network as the constant predictor, output kernel 0 and output bias the training
+τ-quantile, so training starts from the baseline every method must beat. With Keras'
+default ("glorot") the untrained output varies by O(1) with the input, which on a data
+set whose scaled responses vary little (star: std 0.06 around 1) the early-stopped
+network never unlearns: 0.027 held-out pinball loss at τ = 0.1 against 0.0083 from the
+constant start and 0.0092 for the constant itself (seed 2, both methods alike).
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ __all__ = ["METHODS", "QuantileRegressionConfig", "SQuantileRegressionLoss", "bu
            "pinball_loss", "run"]
 
 METHODS = ("pinball", "squantile")
+OUTPUT_INITS = ("quantile", "glorot")
 HIDDEN_UNITS = 64
 
 
@@ -184,6 +193,7 @@ class QuantileRegressionConfig:
     learning_rate: float = 1e-4
     epsilon: float = 0.01
     width: float | None = None
+    output_init: str = "quantile"
     validation_fraction: float = 0.2
     strategy: str = "default"
     num_cpu_devices: int = 0
@@ -200,6 +210,9 @@ class QuantileRegressionConfig:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
         _check_tau(self.tau)
+        if self.output_init not in OUTPUT_INITS:
+            raise ValueError(f"output_init must be one of {OUTPUT_INITS}, got "
+                             f"{self.output_init!r}.")
         for name in ("epochs", "steps_per_epoch", "patience", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
@@ -214,16 +227,26 @@ class QuantileRegressionConfig:
         return self
 
 
-def build_model(num_features: int, config: QuantileRegressionConfig) -> keras.Model:
+def build_model(num_features: int, config: QuantileRegressionConfig,
+                y_train: np.ndarray | None = None) -> keras.Model:
     """The regressor (2 hidden layers of 64 ReLU units), compiled with the method's loss.
 
+    With `config.output_init == "quantile"` (and `y_train` given) the network starts as
+    the constant predictor: output kernel 0, output bias the training τ-quantile; with
+    "glorot" every layer has Keras' default initialisation (the output then varies by
+    O(1) with the input at step 0, far more than the responses do on some data sets).
     Both methods report the hard pinball loss as the metric `pinball`.
     """
+    output = keras.layers.Dense(1)
+    if config.output_init == "quantile" and y_train is not None:
+        start = float(np.quantile(np.asarray(y_train, np.float64), config.tau))
+        output = keras.layers.Dense(1, kernel_initializer="zeros",
+                                    bias_initializer=keras.initializers.Constant(start))
     model = keras.Sequential([
         keras.Input((num_features,)),
         keras.layers.Dense(HIDDEN_UNITS, activation="relu"),
         keras.layers.Dense(HIDDEN_UNITS, activation="relu"),
-        keras.layers.Dense(1),
+        output,
     ], name="quantile_regressor")
     if config.method == "pinball":
         loss = PinballLoss(config.tau, name="pinball_loss")
@@ -274,7 +297,7 @@ def run(config: QuantileRegressionConfig) -> dict:
     arrays.steps_per_epoch(len(split.y_train), config.batch_size)  # validates the batch
     spe = config.steps_per_epoch
     with strategy.scope():
-        model = build_model(split.x_train.shape[1], config)
+        model = build_model(split.x_train.shape[1], config, split.y_train)
     # One validation batch of static size: the S-quantile loss needs a known n.
     val = tf.data.Dataset.from_tensors((split.x_val, split.y_val))
 
