@@ -23,8 +23,7 @@ experiment_flags.define_run_flags(epochs=_D.epochs, steps_per_epoch=_D.steps_per
                                   defaults_help={"learning_rate": "SGD, momentum 0.9",
                                                  "batch_size": "unused: see num_queries"})
 experiment_flags.define_relaxation_flags()
-# Keras runs the kNN model without XLA under op determinism, and its non-XLA
-# graph evaluation of this model disagrees with eager execution (see knn.py).
+# Keras runs the kNN model without XLA under op determinism (several times slower).
 flags.FLAGS.set_default("deterministic_ops", False)
 flags.DEFINE_enum("dataset", _D.dataset, images.SOURCES,
                   "Images: embedded (offline digits, 28×28), mnist, fashion_mnist, cifar10 "

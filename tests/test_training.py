@@ -98,3 +98,27 @@ def test_output_directory_is_removed_only_when_this_run_created_it_empty(tmp_pat
                 raise RuntimeError("the run failed")
     assert not os.path.exists(fresh)
     assert os.path.isdir(existing) and os.path.isdir(written)
+
+
+def _unknown_length_batches():
+    # Three static-shape batches behind a filter: tf.data cannot know the length.
+    x = tf.reshape(tf.range(12, dtype=tf.float32), [3, 4, 1])
+    return tf.data.Dataset.from_tensor_slices((x, tf.zeros([3, 4, 1]))).filter(
+        lambda a, b: True)
+
+
+def test_validation_of_unknown_length_is_averaged_over_its_batches(tmp_path):
+    # Keras' non-XLA graph evaluate adds a phantom batch to the metrics of a
+    # static-shape dataset of unknown length (mean over 3 batches reported ×3/4).
+    val = _unknown_length_batches()
+    assert int(val.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    exact = float(np.mean(np.square(np.arange(12.0))))
+    counted = training.with_known_length(val)
+    assert int(counted.cardinality()) == 3
+    assert _model().evaluate(counted, verbose=0) == pytest.approx(exact)
+    fit = training.fit_resumable(
+        _model(), lambda step: val.repeat(), val, epochs=1, steps_per_epoch=1,
+        output_dir=str(tmp_path / "run"), monitor="val_loss", mode="min", verbose=0)
+    assert fit.history["val_loss"] == pytest.approx([exact])
+    with pytest.raises(ValueError, match="finite"):
+        training.with_known_length(val.repeat())

@@ -278,10 +278,8 @@ def run(config: KnnConfig) -> dict:
                                 config.method, config.tau, config.stochastic,
                                 config.num_samples, config.seed)
             model.build()
-            # XLA: Keras' non-XLA graph evaluation of this model disagreed with eager
-            # execution (and with XLA) on the validation episodes; see tests. XLA cannot
-            # place distributed variables, so a strategy other than 'default' runs
-            # without it.
+            # XLA cannot place distributed variables: a strategy other than 'default'
+            # runs without it.
             model.compile(keras.optimizers.SGD(config.learning_rate, momentum=0.9),
                           loss=negative_probability,
                           metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],

@@ -289,6 +289,27 @@ def _backed_up_epoch(backup_dir: str) -> int:
         return int(json.load(f)["epoch"])
 
 
+def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` with its number of batches known to tf.data (counted once if needed).
+
+    Keras' graph-mode (non-XLA) `evaluate` over a dataset of unknown length whose batch
+    shape is static adds one phantom batch to every stateful metric when the iterator
+    runs out (the count is incremented by the static batch size, the total is not; Keras
+    issue 23084): an accuracy over 3 batches is reported ×3/4. A dataset whose length
+    tf.data knows is read exactly that many steps and is not affected.
+
+    Raises:
+      ValueError: if `dataset` is infinite.
+    """
+    length = int(dataset.cardinality())
+    if length == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("validation_dataset must be finite, got an infinite dataset.")
+    if length == tf.data.UNKNOWN_CARDINALITY:
+        length = int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(length))
+    return dataset
+
+
 def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.data.Dataset],
                   validation_dataset: tf.data.Dataset, *, epochs: int, steps_per_epoch: int,
                   output_dir: str, monitor: str, mode: str, writer: bool = True,
@@ -307,7 +328,8 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
     Args:
       model: a built, compiled model (created under the strategy's scope).
       make_train_dataset: `start_step -> dataset` of training batches from that step on.
-      validation_dataset: finite dataset evaluated after every epoch.
+      validation_dataset: finite dataset evaluated after every epoch (its length is
+        counted once when tf.data does not know it, see `with_known_length`).
       epochs: total epochs of the run (resumed epochs included).
       steps_per_epoch: training steps per epoch.
       output_dir: the run's folder.
@@ -335,6 +357,7 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
     """
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}.")
+    validation_dataset = with_known_length(validation_dataset)
     if not writer:
         output_dir = os.path.join(output_dir, f"worker-tmp-{os.getpid()}")
     backup_dir = os.path.join(output_dir, "backup")
