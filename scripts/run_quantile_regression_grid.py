@@ -34,28 +34,37 @@ _EPOCHS = flags.DEFINE_integer("epochs", None, "Override the runs' epochs (tests
 _STEPS = flags.DEFINE_integer("steps_per_epoch", None, "Override the runs' steps per epoch.")
 _OUTPUT_INIT = flags.DEFINE_enum("output_init", None, ["quantile", "glorot"],
                                  "Override the runs' output initialisation (ablation).")
+_EPSILON = flags.DEFINE_float("epsilon", None, "Override the S-quantile's ε (ablation).",
+                              lower_bound=0.0)
+_WIDTH = flags.DEFINE_float("width", None, "Override the middle bin's mass t (ablation).",
+                            lower_bound=0.0)
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False,
                                     "Only write the tables from the finished runs.")
 _RESULTS_MD = flags.DEFINE_string(
     "results_md", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "docs", "RESULTS.md"),
-    "Markdown file whose quantile-regression table is replaced ('' : none).")
+    "Markdown file whose quantile-regression table is replaced ('' : none; with an "
+    "override flag (an ablation) only when given explicitly).")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    overrides = {name: flag.value for name, flag in (
+        ("epochs", _EPOCHS), ("steps_per_epoch", _STEPS), ("output_init", _OUTPUT_INIT),
+        ("epsilon", _EPSILON), ("width", _WIDTH)) if flag.value is not None}
     grid = quantile_grid.Grid(runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
                               datasets=tuple(_DATASETS.value),
                               taus=tuple(float(t) for t in _TAUS.value),
                               methods=tuple(_METHODS.value), seeds=_SEEDS.value,
-                              overrides={k: v for k, v in (("epochs", _EPOCHS.value),
-                                                           ("steps_per_epoch", _STEPS.value),
-                                                           ("output_init", _OUTPUT_INIT.value))
-                                         if v is not None})
+                              overrides=overrides)
+    # An ablation (any override) never replaces the main table unless asked to.
+    results_md = _RESULTS_MD.value or None
+    if overrides and not flags.FLAGS["results_md"].present:
+        results_md = None
     if not _SUMMARIZE_ONLY.value:
         grid.run()
-    grid.write_tables(_RESULTS_MD.value or None, force=_SUMMARIZE_ONLY.value)
+    grid.write_tables(results_md, force=_SUMMARIZE_ONLY.value)
 
 
 if __name__ == "__main__":

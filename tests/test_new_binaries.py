@@ -356,6 +356,25 @@ def test_quantile_grid_driver_skips_finished_runs(cqr_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_knn_grid_driver_writes_the_table_and_skips_finished_runs(tmp_path):
+    runs = str(tmp_path / "grid")
+    args = [f"--runs_dir={runs}", "--ks=2", "--methods=neuralsort",
+            "--variants=stochastic", "--epochs=1", "--steps_per_epoch=1",
+            "--limit_per_split=250", "--num_samples=2"]
+    _run("run_knn_grid.py", *args)
+    result = os.path.join(runs, "neuralsort_stochastic_k2", "results.json")
+    with open(result) as f:
+        res = json.load(f)
+    assert res["flags"]["stochastic"] and res["flags"]["k"] == 2
+    stamp = os.path.getmtime(result)
+    table = _run("run_knn_grid.py", *args).stdout
+    assert os.path.getmtime(result) == stamp  # skipped, not rerun
+    acc = 100 * res["metrics"]["test_knn_accuracy"]
+    assert f"| neuralsort (stochastic) | {acc:.2f} %" in table
+    assert f"k = 2: {acc:.2f} %" in table
+
+
+@pytest.mark.slow
 def test_train_knn_binary_offline(tmp_path):
     out = str(tmp_path / "knn")
     _run("train_knn.py", f"--output_dir={out}", "--epochs=1", "--steps_per_epoch=2",

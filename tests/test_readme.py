@@ -24,3 +24,13 @@ def test_readme_examples_run(tmp_path, monkeypatch):
     for i, block in enumerate(blocks):
         code = compile(block, f"README.md python block {i}", "exec")
         exec(code, namespace)  # noqa: S102
+
+
+def test_readme_gives_a_command_for_every_training_binary_and_grid_driver():
+    folder = README.parent / "scripts"
+    scripts = sorted(p.name for pattern in ("train_*.py", "run_*.py")
+                     for p in folder.glob(pattern))
+    assert len(scripts) >= 8
+    text = README.read_text(encoding="utf-8")
+    missing = [s for s in scripts if f"python scripts/{s} " not in text]
+    assert not missing, f"README has no command line for {missing}"
