@@ -38,6 +38,10 @@ _EPSILON = flags.DEFINE_float("epsilon", None, "Override the S-quantile's ε (ab
                               lower_bound=0.0)
 _WIDTH = flags.DEFINE_float("width", None, "Override the middle bin's mass t (ablation).",
                             lower_bound=0.0)
+_SQUASH = flags.DEFINE_enum("squash", None, ["logistic", "atan", "robust"],
+                            "Override the S-quantile's squashing (ablation).")
+_TARGETS = flags.DEFINE_enum("targets", None, ["regular", "centres"],
+                             "Override the S-quantile's target grid (ablation).")
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False,
                                     "Only write the tables from the finished runs.")
 _RESULTS_MD = flags.DEFINE_string(
@@ -52,7 +56,8 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     overrides = {name: flag.value for name, flag in (
         ("epochs", _EPOCHS), ("steps_per_epoch", _STEPS), ("output_init", _OUTPUT_INIT),
-        ("epsilon", _EPSILON), ("width", _WIDTH)) if flag.value is not None}
+        ("epsilon", _EPSILON), ("width", _WIDTH), ("squash", _SQUASH),
+        ("targets", _TARGETS)) if flag.value is not None}
     grid = quantile_grid.Grid(runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
                               datasets=tuple(_DATASETS.value),
                               taus=tuple(float(t) for t in _TAUS.value),

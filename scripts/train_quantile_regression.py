@@ -34,6 +34,10 @@ flags.DEFINE_integer("patience", _D.patience, "Early stopping: epochs without a 
 flags.DEFINE_float("epsilon", _D.epsilon, "Sinkhorn regularisation of the S-quantile.",
                    lower_bound=0.0)
 flags.DEFINE_float("width", None, "Mass t of the middle bin; default min(0.1, τ, 1 − τ).")
+flags.DEFINE_enum("squash", _D.squash, ["logistic", "atan", "robust"],
+                  "How the S-quantile maps the residuals into [0, 1].")
+flags.DEFINE_enum("targets", _D.targets, ["regular", "centres"],
+                  "Where the S-quantile's three bins sit on [0, 1].")
 flags.DEFINE_enum("output_init", _D.output_init, quantile_regression.OUTPUT_INITS,
                   "'quantile': start as the constant training τ-quantile (output kernel 0, "
                   "bias the τ-quantile); 'glorot': Keras' default initialisation.")

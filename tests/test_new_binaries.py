@@ -184,6 +184,24 @@ def test_squantile_loss_hard_limit_and_pinball_bound(tau):
     assert gap <= loss.width / 2 * (middle.max() - middle.min()) + 1e-9
 
 
+def test_squantile_loss_options_reach_the_transport():
+    r = np.random.default_rng(4).standard_exponential(100).astype(np.float32) - 1.0
+    zeros = np.zeros_like(r)
+    value = {opts: float(quantile_regression.SQuantileRegressionLoss(
+        0.1, squash=opts[0], targets=opts[1])(r, zeros))
+        for opts in (("logistic", "regular"), ("logistic", "centres"), ("atan", "regular"))}
+    assert len({round(v, 6) for v in value.values()}) == 3  # each option changes the loss
+    reference, _ = _squantile_reference(r.astype(np.float64), 0.1, 0.1)
+    for v in value.values():  # ... within what ε = 0.01 blurs of the hard loss
+        assert v == pytest.approx(reference, abs=0.03)
+    config = quantile_regression.QuantileRegressionConfig(squash="tanh")
+    with pytest.raises(ValueError, match="squash"):
+        config.finalize()
+    loss = quantile_regression.SQuantileRegressionLoss(0.2, squash="atan", targets="centres")
+    again = quantile_regression.SQuantileRegressionLoss.from_config(loss.get_config())
+    assert (again.squash, again.targets) == ("atan", "centres")
+
+
 def test_squantile_loss_stays_on_keras_reduction_path():
     # Keras scales every loss under tf.distribute through `Loss.__call__`'s reduction:
     # a loss that overrides `__call__` skips it (R x too large with R replicas).

@@ -136,6 +136,10 @@ class SQuantileRegressionLoss(keras.losses.Loss):
       tau: level in (0, 1).
       width: t, the mass of the middle bin (default min(0.1, τ, 1 − τ)).
       epsilon: Sinkhorn regularisation (paper: 0.01).
+      squash: how the residuals are mapped into [0, 1] before the transport
+        (`softsort_tf.SinkhornOptions.squash`; default 'logistic', as in the paper).
+      targets: where the three bins sit on [0, 1] (`SinkhornOptions.targets`;
+        default 'regular': 0, 1/2, 1, the paper's grid).
       **kwargs: `keras.losses.Loss` arguments (the reduced value is the batch statistic).
 
     Input shapes: `[batch]` or `[batch, 1]`. Output: a scalar.
@@ -148,8 +152,13 @@ class SQuantileRegressionLoss(keras.losses.Loss):
     """
 
     def __init__(self, tau: float = 0.5, width: float | None = None, epsilon: float = 0.01,
+                 squash: str | None = "logistic", targets: str = "regular",
                  name: str = "squantile", **kwargs):
         super().__init__(name=name, **kwargs)
+        self.squash, self.targets = squash, targets
+        # Validates ε, squash and targets now (a clear error before any training).
+        self.options = softsort_tf.SinkhornOptions(epsilon=float(epsilon), squash=squash,
+                                                   targets=targets)
         self.tau = _check_tau(tau)
         self.width = float(width) if width is not None else min(0.1, self.tau, 1 - self.tau)
         self.epsilon = float(epsilon)
@@ -158,7 +167,7 @@ class SQuantileRegressionLoss(keras.losses.Loss):
     def statistic(self, residuals):
         """The loss of a `[n]` vector of residuals (a scalar)."""
         q = softsort_tf.sinkhorn_sort(residuals, axis=0, target_weights=self.target_weights,
-                                      epsilon=self.epsilon)
+                                      options=self.options)
         b1 = float(self.target_weights[0])
         return (self.tau * tf.reduce_mean(residuals) - b1 * q[0]
                 - 0.5 * self.width * q[1] + tf.square(q[1]))
@@ -173,7 +182,7 @@ class SQuantileRegressionLoss(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "tau": self.tau, "width": self.width,
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, "squash": self.squash, "targets": self.targets}
 
 
 @dataclasses.dataclass
@@ -193,6 +202,8 @@ class QuantileRegressionConfig:
     learning_rate: float = 1e-4
     epsilon: float = 0.01
     width: float | None = None
+    squash: str | None = "logistic"
+    targets: str = "regular"
     output_init: str = "quantile"
     validation_fraction: float = 0.2
     strategy: str = "default"
@@ -218,6 +229,7 @@ class QuantileRegressionConfig:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
         if not (self.learning_rate > 0 and self.epsilon > 0):
             raise ValueError("learning_rate and epsilon must be > 0.")
+        SQuantileRegressionLoss(self.tau, self.width, self.epsilon, self.squash, self.targets)
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got "
                              f"{self.validation_fraction}.")
@@ -251,7 +263,8 @@ def build_model(num_features: int, config: QuantileRegressionConfig,
     if config.method == "pinball":
         loss = PinballLoss(config.tau, name="pinball_loss")
     else:
-        loss = SQuantileRegressionLoss(config.tau, config.width, config.epsilon)
+        loss = SQuantileRegressionLoss(config.tau, config.width, config.epsilon,
+                                       config.squash, config.targets)
     metric = keras.metrics.MeanMetricWrapper(pinball_loss, name="pinball", tau=config.tau)
     # XLA cannot place a distributed (mirrored) variable: compile only without a strategy.
     model.compile(keras.optimizers.Adam(config.learning_rate), loss=loss, metrics=[metric],
