@@ -47,10 +47,11 @@ the best one is 10 or more intervals (2,000 steps) back. The steps are XLA-compi
 Initialisation (ours; the paper does not give it): `output_init="quantile"` starts the
 network as the constant predictor, output kernel 0 and output bias the training
 τ-quantile, so training starts from the baseline every method must beat. With Keras'
-default ("glorot") the untrained output varies by O(1) with the input, which on a data
-set whose scaled responses vary little (star: std 0.06 around 1) the early-stopped
-network never unlearns: 0.027 held-out pinball loss at τ = 0.1 against 0.0083 from the
-constant start and 0.0092 for the constant itself (seed 2, both methods alike).
+default ("glorot") the untrained output varies by O(1) with the input; on a data set
+whose scaled responses vary little (star: std 0.06 around 1) the early-stopped network
+never unlearns that: 0.027 held-out pinball loss at τ = 0.1 against 0.0083 from the
+constant start and 0.0092 for the constant itself (seed 2, both methods alike; the
+ablation is in docs/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ class QuantileRegressionConfig:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
         if not (self.learning_rate > 0 and self.epsilon > 0):
             raise ValueError("learning_rate and epsilon must be > 0.")
+        # The loss checks width, squash and targets.
         SQuantileRegressionLoss(self.tau, self.width, self.epsilon, self.squash, self.targets)
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got "
