@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 
 import keras
@@ -24,6 +25,7 @@ DATASETS = ("bio", "bike", "star", "concrete", "community")
 TAUS = (0.1, 0.2, 0.5)
 METHODS = quantile_regression.METHODS
 NUM_SEEDS = 12
+RUNS_PER_PROCESS = 30  # see Grid.run
 # Cuturi, Teboul & Vert (2019), Table 1: pinball loss averaged over 12 runs (the
 # paper's `facebook` column is not among our data sets).
 PAPER_TABLE1 = {
@@ -42,6 +44,11 @@ PAPER_TABLE1 = {
 }
 BEGIN_MARKER = "<!-- quantile-regression-table:begin -->"
 END_MARKER = "<!-- quantile-regression-table:end -->"
+
+
+def _run_one(config: quantile_regression.QuantileRegressionConfig) -> None:
+    keras.backend.clear_session()
+    quantile_regression.run(config)
 
 
 def _stats(values: list[float]) -> tuple[float, float, int]:
@@ -113,18 +120,26 @@ class Grid:
                     for method in self.methods:
                         yield ds, tau, method, seed
 
-    def run(self) -> None:
-        """Runs every missing run; rewrites `runs_dir/table.md` after each."""
-        for ds, tau, method, seed in self.cells():
-            out = self.run_dir(ds, tau, method, seed)
-            if os.path.exists(os.path.join(out, "results.json")):
-                continue
-            keras.backend.clear_session()
-            config = quantile_regression.QuantileRegressionConfig(
-                output_dir=out, dataset=ds, data_dir=self.data_dir, method=method, tau=tau,
-                seed=seed, **self.overrides)
-            quantile_regression.run(config)
-            self.write_tables(None)
+    def run(self, runs_per_process: int = RUNS_PER_PROCESS) -> None:
+        """Runs every missing run; rewrites `runs_dir/table.md` after each.
+
+        The runs go to a child process that is replaced every `runs_per_process` runs:
+        each run XLA-compiles its own steps, and a process that had compiled ~130 runs
+        ran out of memory maps ("LLVM compilation error: Cannot allocate memory", then a
+        segmentation fault) on this machine.
+        """
+        configs = [quantile_regression.QuantileRegressionConfig(
+            output_dir=self.run_dir(ds, tau, method, seed), dataset=ds,
+            data_dir=self.data_dir, method=method, tau=tau, seed=seed, **self.overrides)
+            for ds, tau, method, seed in self.cells()
+            if not os.path.exists(os.path.join(self.run_dir(ds, tau, method, seed),
+                                               "results.json"))]
+        if not configs:
+            return
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(1, maxtasksperchild=runs_per_process) as pool:
+            for _ in pool.imap(_run_one, configs, chunksize=1):
+                self.write_tables(None)
 
     def constants(self) -> dict:
         """`{(dataset, τ): (test pinball, same in std units)}` of the constant predictor
