@@ -13,6 +13,14 @@ replaces the quantile-regression table of docs/RESULTS.md (between its markers).
 
     nice -n 19 python scripts/run_quantile_regression_grid.py \
         --data_dir=../shared/data/cqr --runs_dir=runs/quantile_regression
+
+Ablations override one setting of every run (`--epsilon`, `--width`, `--squash`,
+`--targets`, `--output_init`) in their own runs folder; they never replace the table of
+docs/RESULTS.md unless `--results_md` is given:
+
+    python scripts/run_quantile_regression_grid.py --data_dir=../shared/data/cqr \
+        --runs_dir=runs/qr_ablation/eps0.1 --epsilon=0.1 --datasets=bio,star,concrete \
+        --taus=0.1 --methods=squantile --seeds=3
 """
 
 import os
