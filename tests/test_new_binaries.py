@@ -383,7 +383,7 @@ def test_knn_grid_driver_writes_the_table_and_skips_finished_runs(tmp_path):
     result = os.path.join(runs, "neuralsort_stochastic_k2", "results.json")
     with open(result) as f:
         res = json.load(f)
-    assert res["flags"]["stochastic"] and res["flags"]["k"] == 2
+    assert res["flags"]["stochastic"] and res["flags"]["k"] == 2 and res["wall_time_s"] > 0
     stamp = os.path.getmtime(result)
     table = _run("run_knn_grid.py", *args).stdout
     assert os.path.getmtime(result) == stamp  # skipped, not rerun

@@ -316,10 +316,12 @@ def run(config: KnnConfig) -> dict:
                                splits.num_classes)
             results["metrics"] = {"test_knn_accuracy": acc, "best_val_loss": fit.best_value,
                                   **fit.extra}
+            results["wall_time_s"] = time.time() - wall  # this session, evaluation included
             if chief:
                 training.write_json(os.path.join(config.output_dir, "results.json"), results)
             print(f"kNN {config.method}{' (stochastic)' if config.stochastic else ''} k={config.k}"
                   f" on {config.dataset}: test accuracy of plain kNN on the embeddings {acc:.4f} "
                   f"(untrained {fit.extra.get('untrained_test_knn_accuracy', float('nan')):.4f})")
-        results["wall_time_s"] = time.time() - wall
+        else:
+            results["wall_time_s"] = time.time() - wall
     return results
