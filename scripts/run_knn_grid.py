@@ -38,6 +38,8 @@ _NUM_SAMPLES = flags.DEFINE_integer("num_samples", _D.num_samples,
 _TAU = flags.DEFINE_float("tau", _D.tau, "Temperature of the relaxed sort.", lower_bound=0.0)
 _SEED = flags.DEFINE_integer("seed", _D.seed, "Seed of every run.")
 _LIMIT = flags.DEFINE_integer("limit_per_split", None, "Keep only this many images per split.")
+_SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False,
+                                    "Only write the table from the finished runs.")
 flags.register_validator("variants", lambda v: bool(v) and set(v) <= set(VARIANTS),
                          f"--variants: a non-empty list among {VARIANTS}.")
 flags.register_validator("methods", lambda v: bool(v) and set(v) <= set(knn.KNN_METHODS),
@@ -89,7 +91,7 @@ def main(argv):
     del argv
     for method, variant, k in _cells():
         out = _run_dir(method, variant, k)
-        if not os.path.exists(os.path.join(out, "results.json")):
+        if not (_SUMMARIZE_ONLY.value or os.path.exists(os.path.join(out, "results.json"))):
             keras.backend.clear_session()
             knn.run(knn.KnnConfig(
                 output_dir=out, dataset=_DATASET.value, mnist_npz=_MNIST_NPZ.value,

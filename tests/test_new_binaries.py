@@ -390,6 +390,9 @@ def test_knn_grid_driver_writes_the_table_and_skips_finished_runs(tmp_path):
     acc = 100 * res["metrics"]["test_knn_accuracy"]
     assert f"| neuralsort (stochastic) | {acc:.2f} %" in table
     assert f"k = 2: {acc:.2f} %" in table
+    summary = _run("run_knn_grid.py", *args, "--ks=2,4", "--summarize_only").stdout
+    assert "| pending |" in summary and not os.path.exists(
+        os.path.join(runs, "neuralsort_stochastic_k4"))
 
 
 @pytest.mark.slow
