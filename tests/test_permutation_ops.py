@@ -416,7 +416,7 @@ def test_stateless_uniform_matches_a_numpy_splitmix64_reference():
     seed = (-7, 12345)
     key = (seed[0] & mask) ^ mix((seed[1] + 0x632BE59BD9B4E019) & mask)
     hashed = [mix((k * 0x9E3779B97F4A7C15 + key) & mask) for k in range(6)]
-    for dtype, bits in ((tf.float32, 24), (tf.float64, 53)):
+    for dtype, bits in ((tf.float32, 23), (tf.float64, 52)):
         expected = np.array([((h >> (64 - bits)) + 0.5) * 2.0 ** -bits for h in hashed])
         got = sampling.stateless_uniform([2, 3], seed, dtype)
         assert got.dtype == dtype
@@ -424,6 +424,28 @@ def test_stateless_uniform_matches_a_numpy_splitmix64_reference():
         xla = tf.function(lambda sd, d=dtype: sampling.stateless_uniform([2, 3], sd, d),
                           jit_compile=True)
         np.testing.assert_array_equal(xla(tf.constant(seed)).numpy(), got.numpy())
+
+
+def test_the_extreme_uniforms_stay_inside_the_open_interval():
+    # A seed whose first sample has the top b bits all ones (or all zeros) exists for
+    # any b; instead, feed the mapping the extreme hashes through a patched mixer.
+    for dtype in (tf.float32, tf.float64):
+        for extreme in (0xFFFFFFFFFFFFFFFF, 0):
+            original = sampling._mix64
+            calls = []
+
+            def mixed(z, calls=calls, extreme=extreme, original=original):
+                calls.append(z)  # the key, then the counter hash
+                return (original(z) if len(calls) == 1
+                        else tf.fill(tf.shape(z), tf.constant(extreme, tf.uint64)))
+            sampling._mix64 = mixed
+            try:
+                u = sampling.stateless_uniform([4], 0, dtype).numpy()
+                g = sampling.gumbel_noise([4], 0, dtype).numpy()
+            finally:
+                sampling._mix64 = original
+            assert np.all((u > 0) & (u < 1)), (dtype, extreme, u)
+            assert np.all(np.isfinite(g)), (dtype, extreme, g)
 
 
 def test_hard_stochastic_samples_follow_plackett_luce():
