@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import keras
 import numpy as np
@@ -355,6 +356,31 @@ def test_train_quantile_regression_binary_resumes_and_writes_results(cqr_dir, tm
     assert len(res["history"]["val_pinball"]) == res["epochs_completed"]
     assert np.isfinite(res["metrics"]["test_pinball"]) and res["num_test"] == 30
     assert glob.glob(os.path.join(out, "tensorboard", "train", "events.out*"))
+
+
+def _kill_the_process(config):
+    """A grid runner that dies the way an out-of-memory XLA compile did (no exception)."""
+    os._exit(3)
+
+
+def test_quantile_grid_stops_with_an_error_when_a_run_kills_its_process(tmp_path):
+    grid = quantile_grid.Grid(runs_dir=str(tmp_path), data_dir=str(tmp_path),
+                              datasets=("concrete",), taus=(0.5,), methods=("pinball",),
+                              seeds=2)
+    errors = []
+
+    def run():
+        try:
+            grid.run(runner=_kill_the_process)
+        except Exception as e:  # noqa: BLE001 (checked below)
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the grid hangs when a run's process dies"
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+    assert "rerun the grid to resume" in str(errors[0])
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ import dataclasses
 import json
 import multiprocessing
 import os
+from collections.abc import Callable
+from concurrent import futures
 
 import keras
 import numpy as np
@@ -120,13 +122,21 @@ class Grid:
                     for method in self.methods:
                         yield ds, tau, method, seed
 
-    def run(self, runs_per_process: int = RUNS_PER_PROCESS) -> None:
+    def run(self, runs_per_process: int = RUNS_PER_PROCESS,
+            runner: Callable[[quantile_regression.QuantileRegressionConfig], None] = _run_one,
+            ) -> None:
         """Runs every missing run; rewrites `runs_dir/table.md` after each.
 
         The runs go to a child process that is replaced every `runs_per_process` runs:
         each run XLA-compiles its own steps, and a process that had compiled ~130 runs
         ran out of memory maps ("LLVM compilation error: Cannot allocate memory", then a
-        segmentation fault) on this machine.
+        segmentation fault) on this machine. A child that dies stops the grid with a
+        `RuntimeError` (the finished runs are kept; rerunning resumes).
+
+        Args:
+          runs_per_process: runs per child process before it is replaced.
+          runner: the function a child applies to each run's config (a module-level
+            function, pickled by name); `quantile_regression.run` in a fresh session.
         """
         configs = [quantile_regression.QuantileRegressionConfig(
             output_dir=self.run_dir(ds, tau, method, seed), dataset=ds,
@@ -136,10 +146,15 @@ class Grid:
                                                "results.json"))]
         if not configs:
             return
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(1, maxtasksperchild=runs_per_process) as pool:
-            for _ in pool.imap(_run_one, configs, chunksize=1):
-                self.write_tables(None)
+        with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                         max_tasks_per_child=runs_per_process) as pool:
+            try:
+                for _ in pool.map(runner, configs):
+                    self.write_tables(None)
+            except futures.BrokenExecutor as e:  # BrokenProcessPool
+                raise RuntimeError(
+                    f"A run's process died ({e}); the finished runs are kept in "
+                    f"{self.runs_dir}: rerun the grid to resume.") from e
 
     def constants(self) -> dict:
         """`{(dataset, τ): (test pinball, same in std units)}` of the constant predictor
