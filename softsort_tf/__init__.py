@@ -15,11 +15,13 @@ from softsort_tf.losses.ranking import (
     SoftNDCGLoss,
     listwise_permutation_loss,
     soft_ndcg,
-    soft_ranks,
 )
 from softsort_tf.losses.regression import (
+    PinballLoss,
     SoftLeastQuantileRegressionLoss,
+    SoftQuantileRegressionLoss,
     SoftTrimmedRegressionLoss,
+    pinball_loss,
     sinkhorn_trimmed_mean,
 )
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
@@ -64,6 +66,32 @@ from softsort_tf.ops.sinkhorn import (
     sinkhorn_sort,
     sinkhorn_topk_mask,
 )
+from softsort_tf.ops.soft import soft_rank
 from softsort_tf.ops.squash import squash_values
 from softsort_tf.ops.transport import SinkhornConvergenceWarning, SinkhornInfo
-from softsort_tf.options import SinkhornOptions
+from softsort_tf.options import ImplicitDiff, SinkhornOptions
+
+__all__ = [
+    "__version__", "ElementwisePermutationAccuracy", "ExactPermutationAccuracy",
+    "ListwisePermutationLoss", "MRRMetric", "NDCGMetric", "NeuralSort",
+    "PERMUTATION_OPERATORS", "PermutationCrossEntropy", "PermutationOperator", "PinballLoss",
+    "QuantileError", "SinkhornCDF", "SinkhornConvergenceWarning", "SinkhornInfo",
+    "ImplicitDiff",
+    "SinkhornOptions", "SinkhornPermutation", "SinkhornQuantile",
+    "SinkhornQuantileNormalization", "SinkhornRank", "SinkhornSort",
+    "SoftLeastQuantileRegressionLoss", "SoftNDCGLoss", "SoftQuantileRegressionLoss",
+    "SoftSort", "SoftTopKLoss",
+    "SoftTrimmedRegressionLoss", "SpearmanCorrelation", "SpearmanLoss", "TrimmedError",
+    "elementwise_permutation_accuracy", "exact_permutation_accuracy",
+    "get_permutation_operator", "gumbel_perturb", "hard_permutation_matrix",
+    "listwise_permutation_loss", "ndcg", "neural_sort_matrix",
+    "permutation_cross_entropy", "permutation_matrix", "permute_values", "pinball_loss",
+    "quantile_target_weights", "rankdata", "ranks_from_permutation", "reciprocal_rank",
+    "sinkhorn_cdf", "sinkhorn_permutation_matrix", "sinkhorn_quantile",
+    "sinkhorn_quantile_normalization", "sinkhorn_rank", "sinkhorn_sort",
+    "sinkhorn_topk_mask", "sinkhorn_trimmed_mean", "soft_ndcg", "soft_rank",
+    "soft_sort_matrix", "soft_spearman_correlation", "soft_top_k_loss",
+    "spearman_correlation", "squash_values", "stochastic_neural_sort_matrix",
+    "stochastic_permutation_matrix", "stochastic_sinkhorn_permutation_matrix",
+    "stochastic_soft_sort_matrix", "straight_through",
+]

@@ -229,7 +229,27 @@ REGRESSION_LOSSES = {
     "least_quantile": lambda: ss.SoftLeastQuantileRegressionLoss(0.5),
     "least_quantile_p05": lambda: ss.SoftLeastQuantileRegressionLoss(0.3, error_power=0.5),
     "trimmed": lambda: ss.SoftTrimmedRegressionLoss(0.1, 0.8),
+    "quantile_regression": lambda: ss.SoftQuantileRegressionLoss(0.3),
 }
+
+
+def batch_statistic(loss, y_true, y_pred):
+    """The statistic of a batch-statistic loss, from the public functional operators."""
+    y_true, y_pred = np.asarray(y_true, np.float64), np.asarray(y_pred, np.float64)
+    if isinstance(loss, ss.SoftQuantileRegressionLoss):
+        r = (y_true - y_pred).reshape(-1)
+        width = loss.width or min(0.1, loss.quantile, 1 - loss.quantile)
+        b, _ = ss.quantile_target_weights(loss.quantile, width)
+        q = ss.sinkhorn_sort(r, axis=0, target_weights=b, options=loss.options).numpy()
+        return loss.quantile * r.mean() - b[0] * q[0] - width / 2 * q[1] + q[1] ** 2
+    errors = np.mean(np.abs(y_true - y_pred) ** loss.error_power,
+                     axis=tuple(range(1, y_pred.ndim)))
+    if isinstance(loss, ss.SoftTrimmedRegressionLoss):
+        return float(ss.sinkhorn_trimmed_mean(errors, loss.start_quantile, loss.end_quantile,
+                                              axis=0, options=loss.options))
+    width = loss.width or min(0.1, loss.quantile, 1 - loss.quantile)
+    return float(ss.sinkhorn_quantile(errors, loss.quantile, width=width, axis=0,
+                                      options=loss.options))
 
 
 @pytest.mark.parametrize("name", sorted(REGRESSION_LOSSES))
@@ -267,12 +287,14 @@ def test_gradients_match_finite_differences():
     cdf = ss.SoftTopKLoss(2, form="cdf", from_sparse=True, **smooth)
     lq = ss.SoftLeastQuantileRegressionLoss(0.5, error_power=2.0, **smooth)
     trim = ss.SoftTrimmedRegressionLoss(0.2, 0.7, **smooth)
+    quantile = ss.SoftQuantileRegressionLoss(0.3, **smooth)
     spear = ss.SpearmanLoss(**smooth)
     cases = [
         (lambda z: topk([3, 4], z), logits),
         (lambda z: cdf([3, 4], z), logits),
         (lambda z: lq(np.zeros_like(y), z), y),
         (lambda z: trim(np.zeros_like(y), z), y),
+        (lambda z: quantile(np.zeros_like(y), z), y),
         (lambda z: spear(targets, z), logits),
     ]
     delta = 1e-5
@@ -323,7 +345,7 @@ def test_batch_statistic_reductions(name):
     y_true, y_pred = rng.randn(7, 1), rng.randn(7, 1)
     base = REGRESSION_LOSSES[name]()
     config = base.get_config()
-    statistic = float(base.statistic(base.errors(y_true, y_pred)))
+    statistic = float(batch_statistic(base, y_true, y_pred))
 
     def with_reduction(reduction):
         return type(base).from_config({**config, "reduction": reduction})(y_true, y_pred)
@@ -344,7 +366,8 @@ def test_batch_statistic_sample_weights_and_masks_scale_the_shares():
     nonzero, positive = weights != 0, weights > 0
     sharp = dict(epsilon=1e-4, threshold=1e-6, dtype="float64")
     for loss in (ss.SoftLeastQuantileRegressionLoss(0.4, **sharp),
-                 ss.SoftTrimmedRegressionLoss(0.1, 0.6, **sharp)):
+                 ss.SoftTrimmedRegressionLoss(0.1, 0.6, **sharp),
+                 ss.SoftQuantileRegressionLoss(0.4, **sharp)):
         # A zero weight is padding (left out of the statistic); the other weights scale
         # their example's share, as in every Keras loss (negative weights included).
         shares = loss.call(y_true[nonzero], y_pred[nonzero]).numpy()
@@ -362,14 +385,16 @@ def test_batch_statistic_sample_weights_and_masks_scale_the_shares():
             statistic * positive.sum() / 8, rel=1e-6)
 
 
-@pytest.mark.parametrize("name", ["least_quantile", "trimmed"])
+@pytest.mark.parametrize("name", ["least_quantile", "trimmed", "quantile_regression"])
 def test_batch_statistic_padding_is_left_out_of_the_statistic(name):
     # Bug: a zero-weight example took its place in the sort, so padding a batch (e.g.
     # to a fixed size) moved the quantile/trimmed mean of the real examples.
     rng = np.random.RandomState(5)
     make = {"least_quantile": ss.SoftLeastQuantileRegressionLoss(0.3, width=0.2, **HARD,
                                                                  dtype="float64"),
-            "trimmed": ss.SoftTrimmedRegressionLoss(0.1, 0.6, **HARD, dtype="float64")}
+            "trimmed": ss.SoftTrimmedRegressionLoss(0.1, 0.6, **HARD, dtype="float64"),
+            "quantile_regression": ss.SoftQuantileRegressionLoss(0.3, width=0.2, **HARD,
+                                                                 dtype="float64")}
     loss = make[name]
     size, padded = 9, [1, 4, 5, 10]
     y_pred = rng.randn(size, 1) * 3
@@ -534,6 +559,18 @@ def test_bad_arguments_raise_clear_errors():
         ss.SoftLeastQuantileRegressionLoss(error_power=-1.0)
     with pytest.raises(ValueError, match="start_quantile"):
         ss.SoftTrimmedRegressionLoss(0.6, 0.4)
+    with pytest.raises(ValueError, match="`quantile`"):
+        ss.SoftQuantileRegressionLoss(0.0)
+    with pytest.raises(ValueError, match="`width`"):
+        ss.SoftQuantileRegressionLoss(0.1, width=0.3)
+    with pytest.raises(ValueError, match="`squash`"):
+        ss.SoftQuantileRegressionLoss(squash="tanh")
+    with pytest.raises(ValueError, match=r"\[batch, 1\]"):
+        ss.SoftQuantileRegressionLoss()(np.zeros((4, 2)), np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="`quantile`"):
+        ss.PinballLoss(1.0)
+    with pytest.raises(ValueError, match="`quantile`"):
+        ss.pinball_loss([1.0], [0.0], quantile=-0.5)
     with pytest.raises(ValueError, match="start_quantile"):
         ss.sinkhorn_trimmed_mean([1.0, 2.0], -0.1, 0.5)
     with pytest.raises(ValueError, match="`axis`"):
@@ -551,8 +588,11 @@ LOSS_FACTORIES = {
     "top_k_cdf": lambda: ss.SoftTopKLoss(1, form="cdf", from_sparse=True, reduction="sum"),
     "least_quantile": lambda: ss.SoftLeastQuantileRegressionLoss(0.3, error_power=2.0, width=0.05,
                                                                  squash="atan"),
-    "trimmed": lambda: ss.SoftTrimmedRegressionLoss(0.1, 0.7, threshold=1e-4, implicit=False),
+    "trimmed": lambda: ss.SoftTrimmedRegressionLoss(0.1, 0.7, threshold=1e-4, implicit_diff=None),
     "spearman": lambda: ss.SpearmanLoss(axis=-1, epsilon=2e-2, max_iterations=500),
+    "quantile_regression": lambda: ss.SoftQuantileRegressionLoss(
+        0.2, width=0.05, epsilon=0.05, squash="atan", targets="centres"),
+    "pinball": lambda: ss.PinballLoss(0.3, reduction="sum"),
 }
 
 

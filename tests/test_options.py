@@ -87,7 +87,7 @@ def test_layer_carries_its_options_unchanged_to_the_solver(monkeypatch):
 
 @pytest.mark.parametrize("make", [
     lambda: ss.SinkhornQuantile(0.3, epsilon=1e-3, check_every=3),
-    lambda: ss.SinkhornPermutation(epsilon=1e-3, implicit=False, output_mode="ranks"),
+    lambda: ss.SinkhornPermutation(epsilon=1e-3, implicit_diff=None, output_mode="ranks"),
     lambda: ss.SoftTopKLoss(2, threshold=1e-4),
     lambda: ss.SoftLeastQuantileRegressionLoss(0.3, error_power=2.0, epsilon=1e-3),
 ])

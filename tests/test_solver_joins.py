@@ -23,7 +23,7 @@ def _problem(seed=0, batch=3, n=6, m=4):
 @pytest.mark.parametrize("implicit", [True, False])
 def test_unfinished_annealing_carries_the_epsilon_reached(implicit):
     x, y = _problem()
-    result = solver.solve(x, y, implicit=implicit, **ANNEALED)
+    result = solver.solve(x, y, implicit_diff=ss.ImplicitDiff() if implicit else None, **ANNEALED)
     reached = REACHED
     np.testing.assert_allclose(float(result.epsilon), reached, rtol=1e-12)
     # The plan is the plan of the potentials: its columns are exact (the last update

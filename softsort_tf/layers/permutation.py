@@ -4,7 +4,8 @@
 validates its arguments at construction and calls its operator of the table
 `PERMUTATION_OPERATORS` (`ops/registry.py`) in `call`.
 Scores are sorted along the last axis, in `direction` order ('DESCENDING' by
-default); the layer returns, by `output_mode`:
+default: the largest first, the rule stated in `softsort_tf.ops.soft`); the layer
+returns, by `output_mode`:
 
 - 'matrix' (default): P̂ `[batch, n, n]` (feed it to `PermutationCrossEntropy`);
 - 'sorted': soft-sorted values P̂ @ x `[batch, n]`, of the scores themselves, or of
@@ -39,9 +40,8 @@ With the default `num_samples=None` one sample is drawn and no axis is added.
 Mixed precision: the layers always compute in float32 (float64 stays float64). Under a
 policy whose compute dtype is float16 or bfloat16 (e.g. `mixed_float16`, or
 `dtype="mixed_bfloat16"`) they take a float32 policy instead: the scores are cast to
-float32 on the way in and the outputs are float32. P̂ holds entries far below float16's
-resolution, and the gradient of a cross-entropy on it, ≈ 1/P̂ (times the loss scale),
-overflows float16, which collapsed the loss scale and stalled training.
+float32 on the way in and the outputs are float32 (P̂ holds entries far below float16's
+resolution, and the gradient of a cross-entropy on it, ≈ 1/P̂, overflows float16).
 """
 
 from __future__ import annotations
@@ -50,10 +50,12 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
-from softsort_tf.losses.base import full_precision_dtype
+from softsort_tf._keras import full_precision_dtype
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, registry, sampling
-from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
+from softsort_tf.ops.squash import check_squash
+from softsort_tf.ops.transport import check_targets
+from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 OUTPUT_MODES = ("matrix", "sorted", "ranks")
@@ -93,7 +95,7 @@ class _PermutationLayer(keras.layers.Layer):
         super().__init__(**kwargs)
         self.supports_masking = True
         self.direction = _checks.check_direction(direction)
-        self.hard = permutation_ops._check_hard(hard)
+        self.hard = permutation_ops.check_hard(hard)
         if output_mode not in OUTPUT_MODES:
             raise ValueError(
                 f"`output_mode` must be one of {OUTPUT_MODES}, got {output_mode!r}.")
@@ -249,8 +251,7 @@ class SoftSort(_PermutationLayer):
 
     Args:
       tau: temperature τ > 0 (default 1.0), in the units of the scores.
-      distance_power: exponent p > 0 of |s_[i] − s_j|^p (default 1); `power` is
-        its deprecated name.
+      distance_power: exponent p > 0 of |s_[i] − s_j|^p (default 1).
       **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
         `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
 
@@ -263,12 +264,10 @@ class SoftSort(_PermutationLayer):
     method = "softsort"
 
     def __init__(self, tau: float = permutation_ops.DEFAULT_TAU,
-                 distance_power: float = permutation_ops.DEFAULT_DISTANCE_POWER, *,
-                 power: float | None = None, **kwargs):
+                 distance_power: float = permutation_ops.DEFAULT_DISTANCE_POWER, **kwargs):
         super().__init__(**kwargs)
         self.tau = _checks.check_positive("tau", tau)
-        self.distance_power = _checks.check_positive(
-            "distance_power", permutation_ops.deprecated_distance_power(distance_power, power))
+        self.distance_power = _checks.check_positive("distance_power", distance_power)
 
     def _op_kwargs(self):
         return dict(tau=self.tau, distance_power=self.distance_power)
@@ -303,16 +302,16 @@ class NeuralSort(_PermutationLayer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SinkhornPermutation(_PermutationLayer, OptionFieldsMixin):
+class SinkhornPermutation(_PermutationLayer):
     """Doubly-stochastic Sinkhorn relaxed permutation; see `sinkhorn_permutation_matrix`.
 
     Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
-    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks. The solver settings
-    keep the defaults and meaning of `softsort_tf.options` (ε = 1e-2, p = 2,
-    threshold 1e-3, 1000 iterations, implicit gradients, logistic squashing).
+    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
 
     Args:
       options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
+      squash: how scores are mapped into [0, 1] ('logistic', 'atan', 'robust' or None).
+      targets: where the targets sit on [0, 1] ('regular' or 'centres').
       **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`, ...)
         overriding those of `options`; `direction`, `hard`, `output_mode`,
         `stochastic`, `num_samples`, `sample_at_inference`, `seed` (see
@@ -326,13 +325,16 @@ class SinkhornPermutation(_PermutationLayer, OptionFieldsMixin):
 
     method = "sinkhorn"
 
-    def __init__(self, options: SinkhornOptions | dict | None = None, **kwargs):
+    def __init__(self, options: SinkhornOptions | dict | None = None, squash="logistic",
+                 targets: str = "regular", **kwargs):
         options, layer_kwargs = SinkhornOptions.split_kwargs(kwargs, options)
         super().__init__(**layer_kwargs)
         self.options = options
+        self.squash = check_squash(squash)
+        self.targets = check_targets(targets)
 
     def _op_kwargs(self):
-        return dict(options=self.options)
+        return dict(options=self.options, squash=self.squash, targets=self.targets)
 
     def get_config(self) -> dict:
         config = super().get_config()

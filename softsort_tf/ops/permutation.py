@@ -66,39 +66,25 @@ scores get exactly zero gradient. A list without valid entries gives P̂ = 0.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
-from softsort_tf.solvers.sinkhorn import pair_cost
+from softsort_tf import _checks, _masking
+from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
+from softsort_tf.solvers.cost import pair_cost
 
 DEFAULT_TAU = 1.0
 DEFAULT_DISTANCE_POWER = 1.0
-DEFAULT_POWER = DEFAULT_DISTANCE_POWER  # former name, kept for imports
 
-# The operators have no tensor-dependent Python control flow: inside `tf.function`,
-# skipping AutoGraph's source conversion saves seconds of tracing.
-_not_converted = tf.autograph.experimental.do_not_convert
 
 
 # ---------------------------------------------------------------------------------
 # Shared plumbing.
 # ---------------------------------------------------------------------------------
-def _check_hard(hard) -> bool:
+def check_hard(hard) -> bool:
     if not isinstance(hard, (bool, np.bool_)):
         raise ValueError(f"`hard` must be a bool, got {hard!r}.")
     return bool(hard)
-
-
-def _to_matrix_output(perm2d, view: _shapes.BatchView):
-    """`[batch, n, n]` → `[..., n, n]` in the input dtype."""
-    n = view.n
-    out = tf.reshape(perm2d, tf.concat([view.moved_shape[:-1], [n, n]], axis=0))
-    out.set_shape(view.static_moved_shape[:-1].concatenate([view.static_n, view.static_n]))
-    out = tf.cast(out, view.output_dtype)
-    return out
 
 
 def _descending_scores(s2d, direction: str):
@@ -149,7 +135,7 @@ def _masked_normalise(weights, valid):
     return weights * factor
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def straight_through(hard, soft):
     """Straight-through estimator: the value of `hard`, the gradient of `soft`.
 
@@ -177,7 +163,7 @@ def straight_through(hard, soft):
     return hard + (soft - tf.stop_gradient(soft))
 
 
-@_not_converted
+@list_operator
 def hard_permutation_matrix(scores, direction: str = "DESCENDING", *, mask=None):
     """The exact sorting permutation matrix of `scores` (no gradient).
 
@@ -203,32 +189,23 @@ def hard_permutation_matrix(scores, direction: str = "DESCENDING", *, mask=None)
            [1., 0., 0.]], dtype=float32)
     """
     direction = _checks.check_direction(direction)
-    return _matrix_op(scores, mask, lambda d, valid: _exact_permutation_2d(
-        tf.stop_gradient(d), valid), direction)
+    return _matrix(scores, lambda d, valid: _exact_permutation_2d(tf.stop_gradient(d), valid),
+                   direction)
 
 
-def _matrix_op(scores, mask, core, direction: str):
-    """Flattens `scores` to `[batch, n]` (a ragged input to a dense one and its mask),
-    applies `core(d, valid)` to the scores `d` whose DESCENDING order is the `direction`
-    order (padded entries already replaced by `_masking.replace_padded`; `valid` None when no
-    mask is given), and restores the shape `[..., n, n]` (ragged `[batch, (n), (n)]`)."""
-    if _masking.is_ragged(scores):
-        return _masking.map_lists(
-            lambda lists, aligned, group: lists.to_square(
-                _matrix_op(lists.dense, lists.mask, core, direction)),
-            scores, mask, name="scores")
-    s2d, view = _shapes.to_batch(scores, -1, "scores")
-    valid = _masking.mask_to_batch(mask, view, name="mask")
-    # Padded scores (NaN and ±inf included) are replaced before any arithmetic.
-    d = _masking.replace_padded(_descending_scores(s2d, direction), valid)
-    return _to_matrix_output(core(d, valid), view)
+def _matrix(lists: Lists, core, direction: str) -> ListResult:
+    """Applies `core(d, valid)` to the scores `d` whose DESCENDING order is the
+    `direction` order of the lists (padded entries already replaced) and returns the
+    `[batch, n, n]` matrices."""
+    d = _descending_scores(lists.values, direction)
+    return ListResult(core(d, lists.mask), "square")
 
 
-def _relaxed(scores, core, direction: str, hard: bool, mask=None):
-    """`_matrix_op` with `core(d, valid)` a DESCENDING `[batch, n]` → `[batch, n, n]`
-    relaxation, plus the straight-through option."""
+def _relaxed(lists: Lists, core, direction: str, hard: bool) -> ListResult:
+    """`_matrix` of a relaxation `core(d, valid)` (DESCENDING `[batch, n]` → `[batch, n,
+    n]`), with the straight-through option."""
     direction = _checks.check_direction(direction)
-    hard = _check_hard(hard)
+    hard = check_hard(hard)
 
     def relaxed_core(d, valid):
         perm = core(d, valid)
@@ -236,7 +213,7 @@ def _relaxed(scores, core, direction: str, hard: bool, mask=None):
             perm = straight_through(_exact_permutation_2d(tf.stop_gradient(d), valid), perm)
         return perm
 
-    return _matrix_op(scores, mask, relaxed_core, direction)
+    return _matrix(lists, relaxed_core, direction)
 
 
 # ---------------------------------------------------------------------------------
@@ -344,11 +321,10 @@ def _soft_sort_core(s, tau: float, power: float, valid=None):
     return _soft_sort_rows(top, s, power, tau, valid)
 
 
-@_not_converted
+@list_operator
 def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
                      distance_power: float = DEFAULT_DISTANCE_POWER,
-                     direction: str = "DESCENDING", hard: bool = False, *,
-                     power: float | None = None, mask=None):
+                     direction: str = "DESCENDING", hard: bool = False, *, mask=None):
     """SoftSort relaxed permutation matrix (Prillo & Eisenschlos, 2020, eq. 4).
 
     P̂[i, :] = softmax(−|s_[i] − s|^p / τ), with s_[i] the i-th score in `direction`
@@ -366,7 +342,6 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
       direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
       hard: straight-through: return the exact permutation matrix in the forward
         pass and use the gradient of the relaxation in the backward pass.
-      power: deprecated name of `distance_power`.
       mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row i < n_valid
         is the softmax over the valid entries alone, rows i >= n_valid and the columns
         of padded entries are 0, so the valid block is P̂ of the unpadded list; padded
@@ -387,20 +362,9 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
            [1., 0., 0.]], dtype=float32)
     """
     tau = _checks.check_positive("tau", tau)
-    power = _checks.check_positive("distance_power",
-                                   deprecated_distance_power(distance_power, power))
+    power = _checks.check_positive("distance_power", distance_power)
     return _relaxed(scores, lambda s, valid: _soft_sort_core(s, tau, power, valid),
-                    direction, hard, mask)
-
-
-def deprecated_distance_power(distance_power: float, power: float | None) -> float:
-    """`distance_power`, or the value of its deprecated name `power` (with a warning)."""
-    if power is None:
-        return distance_power
-    warnings.warn("SoftSort's `power` is now called `distance_power` (`power` is the "
-                  "Sinkhorn cost exponent); `power` will be removed.", DeprecationWarning,
-                  stacklevel=3)
-    return power
+                    direction, hard)
 
 
 def _abs_row_sums(s, weights=None):
@@ -489,7 +453,7 @@ def _neural_sort_core(s, tau: float, valid=None):
     return _masked_normalise(tf.exp(logits * factor[:, :, None]), valid)
 
 
-@_not_converted
+@list_operator
 def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCENDING",
                        hard: bool = False, *, mask=None):
     """NeuralSort relaxed permutation matrix (Grover et al., 2019).
@@ -525,5 +489,4 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
            [1., 0., 0.]], dtype=float32)
     """
     tau = _checks.check_positive("tau", tau)
-    return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid), direction,
-                    hard, mask)
+    return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid), direction, hard)

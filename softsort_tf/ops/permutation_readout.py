@@ -5,7 +5,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from softsort_tf import _masking, _shapes
-from softsort_tf.ops.permutation import _not_converted
 
 
 # ---------------------------------------------------------------------------------
@@ -63,7 +62,7 @@ def _masked_values(values, mask, name: str = "mask"):
     return tf.where(mask, values, tf.zeros([], values.dtype))
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def permute_values(perm, values, *, mask=None):
     """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂.
 
@@ -113,7 +112,7 @@ def permute_values(perm, values, *, mask=None):
     return tf.cast(tf.linalg.matvec(perm, values), out_dtype)
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
     """Soft ranks P̂ᵀ @ (1, …, n) for any relaxed permutation matrix P̂.
 

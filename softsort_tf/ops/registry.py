@@ -19,8 +19,7 @@ import tensorflow as tf
 from softsort_tf import _masking
 from softsort_tf.ops.permutation import (
     DEFAULT_TAU,
-    _check_hard,
-    _not_converted,
+    check_hard,
     hard_permutation_matrix,
     neural_sort_matrix,
     soft_sort_matrix,
@@ -62,7 +61,7 @@ def _sinkhorn_matrix(scores, *, direction: str = "DESCENDING", hard: bool = Fals
                      mask=None, **kwargs):
     """`sinkhorn_permutation_matrix` along the last axis, with the straight-through option
     (a ragged input is padded here, so both parts see the same dense lists and mask)."""
-    hard = _check_hard(hard)
+    hard = check_hard(hard)
     if "axis" in kwargs or "return_info" in kwargs:
         raise ValueError("`axis` and `return_info` are not supported here: scores are "
                          "sorted along their last axis; call "
@@ -101,7 +100,7 @@ def get_permutation_operator(method: str) -> PermutationOperator:
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.") from None
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
                        hard: bool = False, *, mask=None, **kwargs):
     """Any relaxed permutation matrix of `PERMUTATION_OPERATORS`, chosen by name.

@@ -15,8 +15,6 @@ from softsort_tf import _checks, _masking, _shapes
 from softsort_tf.ops.permutation import (
     DEFAULT_DISTANCE_POWER,
     DEFAULT_TAU,
-    _not_converted,
-    deprecated_distance_power,
 )
 from softsort_tf.ops.registry import permutation_matrix
 
@@ -53,7 +51,7 @@ def _mix64(z):
     return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(31, tf.uint64)))
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def stateless_uniform(shape, seed, dtype=tf.float32):
     """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
 
@@ -88,7 +86,7 @@ def stateless_uniform(shape, seed, dtype=tf.float32):
     return tf.reshape(uniform, shape)
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def gumbel_noise(shape, seed, dtype=tf.float32):
     """Standard Gumbel noise g = −log(−log u), u from `stateless_uniform`.
 
@@ -115,7 +113,7 @@ def gumbel_noise(shape, seed, dtype=tf.float32):
     return tf.cast(-tf.math.log(-tf.math.log(u)), dtype)
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     """Plackett–Luce samples of log-scores: s̃ = s + g, g i.i.d. standard Gumbel.
 
@@ -192,7 +190,7 @@ def ragged_samples(lists, dense_out, num_samples: int):
     return lists.to_per_list(tf.RaggedTensor.from_uniform_row_length(square, num_samples))
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = "softsort",
                                   direction: str = "DESCENDING", hard: bool = False, *,
                                   mask=None, **kwargs):
@@ -248,18 +246,18 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
     return tf.cast(perm, scores.dtype) if scores.dtype.is_floating else perm
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
                                 distance_power: float = DEFAULT_DISTANCE_POWER,
                                 direction: str = "DESCENDING", hard: bool = False, *,
-                                power: float | None = None, mask=None):
+                                mask=None):
     """Stochastic SoftSort: `soft_sort_matrix` of Gumbel-perturbed log-scores.
 
     Args:
       scores: `[..., n]` log-scores.
       num_samples: number of samples S >= 1.
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      tau, distance_power, direction, hard, power: as in `soft_sort_matrix`.
+      tau, distance_power, direction, hard: as in `soft_sort_matrix`.
       mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
 
     Returns:
@@ -270,13 +268,12 @@ def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEF
     >>> P.shape
     TensorShape([1, 2, 3, 3])
     """
-    distance_power = deprecated_distance_power(distance_power, power)
     return stochastic_permutation_matrix(scores, num_samples, seed, "softsort",
                                          direction=direction, hard=hard, mask=mask, tau=tau,
                                          distance_power=distance_power)
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
                                   direction: str = "DESCENDING", hard: bool = False, *,
                                   mask=None):
@@ -297,7 +294,7 @@ def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = D
                                          direction=direction, hard=hard, mask=mask, tau=tau)
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
                                            direction: str = "DESCENDING", hard: bool = False,
                                            **sinkhorn_kwargs):

@@ -47,8 +47,12 @@ Conventions shared by all operators:
   `softsort_tf.options` and docs/benchmarks.md).
 - `direction='DESCENDING'` operates on −x (and maps values back), so rank 1 goes to
   the largest entry and sorted values decrease.
-- The solver settings are one `SinkhornOptions` (`options=`, or its fields as keyword
-  arguments), documented in `softsort_tf.options`.
+- The solver configuration is one `SinkhornOptions` (`options=`, or its fields as
+  keyword arguments), documented in `softsort_tf.options`; `squash` and `targets` are
+  arguments of the operators.
+- Axis, masks, ragged inputs, dynamic shapes, dtypes and `return_info` are handled
+  once for every operator by `softsort_tf.ops.wrapper.list_operator`: an operator here
+  is its target measure and its read-out.
 - ε (`epsilon`, default 1e-2) is in units of the cost on [0, 1]. With p = 2 and n
   inputs spread over [0, 1], neighbours differ in cost by about 2/n²; the result is
   close to the hard one when ε ≪ 2/n², and each soft rank blurs over roughly
@@ -96,51 +100,19 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _masking
 from softsort_tf.ops.transport import (
-    DEFAULT_EPSILON,  # noqa: F401 (re-exported)
-    DEFAULT_MAX_ITERATIONS,  # noqa: F401
-    DEFAULT_POWER,  # noqa: F401
-    DEFAULT_THRESHOLD,  # noqa: F401
-    LIST_LENGTH,
     NEGLIGIBLE_MASS,
+    TargetMeasure,
     Transport,
-    finish,
-    static_n,
-    with_common_args_doc,
+    sinkhorn_operator,
 )
+from softsort_tf.ops.wrapper import ListResult
 from softsort_tf.options import SinkhornOptions
 
 
-def _ragged_call(op, x, axis, mask, return_info, kind, **kwargs):
-    """Runs `op` on the padded lists of a ragged x (see `_masking.map_lists`) and
-    returns the result in ragged form: `kind` is 'elementwise', 'per_list', 'square' or
-    an int k ('prefix': rows of min(k, n_valid) values) or 'uniform' (rows of the
-    op's output length)."""
-    rank = x.shape.rank
-    if not (axis == -1 or (rank is not None and axis == rank - 1)):
-        raise ValueError(f"A ragged `x` is operated along its last (ragged) axis: `axis` "
-                         f"must be -1, got {axis!r}.")
-
-    def run(lists, aligned, group):
-        del aligned, group
-        out = op(lists.dense, axis=-1, mask=lists.mask, return_info=return_info, **kwargs)
-        info = None
-        if return_info:
-            out, info = out
-            info = type(info)(*(lists.to_per_list(v) for v in info))
-        if kind == "elementwise":
-            out = lists.to_elementwise(out)
-        elif kind == "per_list":
-            out = lists.to_per_list(out)
-        elif kind == "square":
-            out = lists.to_square(out)
-        elif kind == "uniform":
-            out = lists.to_prefix(out, tf.fill(tf.shape(out)[:1], tf.shape(out)[1]))
-        else:
-            valid = _masking.n_valid(lists.mask, tf.int64)
-            out = lists.to_prefix(out, tf.minimum(valid, kind))
-        return (out, info) if return_info else out
-
-    return _masking.map_lists(run, x, mask)
+def _solve(lists, target, direction, squash, targets, options, option_kwargs) -> Transport:
+    """The transport of one operator call, with the options resolved once."""
+    return Transport(lists, target, direction=direction, squash=squash, targets=targets,
+                     options=SinkhornOptions.resolve(options, **option_kwargs))
 
 
 def _checked_list_length(k: int, count, name: str):
@@ -156,10 +128,11 @@ def _checked_list_length(k: int, count, name: str):
     return count, tf.cast(poison, count.dtype)
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
                   mask=None, weights=None, num_targets: int | None = None,
-                  target_weights=None, zero_based: bool = False, check_numerics: bool = False,
+                  target_weights=None, zero_based: bool = False, squash="logistic",
+                  targets: str = "regular", check_numerics: bool = False,
                   return_info: bool = False,
                   options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft ranks R̃ = n F̃ (talk, Algorithm 2; paper Def. 2), F̃ the S-CDF.
@@ -184,26 +157,19 @@ def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
     >>> np.round(r.numpy())
     array([[3., 1., 2.]], dtype=float32)
     """
-    if _masking.is_ragged(x):
-        return _ragged_call(sinkhorn_rank, x, axis, mask, return_info, "elementwise",
-                            direction=direction, weights=weights, num_targets=num_targets,
-                            target_weights=target_weights, zero_based=zero_based,
-                            check_numerics=check_numerics, options=options, **option_kwargs)
-    static_n(x, axis)
-    m = num_targets if num_targets is not None else LIST_LENGTH
-    t = Transport(x, targets=(m, target_weights), mask=mask,
-                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
+    t = _solve(x, TargetMeasure.bins(num_targets, target_weights), direction, squash,
+               targets, options, option_kwargs)
     ranks = t.count[:, None] * t.cdf()
     if zero_based:
         ranks = ranks - 1.0
-    return finish(t.output_elementwise(ranks), t, return_info)
+    return ListResult(ranks, "elementwise", info=t.info())
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
                  mask=None, weights=None, num_targets: int | None = None,
-                 target_weights=None, check_numerics: bool = False, return_info: bool = False,
+                 target_weights=None, squash="logistic", targets: str = "regular",
+                 check_numerics: bool = False, return_info: bool = False,
                  options: SinkhornOptions | dict | None = None, **option_kwargs):
     """The S-CDF F̃ = a⁻¹ ∘ (P c) + a/2, c = b̄ − b/2 (paper Def. 2, centred), in [0, 1].
 
@@ -227,23 +193,16 @@ def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
     >>> np.round(F.numpy(), 2)
     array([0.75, 0.25, 1.  , 0.5 ], dtype=float32)
     """
-    if _masking.is_ragged(x):
-        return _ragged_call(sinkhorn_cdf, x, axis, mask, return_info, "elementwise",
-                            direction=direction, weights=weights, num_targets=num_targets,
-                            target_weights=target_weights, check_numerics=check_numerics,
-                            options=options, **option_kwargs)
-    static_n(x, axis)
-    m = num_targets if num_targets is not None else LIST_LENGTH
-    t = Transport(x, targets=(m, target_weights), mask=mask,
-                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
-    return finish(t.output_elementwise(t.cdf()), t, return_info)
+    t = _solve(x, TargetMeasure.bins(num_targets, target_weights), direction, squash,
+               targets, options, option_kwargs)
+    return ListResult(t.cdf(), "elementwise", info=t.info())
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int | None = None,
                   mask=None, weights=None, num_targets: int | None = None,
-                  target_weights=None, check_numerics: bool = False, return_info: bool = False,
+                  target_weights=None, squash="logistic", targets: str = "regular",
+                  check_numerics: bool = False, return_info: bool = False,
                   options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft-sorted values S̃ = b⁻¹ ∘ (Pᵀ x) (paper Def. 2), in the units of x.
 
@@ -271,36 +230,27 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
     >>> np.round(s.numpy(), 3)
     array([[3., 2., 1.]], dtype=float32)
     """
-    kwargs = dict(direction=direction, weights=weights, num_targets=num_targets,
-                  target_weights=target_weights, check_numerics=check_numerics,
-                  options=options, **option_kwargs)
-    if _masking.is_ragged(x):
-        kind = topk if topk is not None else (
-            "elementwise" if num_targets is None and target_weights is None else "uniform")
-        return _ragged_call(sinkhorn_sort, x, axis, mask, return_info, kind, topk=topk,
-                            **kwargs)
-    n = static_n(x, axis)
-    options = SinkhornOptions.resolve(options, **option_kwargs)
+    n, masked = x.static_n, x.mask is not None
+    if topk is None:
+        target = TargetMeasure.bins(num_targets, target_weights)
+    elif x.weights is not None or num_targets is not None or target_weights is not None:
+        raise ValueError("`topk` cannot be combined with `weights`, `num_targets` or "
+                         "`target_weights`.")
+    elif n is not None and not masked:
+        k = _checks.check_k(topk, n, "topk")
+        target = TargetMeasure.bins(k + 1, np.concatenate([np.full([k], 1.0 / n), [1.0 - k / n]]))
+    else:
+        k = _checks.check_positive_int("topk", topk)
+        target = TargetMeasure.per_list(_topk_sort_targets(k, masked=masked, name="topk"))
+    t = _solve(x, target, direction, squash, targets, options, option_kwargs)
+    values = t.sorted_values()
+    lengths = t.real_bins
+    if lengths is None and masked:
+        lengths = tf.where(t.count > 0, tf.shape(values)[-1], 0)
     if topk is not None:
-        if weights is not None or num_targets is not None or target_weights is not None:
-            raise ValueError("`topk` cannot be combined with `weights`, `num_targets` or "
-                             "`target_weights`.")
-        if n is not None and mask is None:
-            k = _checks.check_k(topk, n, "topk")
-            tw = np.concatenate([np.full([k], 1.0 / n), [1.0 - k / n]])
-            targets = (k + 1, tw)
-        else:
-            k = _checks.check_positive_int("topk", topk)
-            targets = _topk_sort_targets(k, masked=mask is not None, name="topk")
-        t = Transport(x, targets=targets, mask=mask,
-                      axis=axis, direction=direction, weights=weights,
-                      check_numerics=check_numerics, options=options)
-        return finish(t.output_sorted(t.sorted_values()[:, :k]), t, return_info)
-    m = num_targets if num_targets is not None else LIST_LENGTH
-    t = Transport(x, targets=(m, target_weights), mask=mask,
-                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
-                  options=options)
-    return finish(t.output_sorted(t.sorted_values()), t, return_info)
+        values = values[:, :k]
+        lengths = None if lengths is None else tf.minimum(tf.cast(lengths, tf.int32), k)
+    return ListResult(values, "sorted", lengths=lengths, info=t.info())
 
 
 def _topk_sort_targets(k: int, masked: bool, name: str):
@@ -395,9 +345,10 @@ def quantile_target_weights(quantiles, width: float | None = None,
     return b, width
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
                       direction: str = "ASCENDING", *, mask=None, weights=None,
+                      squash="logistic", targets: str = "regular",
                       check_numerics: bool = False,
                       return_info: bool = False,
                       options: SinkhornOptions | dict | None = None, **option_kwargs):
@@ -425,28 +376,17 @@ def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
     3.0
     """
     taus, scalar = _checks.check_quantiles(quantiles)
-    if _masking.is_ragged(x):
-        return _ragged_call(sinkhorn_quantile, x, axis, mask, return_info, "per_list",
-                            quantiles=quantiles, width=width, direction=direction,
-                            weights=weights, check_numerics=check_numerics, options=options,
-                            **option_kwargs)
-    n = static_n(x, axis)
-    if width is not None or weights is not None or (n is not None and mask is None):
-        b, _ = quantile_target_weights(quantiles, width, n=None if weights is not None else n)
-        targets = (b.size, b)
+    n = x.static_n
+    if width is not None or x.weights is not None or (n is not None and x.mask is None):
+        b, _ = quantile_target_weights(quantiles, width, n=None if x.weights is not None else n)
+        target = TargetMeasure.bins(b.size, b)
     else:  # the default width depends on the (valid) list length: per row
         quantile_target_weights(quantiles, None)  # validates the levels
-
-        def targets(count):
-            return _quantile_target_weights_per_row(taus, count), None
-
-    t = Transport(x, targets=targets, mask=mask,
-                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
+        target = TargetMeasure.per_list(
+            lambda count: (_quantile_target_weights_per_row(taus, count), None))
+    t = _solve(x, target, direction, squash, targets, options, option_kwargs)
     q = t.sorted_values()[:, 1::2]
-    if scalar:
-        return finish(t.output_per_list(q[:, 0], keep_axis=False), t, return_info)
-    return finish(t.output_per_list(q), t, return_info)
+    return ListResult(q[:, 0] if scalar else q, "per_list", info=t.info())
 
 
 def _quantile_target_weights_per_row(taus: np.ndarray, count):
@@ -469,11 +409,13 @@ def _quantile_target_weights_per_row(taus: np.ndarray, count):
     return tf.cast(tf.stack(columns, axis=-1), count.dtype)
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
                                     direction: str = "ASCENDING", *,
                                     mask=None, weights=None,
-                                    target_weights=None, check_numerics: bool = False,
+                                    target_weights=None, squash="logistic",
+                                    targets: str = "regular",
+                                    check_numerics: bool = False,
                                     return_info: bool = False,
                                     options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft quantile normalisation T̃_f = a⁻¹ ∘ (P f) (paper Def. 2).
@@ -503,35 +445,28 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
     >>> np.round(t.numpy())
     array([20., 10., 30.], dtype=float32)
     """
-    if _masking.is_ragged(x):
-        return _ragged_call(sinkhorn_quantile_normalization, x, axis, mask, return_info,
-                            "elementwise", target_values=target_values, direction=direction,
-                            weights=weights, target_weights=target_weights,
-                            check_numerics=check_numerics, options=options, **option_kwargs)
     target_values = tf.sort(tf.convert_to_tensor(target_values), axis=-1)
     m = target_values.shape[-1]
     if m is None or m == 0:
         raise ValueError("`target_values` must have a known, non-zero last dimension.")
     _checks.check_direction(direction)  # validated; the result keeps the order of x either way
-    t = Transport(x, targets=(m, target_weights), mask=mask,
-                  axis=axis, direction="ASCENDING", weights=weights,
-                  check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
+    t = _solve(x, TargetMeasure.bins(m, target_weights), "ASCENDING", squash, targets,
+               options, option_kwargs)
     f = target_values
     if f.shape.rank > 1:
-        lead = t.view.static_moved_shape[:-1]
+        lead = x.view.static_moved_shape[:-1]
         if not f.shape[:-1].is_compatible_with(lead):
             raise ValueError(f"`target_values` must have shape [m] or [..., m] with the "
                              f"shape of `x` without `axis` in front ({lead.as_list()} + [m]), "
                              f"got {f.shape.as_list()}.")
         f = tf.reshape(f, [-1, m])
-    out = t.push(f)
-    return finish(t.output_elementwise(out), t, return_info)
+    return ListResult(t.push(f), "elementwise", info=t.info())
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
-                       mask=None, weights=None, check_numerics: bool = False,
+                       mask=None, weights=None, squash="logistic", targets: str = "regular",
+                       check_numerics: bool = False,
                        return_info: bool = False,
                        options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft indicator of membership in the first k entries in `direction` order.
@@ -555,19 +490,14 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
     >>> np.round(mask.numpy())
     array([0., 1., 0., 1.], dtype=float32)
     """
-    if _masking.is_ragged(x):
-        return _ragged_call(sinkhorn_topk_mask, x, axis, mask, return_info, "elementwise",
-                            k=k, direction=direction, weights=weights,
-                            check_numerics=check_numerics, options=options, **option_kwargs)
-    n = static_n(x, axis)
-    if n is not None and mask is None:
+    n, masked = x.static_n, x.mask is not None
+    if n is not None and not masked:
         k = _checks.check_k(k, n)
-        targets = (2, np.array([k / n, 1.0 - k / n]))
+        target = TargetMeasure.bins(2, np.array([k / n, 1.0 - k / n]))
     else:
         k = _checks.check_positive_int("k", k)
-        masked = mask is not None
 
-        def targets(count):
+        def masses(count):
             poison = tf.zeros_like(count)
             if not masked:
                 count, poison = _checked_list_length(k, count, "k")
@@ -576,18 +506,18 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
                           tf.where(count > k, count - k, tiny)], axis=-1) + poison[:, None]
             return b, (1.0 + tf.cast(count > k, count.dtype) if masked else None)
 
-    t = Transport(x, targets=targets, mask=mask,
-                  axis=axis, direction=direction, weights=weights, check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
+        target = TargetMeasure.per_list(masses)
+    t = _solve(x, target, direction, squash, targets, options, option_kwargs)
     selected = t.row_plan[:, :, 0]
-    if mask is not None:  # lists of at most k valid entries: all of them are selected
+    if masked:  # lists of at most k valid entries: all of them are selected
         selected = tf.where((t.count <= k)[:, None], tf.ones_like(selected), selected)
-    return finish(t.output_elementwise(selected), t, return_info)
+    return ListResult(selected, "elementwise", info=t.info())
 
 
-@with_common_args_doc
+@sinkhorn_operator
 def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCENDING", *,
-                                mask=None, check_numerics: bool = False, return_info: bool = False,
+                                mask=None, squash="logistic", targets: str = "regular",
+                                check_numerics: bool = False, return_info: bool = False,
                                 options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Doubly-stochastic relaxed permutation matrix P̂ = n Pᵀ (n × n transport plan).
 
@@ -612,24 +542,12 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
-    if _masking.is_ragged(scores):
-        return _ragged_call(sinkhorn_permutation_matrix, scores, axis, mask, return_info,
-                            "square", direction=direction, check_numerics=check_numerics,
-                            options=options, **option_kwargs)
-    static_n(scores, axis)
-    t = Transport(scores, targets=(LIST_LENGTH, None), mask=mask,
-                  axis=axis, direction=direction, weights=None, check_numerics=check_numerics,
-                  options=SinkhornOptions.resolve(options, **option_kwargs))
+    t = _solve(scores, TargetMeasure.one_per_entry(), direction, squash, targets, options,
+               option_kwargs)
     perm = t.count[:, None, None] * tf.linalg.matrix_transpose(t.plan)  # [batch, n, n]
     if t.mask is not None:
         # Rows: sorted positions >= n_valid are 0; columns: padded entries are 0.
-        rows = _masking.valid_prefix(tf.cast(t.count, tf.int32), t.n)
+        rows = _masking.valid_prefix(tf.cast(t.count, tf.int32), tf.shape(perm)[-1])
         keep = tf.logical_and(rows[:, :, None], t.mask[:, None, :])
         perm = _masking.fill_padded(perm, keep)
-    view = t.view
-    n = t.n
-    lead = view.moved_shape[:-1]
-    out = tf.reshape(perm, tf.concat([lead, tf.stack([n, n])], axis=0))
-    out.set_shape(view.static_moved_shape[:-1].concatenate([view.static_n, view.static_n]))
-    out = tf.cast(out, view.output_dtype)
-    return finish(out, t, return_info)
+    return ListResult(perm, "square", info=t.info())

@@ -9,6 +9,7 @@ reads out CDFs, sorted values and pushed-forward target values (see
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import sys
 import warnings
@@ -17,15 +18,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
-from softsort_tf.ops.squash import exact_float64, squash_values
-from softsort_tf.options import (  # noqa: F401 (re-exported defaults)
-    DEFAULT_EPSILON,
-    DEFAULT_MAX_ITERATIONS,
-    DEFAULT_POWER,
-    DEFAULT_THRESHOLD,
-    SinkhornOptions,
-)
+from softsort_tf import _checks
+from softsort_tf.ops.squash import check_squash, exact_float64, squash_values
+from softsort_tf.ops.wrapper import Lists, list_operator
+from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers import sinkhorn as solver_lib
 
 SinkhornInfo = collections.namedtuple("SinkhornInfo", ["num_iterations", "error"])
@@ -146,42 +142,87 @@ NEGLIGIBLE_MASS = 1e-20
 # padded list follow those of the unpadded one, converged or not.
 PADDING_POSITION = 2.0
 
-# `targets=(LIST_LENGTH, None)`: m = n bins (per list: n_valid bins with a mask).
-LIST_LENGTH = "n"
+# Where the m targets sit on [0, 1] (the operators' `targets` argument). 'regular': the
+# paper's regular grid y_j = (j − 1)/(m − 1) (Fig. 2, eq. 4), whatever the bin masses,
+# as in the reference implementations; 'centres': the centres of the bins in mass,
+# y_j = b̄_j − b_j/2. Both give the same hard limits and read-outs.
+TARGET_GRIDS = ("regular", "centres")
 
 
-def _is_static_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+def check_targets(targets: str) -> str:
+    """Validates the `targets` argument (a placement of `TARGET_GRIDS`)."""
+    if targets not in TARGET_GRIDS:
+        raise ValueError(f"`targets` must be one of {TARGET_GRIDS}, got {targets!r}.")
+    return targets
 
 
 def _normalised(b):
     return b / tf.reduce_sum(b, axis=-1, keepdims=True)
 
 
-def _target_measure(m, target_weights, dtype, grid: str = "centres", real_bins=None):
-    """Returns (y, b) for a target of m uniform bins or the given (positive) weights,
-    with y on `grid` ('centres': `bin_centres(b)`; 'regular': `regular_grid(b)`, per row
-    on its first `real_bins` bins when given). m may be a scalar tensor (unknown n)."""
-    if target_weights is None:
-        if tf.is_tensor(m):  # the list length n, unknown at trace time
-            b = tf.fill(tf.reshape(m, [1]), 1.0 / tf.cast(m, dtype))
-        else:
+@dataclasses.dataclass(frozen=True)
+class TargetMeasure:
+    """The masses b of the target bins of a transport (their positions y follow from
+    the masses and the `targets` grid).
+
+    Build it with one of the constructors:
+
+    - `TargetMeasure.one_per_entry()`: m = n bins of equal mass (per list, the n_valid
+      bins of its valid entries with a mask): ranks, CDFs, sorts, permutation matrices;
+    - `TargetMeasure.bins(m, weights)`: m bins of equal mass, or the given positive
+      masses `[m]` or `[batch, m]`;
+    - `TargetMeasure.per_list(fn)`: masses that depend on the number of valid entries:
+      `fn(count)` with `count` `[batch]` (float) returns `(b, real_bins)`, b `[m]` or
+      `[batch, m]` positive and unnormalised, and `real_bins` `[batch]` the number of
+      bins that are not surplus bins of a padded list (None: all).
+    """
+
+    num_bins: int | None = None
+    weights: object = None
+    fn: object = None
+
+    @classmethod
+    def one_per_entry(cls) -> TargetMeasure:
+        return cls()
+
+    @classmethod
+    def bins(cls, m: int | None = None, weights=None) -> TargetMeasure:
+        if m is None and weights is None:
+            return cls()
+        if m is not None:
             m = _checks.check_positive_int("num_targets", m)
-            b = tf.fill([m], tf.constant(1.0 / m, dtype))
-    else:
-        if m is not None and not tf.is_tensor(m):
-            m = _checks.check_positive_int("num_targets", m)
-        b = tf.convert_to_tensor(target_weights)
+        return cls(num_bins=m, weights=weights)
+
+    @classmethod
+    def per_list(cls, fn) -> TargetMeasure:
+        return cls(fn=fn)
+
+    def build(self, count, n, mask, dtype):
+        """`(b, real_bins)` for lists of `count` valid entries of (padded) length n."""
+        if self.fn is not None:
+            b, real_bins = self.fn(count)
+            return _normalised(self._checked(b, None, dtype)), real_bins
+        if self.weights is not None:
+            return _normalised(self._checked(self.weights, self.num_bins, dtype)), None
+        if self.num_bins is not None:
+            return tf.fill([self.num_bins], tf.constant(1.0 / self.num_bins, dtype)), None
+        if mask is not None:  # one bin per valid entry, surplus bins of negligible mass
+            return _normalised(padded_list_target(count, n, dtype)), count
+        if isinstance(n, int):
+            return tf.fill([n], tf.constant(1.0 / n, dtype)), None
+        return tf.fill(tf.reshape(n, [1]), 1.0 / tf.cast(n, dtype)), None
+
+    @staticmethod
+    def _checked(b, m, dtype):
+        b = tf.convert_to_tensor(b)
         # A zero-mass bin would give 0/0 in the sort read-out: drop the bin instead.
         _checks.check_weight_values("target_weights", b, allow_zero=False)
         b = tf.cast(b, dtype)
         if b.shape.rank not in (1, 2):
             raise ValueError("`target_weights` must have shape [m] or [batch, m].")
-        if _is_static_int(m) and b.shape[-1] is not None and b.shape[-1] != m:
+        if m is not None and b.shape[-1] is not None and b.shape[-1] != m:
             raise ValueError(f"`target_weights` must have length m = {m}, got {b.shape[-1]}.")
-        b = _normalised(b)
-    y = regular_grid(b, real_bins) if grid == "regular" else bin_centres(b)
-    return y, b
+        return b
 
 
 def padded_list_target(count, m, dtype):
@@ -195,47 +236,45 @@ def padded_list_target(count, m, dtype):
 
 
 class Transport:
-    """The solved transport problem of one operator call, in `[batch, ·]` layout."""
+    """The solved transport problem of one operator call on a batch of `Lists`.
 
-    def __init__(self, x, *, axis, direction, weights, targets, options: SinkhornOptions,
-                 check_numerics, mask=None):
-        """Sets up and solves the transport of x.
+    Args:
+      lists: the inputs (`softsort_tf.ops.wrapper.Lists`).
+      target: the target measure (`TargetMeasure`).
+      direction: 'ASCENDING' or 'DESCENDING': the order the targets are filled in.
+      options: the solver configuration (`SinkhornOptions`).
+      squash: how inputs are mapped into [0, 1] (see `softsort_tf.ops.squash`).
+      targets: where the targets sit on [0, 1] (`TARGET_GRIDS`).
+    """
 
-        Args:
-          targets: `(m, target_weights)`: m bins (`LIST_LENGTH`: m = n, per list the
-            n_valid bins of its valid entries with a mask) or the given weights; or a
-            callable `targets(count) -> (b, real_bins)` of the number of valid entries
-            `count` (`[batch]`, float; n for every row without a mask) returning target
-            weights b `[m]` or `[batch, m]` (positive, unnormalised) and the number of
-            non-surplus bins of each row (`[batch]`, or None: all).
-          mask: padding mask (see `softsort_tf._masking`).
-        """
+    def __init__(self, lists: Lists, target: TargetMeasure, *, direction: str,
+                 options: SinkhornOptions | None = None, squash="logistic",
+                 targets: str = "regular"):
+        options = SinkhornOptions() if options is None else options
         direction = _checks.check_direction(direction)
-        x2d, self.view = _shapes.to_batch(x, axis)
-        self.mask = _masking.mask_to_batch(mask, self.view)
-        # Padded values are replaced before any arithmetic (NaN/inf padding is harmless).
-        x2d = _masking.replace_padded(x2d, self.mask)
-        if check_numerics:
-            x2d = tf.debugging.check_numerics(x2d, "softsort_tf: `x` has NaN or Inf")
+        squash = check_squash(squash)
+        grid = check_targets(targets)
+        x2d = lists.values
+        self.lists = lists
+        self.mask = lists.mask
         self.sign = -1.0 if direction == "DESCENDING" else 1.0
         # Sorted ascending == x sorted in `direction`. A negation, not a product with the
         # sign: products flush float32 subnormals to zero on CPU, negations keep them.
         self.values = -x2d if direction == "DESCENDING" else x2d
         self.dtype = x2d.dtype
-        self.n = self.view.n
-        a = _shapes.weights_to_batch(weights, self.view, self.dtype)
+        self.n = lists.n
+        a = lists.weights
         self.uniform_a = a is None and self.mask is None
+        self.count = lists.count()
         if self.mask is None:
             if a is None:
-                inverse_n = (tf.constant(1.0 / self.n, self.dtype) if _is_static_int(self.n)
+                inverse_n = (tf.constant(1.0 / self.n, self.dtype) if isinstance(self.n, int)
                              else 1.0 / tf.cast(self.n, self.dtype))
                 a = tf.fill(tf.shape(x2d), inverse_n)
-            self.count = tf.fill(tf.shape(x2d)[:1], tf.cast(self.n, self.dtype))
             solver_a = a
         else:
             # a: the measure of the valid entries (0 at padding), read by the read-outs;
             # the solver gives the padded entries a negligible mass instead of 0.
-            self.count = _masking.n_valid(self.mask, self.dtype)
             a = tf.where(self.mask, tf.ones_like(x2d) if a is None else a, tf.zeros_like(x2d))
             total = tf.reduce_sum(a, axis=-1, keepdims=True)
             a = a / tf.where(total > 0, total, tf.ones_like(total))
@@ -243,40 +282,29 @@ class Transport:
                 self.mask, a, tf.fill(tf.shape(a), tf.constant(NEGLIGIBLE_MASS, self.dtype))
                 / tf.maximum(self.count[:, None], 1.0)))
         self.a = a
-        check_epsilon_for_dtype(options.solver_kwargs()["epsilon"], self.dtype)
-        real_bins = None
-        if callable(targets):
-            b, real_bins = targets(self.count)
-            self.y, self.b = _target_measure(None, b, self.dtype, options.targets, real_bins)
-        else:
-            m, target_weights = targets
-            if m is LIST_LENGTH and target_weights is None and self.mask is not None:
-                real_bins = self.count
-                target_weights = padded_list_target(self.count, self.n, self.dtype)
-                m = None
-            elif m is LIST_LENGTH:
-                m = self.n if target_weights is None else None
-            self.y, self.b = _target_measure(m, target_weights, self.dtype, options.targets,
-                                             real_bins)
+        check_epsilon_for_dtype(options.solver_epsilon, self.dtype)
+        self.b, real_bins = target.build(self.count, self.n, self.mask, self.dtype)
         self.real_bins = real_bins
-        if real_bins is not None and options.targets != "regular":
-            bins = tf.cast(tf.range(tf.shape(self.b)[-1]), self.dtype)[None, :]
-            self.y = tf.where(bins < tf.cast(real_bins, self.dtype)[:, None], self.y,
-                              tf.constant(PADDING_POSITION, self.dtype))
+        if grid == "regular":
+            self.y = regular_grid(self.b, real_bins)
+        else:
+            self.y = bin_centres(self.b)
+            if real_bins is not None:
+                bins = tf.cast(tf.range(tf.shape(self.b)[-1]), self.dtype)[None, :]
+                self.y = tf.where(bins < tf.cast(real_bins, self.dtype)[:, None], self.y,
+                                  tf.constant(PADDING_POSITION, self.dtype))
         rows, b_rows = x2d.shape[0], (self.b.shape[0] if self.b.shape.rank == 2 else None)
         if rows is not None and b_rows is not None and b_rows != rows:
             raise ValueError(f"Per-row `target_weights` must have one row per row of x "
                              f"({rows}: the shape of x without `axis`, flattened), got "
                              f"{b_rows}.")
-        squashed = squash_values(self.values, options.squash,
-                                 weights=None if self.uniform_a else a)
+        squashed = squash_values(self.values, squash, weights=None if self.uniform_a else a)
         if self.mask is not None:
             # Padded entries sit with the surplus bins, away from the valid ones.
             squashed = tf.where(self.mask, squashed,
                                 tf.fill(tf.shape(squashed),
                                         tf.constant(PADDING_POSITION, squashed.dtype)))
-        self.result = solver_lib.solve(squashed, self.y, solver_a, self.b,
-                                       **options.solver_kwargs())
+        self.result = solver_lib.solve(squashed, self.y, solver_a, self.b, options)
         warn_if_unconverged(self.result, options.threshold)
         self._plan = None
         self._row_plan = None
@@ -358,79 +386,38 @@ class Transport:
         f = f[None, :] if f.shape.rank == 1 else f
         return tf.reduce_sum(self.row_plan * f[:, None, :], axis=-1)
 
-    def output(self, y2d, keep_axis=True):
-        return _shapes.from_batch(y2d, self.view, keep_axis=keep_axis)
-
-    def output_elementwise(self, y2d):
-        """An elementwise `[batch, n]` result, 0 at padded entries, in the input layout."""
-        return self.output(_masking.fill_padded(y2d, self.mask))
-
-    def output_sorted(self, s2d):
-        """A sorted `[batch, m]` result; with a mask, the positions past the row's
-        number of non-surplus bins (its valid sorted values) are 0."""
-        if self.mask is not None:
-            if self.real_bins is not None:
-                keep = _masking.valid_prefix(tf.cast(self.real_bins, tf.int32),
-                                             tf.shape(s2d)[-1])
-            else:
-                keep = tf.broadcast_to((self.count > 0)[:, None], tf.shape(s2d))
-            s2d = _masking.fill_padded(s2d, keep)
-        return self.output(s2d)
-
-    def output_per_list(self, q2d, keep_axis=True):
-        """A result without the list axis (`[batch, q]` or `[batch]`), 0 for rows without
-        a valid entry."""
-        if self.mask is not None:
-            has_valid = self.count > 0
-            q2d = _masking.fill_padded(q2d, has_valid[:, None] if keep_axis else has_valid)
-        return self.output(q2d, keep_axis=keep_axis)
-
-    def info(self):
-        view = self.view
-        lead = view.moved_shape[:-1]
-        return SinkhornInfo(tf.reshape(self.result.num_iterations, lead),
-                            tf.reshape(self.result.error, lead))
-
-
-def finish(out, transport: Transport, return_info: bool):
-    return (out, transport.info()) if return_info else out
+    def info(self) -> SinkhornInfo:
+        """The per-row convergence report (`[batch]` tensors)."""
+        return SinkhornInfo(self.result.num_iterations, self.result.error)
 
 
 _COMMON_ARGS_DOC = """
       axis: the axis to operate along (any axis of an input of any rank >= 1).
       direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
-      weights: non-negative input weights a, shape `[n]` or the shape of x (default
-        uniform); they are the input measure and weight the squashing's mean and
-        standard deviation (a zero-weight outlier does not compress the others).
-      check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
-        propagating NaN (padded entries are not checked).
       mask: optional boolean (or 0/1) `[n]` or the shape of x, False = padding: see
         `softsort_tf._masking` (padded entries get no mass and output 0). x may also be
         a `tf.RaggedTensor` ragged along its last axis (then `axis` must be the last).
+      weights: non-negative input weights a, shape `[n]` or the shape of x (default
+        uniform); they are the input measure and weight the squashing's mean and
+        standard deviation.
+      squash: how inputs are mapped into [0, 1] before the transport: 'logistic'
+        (default), 'atan', 'robust' (median/MAD, for rows with outliers) or None
+        (inputs already in [0, 1]); see `softsort_tf.ops.squash`.
+      targets: where the targets sit on [0, 1]: 'regular' (default, the paper's grid
+        y_j = (j − 1)/(m − 1)) or 'centres' (the centres of the target bins in mass).
+      check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
+        propagating NaN to the affected rows (padded entries are not checked).
       return_info: also return a `SinkhornInfo(num_iterations, error)`.
-      options: a `SinkhornOptions` (or its config dict) with the solver settings;
+      options: a `SinkhornOptions` (or its config dict), the solver configuration;
         default `SinkhornOptions()`: ε = 1e-2, p = 2, threshold 1e-3, 1000
-        iterations, implicit gradients, logistic squashing.
+        iterations, implicit differentiation.
       **option_kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
-        `max_iterations`, `implicit`, `squash`, `implicit_solver`, `warm_start`,
-        `epsilon_start`, ...) overriding those of `options`."""
+        `max_iterations`, `implicit_diff`, `initializer`, ...) overriding those of
+        `options`."""
 
 
-def with_common_args_doc(f):
-    """Fills in the shared argument documentation of a Sinkhorn operator and marks it
-    for AutoGraph as not to be converted: the operators have no tensor-dependent Python
-    control flow, and converting their nested target builders broke their closures."""
-    f.__doc__ = f.__doc__.replace("{common}", _COMMON_ARGS_DOC.strip("\n"))
-    return tf.autograph.experimental.do_not_convert(f)
-
-
-def static_n(x, axis):
-    """The static length of `axis` of x (None when unknown); rejects n = 0."""
-    if isinstance(x, tf.RaggedTensor):
-        return None
-    shape = tf.convert_to_tensor(x).shape
-    _checks.check_axis(axis, shape.rank)
-    n = shape[axis]
-    if n == 0:
-        raise ValueError("`x` must have at least one element along `axis` (n >= 1), got n = 0.")
-    return n
+def sinkhorn_operator(body):
+    """Fills in the shared argument documentation of a Sinkhorn operator body and wraps
+    it with `softsort_tf.ops.wrapper.list_operator`."""
+    body.__doc__ = body.__doc__.replace("{common}", _COMMON_ARGS_DOC.strip("\n"))
+    return list_operator(body)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-IMPLICIT_SOLVERS = ("auto", "cg", "dense")
-# Below this number of targets the dense Cholesky solve is faster than CG.
-DENSE_SOLVE_MAX_TARGETS = 64
+from softsort_tf.options import DENSE_SOLVE_MAX_TARGETS
 
 
 def _conjugate_gradient(apply_op, rhs, max_iterations: int, tol: float):

@@ -37,7 +37,7 @@ converge), so NaN inputs propagate NaN instead of running to `max_iterations`.
 
 Gradients (w.r.t. the cost, hence x, and the weights a and b):
 
-- `implicit=True` (default): implicit differentiation of the optimality conditions
+- `implicit_diff=ImplicitDiff()` (default): implicit differentiation of the optimality conditions
   H(f, g) = (P1 − a, Pᵀ1 − b) = 0. The Jacobian ∂H/∂(f, g) = (1/ε)[[diag r, P],
   [Pᵀ, diag c]] is singular along the gauge direction (1, −1) (f + t, g − t gives the
   same plan). We eliminate f (Schur complement) and solve the m×m system
@@ -46,7 +46,7 @@ Gradients (w.r.t. the cost, hence x, and the weights a and b):
   system is symmetric positive definite with eigenvalues in (0, 1]. It is solved
   matrix-free by conjugate gradients, each step O(n·m), or densely by Cholesky for
   small m. Memory is O(B·n·m) whatever the number of forward iterations.
-- `implicit=False`: automatic differentiation through the unrolled loop; memory grows
+- `implicit_diff=None`: automatic differentiation through the unrolled loop; memory grows
   with the number of iterations.
 """
 
@@ -57,9 +57,9 @@ import math
 
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers.cost import cost_matrix, pair_cost  # noqa: F401 (re-exported)
-from softsort_tf.solvers.implicit import IMPLICIT_SOLVERS, implicit_vjp
+from softsort_tf.solvers.implicit import implicit_vjp
 from softsort_tf.solvers.warm_start import exact_target_potential
 
 EXACT_MARGINALS = ("target", "input")
@@ -269,25 +269,8 @@ def _eager_or_graph(fn, graph_fn):
     return graph_fn if tf.executing_eagerly() else fn
 
 
-def solve(
-    x,
-    y,
-    a=None,
-    b=None,
-    *,
-    epsilon: float = 1e-2,
-    power: float = 2.0,
-    threshold: float = 1e-3,
-    max_iterations: int = 1000,
-    implicit: bool = True,
-    warm_start: bool | None = None,
-    epsilon_start: float | None = None,
-    epsilon_decay: float = 0.9,
-    check_every: int = 1,
-    implicit_solver: str = "auto",
-    implicit_max_iterations: int = 200,
-    exact_marginal: str = "target",
-) -> SinkhornResult:
+def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *,
+          exact_marginal: str = "target", **option_kwargs) -> SinkhornResult:
     """Solves a batch of entropic OT problems from x `[B, n]` onto sorted y.
 
     Args:
@@ -295,23 +278,9 @@ def solve(
       y: `[m]` or `[batch, m]` target support, sorted increasingly.
       a: `[batch, n]` input weights, positive and summing to 1; uniform if None.
       b: `[m]` or `[batch, m]` target weights, positive, summing to 1; uniform if None.
-      epsilon: regularisation ε > 0, in units of the cost (|x − y|^p on [0, 1]).
-      power: exponent p > 0 of the cost.
-      threshold: stop a row when Σ_i |(P1)_i − a_i| < threshold.
-      max_iterations: bound on the Sinkhorn iterations (rounded up to a multiple of
-        `check_every`).
-      implicit: implicit differentiation (True) or backpropagation through the loop.
-      warm_start: start from the exact 1-D dual potential (see module docstring).
-        Default: on with implicit gradients, off with `implicit=False`: the warm start
-        is a constant for autodiff, so the unrolled gradient through the few
-        iterations it leaves would not approach the true one.
-      epsilon_start: if set above ε, anneal ε_t = max(ε, ε_start · decay^t).
-      epsilon_decay: decay factor of the annealing, in (0, 1).
-      check_every: iterations between two stopping decisions (the error read itself is
-        free; larger values only overshoot the threshold by up to check_every − 1
-        iterations).
-      implicit_solver: 'auto' (dense Cholesky for m <= 64, else CG), 'cg' or 'dense'.
-      implicit_max_iterations: bound on CG iterations in the backward pass.
+      options: the solver configuration (`softsort_tf.SinkhornOptions`, validated when
+        it was built; default `SinkhornOptions()`).
+      **option_kwargs: fields of `SinkhornOptions` overriding those of `options`.
       exact_marginal: which marginal of the returned plan is exact. 'target' (default):
         Pᵀ1 = b, and `error` is the L1 error of P1; the right choice for read-outs
         through Pᵀ (sorts, quantiles). 'input': P1 = a (the plan after one more f
@@ -322,22 +291,17 @@ def solve(
     Returns:
       A `SinkhornResult`.
     """
-    epsilon = _checks.check_positive("epsilon", epsilon)
-    power = _checks.check_positive("power", power)
-    threshold = _checks.check_positive("threshold", threshold)
-    max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
-    check_every = min(_checks.check_positive_int("check_every", check_every), max_iterations)
-    implicit_max_iterations = _checks.check_positive_int("implicit_max_iterations",
-                                                         implicit_max_iterations)
-    if epsilon_start is not None:
-        _checks.check_positive("epsilon_start", epsilon_start)
-        _checks.check_in_open_interval("epsilon_decay", epsilon_decay, 0.0, 1.0)
+    if option_kwargs or not isinstance(options, SinkhornOptions):
+        options = SinkhornOptions.resolve(options, **option_kwargs)
     if exact_marginal not in EXACT_MARGINALS:
         raise ValueError(f"`exact_marginal` must be one of {EXACT_MARGINALS}, "
                          f"got {exact_marginal!r}.")
-    if implicit_solver not in IMPLICIT_SOLVERS:
-        raise ValueError(f"`implicit_solver` must be one of {IMPLICIT_SOLVERS}, "
-                         f"got {implicit_solver!r}.")
+    epsilon = options.solver_epsilon
+    power = options.power
+    max_iterations = options.max_iterations
+    check_every = min(options.check_every, max_iterations)
+    epsilon_start = options.epsilon_start
+    implicit = options.implicit_diff is not None
 
     x = tf.convert_to_tensor(x)
     dtype = x.dtype
@@ -366,13 +330,14 @@ def solve(
     as_tensor = lambda v: tf.constant(v, dtype)
     loop_kwargs = dict(epsilon=as_tensor(epsilon),
                        epsilon_start=as_tensor(epsilon_start if annealing else epsilon),
-                       epsilon_decay=as_tensor(epsilon_decay), threshold=as_tensor(threshold),
+                       epsilon_decay=as_tensor(options.epsilon_decay),
+                       threshold=as_tensor(options.threshold),
                        num_blocks=tf.constant(-(-max_iterations // check_every), tf.int32),
                        check_every=check_every, annealing=annealing,
                        exact_marginal=exact_marginal)
 
     def init_g(x_, a_, b_):
-        if warm_start if warm_start is not None else implicit:
+        if options.initializer_for_loop() == "sorted":
             return tf.stop_gradient(exact_target_potential(x_, a_, y, b_, power))
         return tf.zeros_like(b_)
 
@@ -395,8 +360,8 @@ def solve(
             if dg is None:
                 dg = tf.zeros_like(g0)
             vjp = _eager_or_graph(implicit_vjp, _implicit_vjp_graph)
-            return vjp(cost_, f0, g0, eps_reached, df, dg, solver=implicit_solver,
-                       cg_max_iterations=implicit_max_iterations)
+            return vjp(cost_, f0, g0, eps_reached, df, dg, solver=options.implicit_diff.solver,
+                       cg_max_iterations=options.implicit_diff.max_iterations)
 
         return (tf.identity(f0), tf.identity(g0)), grad
 
