@@ -48,6 +48,20 @@ def check_in_open_interval(name: str, value, low: float, high: float) -> float:
     return v
 
 
+def check_bool(name: str, value) -> bool:
+    """Checks that `value` is True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
+
+
+def check_int(name: str, value) -> int:
+    """Checks that `value` is an integer (an axis, for example)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"`{name}` must be an integer, got {value!r}.")
+    return int(value)
+
+
 def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
     """Checks that `value` is an integer >= `minimum`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:

@@ -8,18 +8,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from softsort_tf.losses import ranking
+from softsort_tf._keras import get_keras_mask
 from softsort_tf.losses.ranking import (
     ListwisePermutationLoss,
     SoftNDCGLoss,
     listwise_permutation_loss,
     soft_ndcg,
-    soft_ranks,
 )
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
 from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
 from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
+from softsort_tf.ops.registry import METHODS
 from softsort_tf.ops.sinkhorn import sinkhorn_rank
+from softsort_tf.ops.soft import soft_rank
 
 # Sinkhorn runs to a tight marginal error so that padded and unpadded problems, which
 # stop at different iterations, agree to far below the loss scale.
@@ -125,7 +126,7 @@ def test_metrics_serialize_and_take_ragged_lists():
 def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
     """What the op does with `weights=mask`: n·(weighted CDF) with n the padded length,
     on a grid of n bins, so rescaling by n_v/n is still off by up to half a bin;
-    `soft_ranks` passes the padding as the op's `mask` (the target grid of the valid
+    `soft_rank` passes the padding as the op's `mask` (the target grid of the valid
     entries) and matches."""
     x = np.array([[0.3, -1.2, 2.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
     mask = np.arange(10) < 4
@@ -133,18 +134,19 @@ def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
     np.testing.assert_allclose(valid, [2, 1, 4, 3], atol=1e-3)
     weighted = sinkhorn_rank(x, weights=mask.astype(float), epsilon=1e-3, **TIGHT).numpy()[0]
     assert np.abs(weighted[:4] * 4 / 10 - valid).max() > 0.01
-    ours = soft_ranks(x, mask[None], "sinkhorn", 1e-3, options=None, **TIGHT).numpy()[0]
+    ours = soft_rank(x, "sinkhorn", "DESCENDING", mask=mask[None], temperature=1e-3,
+                     options=None, **TIGHT).numpy()[0]
     np.testing.assert_allclose(ours[:4], 5.0 - valid, atol=1e-6)  # descending
 
 
-@pytest.mark.parametrize("method", ranking.RANK_METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(3, 8))
     mask = np.arange(8)[None, :] < np.array([[8], [5], [1]])
     x[~mask] = np.nan  # padded values never matter
     temperature = 1e-4 if method == "sinkhorn" else 1e-3
-    r = soft_ranks(x, mask, method, temperature).numpy()
+    r = soft_rank(x, method, "DESCENDING", mask=mask, temperature=temperature).numpy()
     for b in range(3):
         v = x[b, mask[b]]
         np.testing.assert_allclose(r[b, mask[b]], stats.rankdata(-v), atol=1e-3)
@@ -152,20 +154,19 @@ def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method)
 
 @pytest.mark.parametrize("targets", ["centres", "regular"])
 def test_sinkhorn_soft_ranks_of_padded_lists_on_either_target_grid(targets):
-    # Bug: soft_ranks(method='sinkhorn') rejected targets='regular' (its own padding
-    # moved the grid); with the op's `mask` the grid is that of the valid entries.
+    # With the op's `mask` the target grid is that of the valid entries.
     x = np.array([[0.3, -1.2, 9.0, 2.0, 0.7, np.nan], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
     mask = np.array([[1, 1, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], bool)
     s = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(s)
-        ranks = soft_ranks(s, mask, "sinkhorn", 1e-2, targets=targets, threshold=1e-6,
-                           max_iterations=5000)
+        ranks = soft_rank(s, "sinkhorn", "DESCENDING", mask=mask, temperature=1e-2,
+                          targets=targets, threshold=1e-6, max_iterations=5000)
         total = tf.reduce_sum(ranks * np.arange(1.0, 7.0))
     grad = tape.gradient(total, s).numpy()
     for b in range(2):
-        alone = soft_ranks(x[b:b + 1, mask[b]], None, "sinkhorn", 1e-2, targets=targets,
-                           threshold=1e-6, max_iterations=5000).numpy()[0]
+        alone = soft_rank(x[b:b + 1, mask[b]], "sinkhorn", "DESCENDING", temperature=1e-2,
+                          targets=targets, threshold=1e-6, max_iterations=5000).numpy()[0]
         np.testing.assert_allclose(ranks.numpy()[b, mask[b]], alone, atol=1e-4)
     np.testing.assert_array_equal(ranks.numpy()[~mask], 0.0)  # the documented fill
     np.testing.assert_array_equal(grad[~mask], 0.0)
@@ -225,7 +226,7 @@ def test_padding_changes_no_value_and_no_gradient(name, fn, seed, n, extra):
 # ---------------------------------------------------------------------------------
 # The losses.
 # ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("method", ranking.RANK_METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_soft_ndcg_tends_to_hard_ndcg(method):
     rng = np.random.default_rng(3)
     labels, _ = random_padded(rng, 6, 10)
@@ -325,8 +326,7 @@ DYNAMIC_LOSSES = {
 
 @pytest.mark.parametrize("name", sorted(DYNAMIC_LOSSES))
 def test_unknown_list_length_in_tf_function(name):
-    # Bug: the listwise losses needed a static n (or `list_size`) and raised inside
-    # `tf.function` with a `None` list axis.
+    # The list axis may be unknown (`None`) when the graph is built.
     spec = [tf.TensorSpec([None, None], tf.float32)] * 2
     loss = DYNAMIC_LOSSES[name]()
     metric = NDCGMetric(k=3)
@@ -343,19 +343,6 @@ def test_unknown_list_length_in_tf_function(name):
         np.testing.assert_allclose(step(labels, scores), loss(labels, scores), rtol=1e-5,
                                    atol=1e-6)
     assert step.experimental_get_tracing_count() == 1
-
-
-def test_list_size_is_accepted_and_no_longer_needed():
-    rng = np.random.default_rng(8)
-    labels, scores = random_padded(rng, 4, 9, ties=False)
-    for make in (SoftNDCGLoss, ListwisePermutationLoss):
-        old = make(method="softsort", list_size=4)  # shorter than the lists: ignored
-        assert old.get_config()["list_size"] == 4
-        clone = make.from_config(old.get_config())
-        assert float(clone(labels, scores)) == pytest.approx(
-            float(make(method="softsort")(labels, scores)), rel=1e-12)
-    np.testing.assert_allclose(soft_ndcg(labels, scores, list_size=2),
-                               soft_ndcg(labels, scores), rtol=1e-12)
 
 
 def test_keras_model_fed_two_list_lengths():
@@ -392,8 +379,8 @@ class _SqueezeKeepingMask(keras.layers.Layer):
 
 
 def test_keras_item_masks_are_the_padding_of_the_list_losses():
-    # Bug: a Keras mask of the scores [batch, n] (e.g. `Masking` on the documents) was
-    # applied by Keras to the per-list losses [batch]: a shape error or a wrong loss.
+    # A Keras mask of the scores [batch, n] (e.g. `Masking` on the documents) is the
+    # padding of the lists, not a mask of the per-list losses [batch].
     inputs = keras.Input((None, 2))
     h = keras.layers.Masking(0.0)(inputs)
     model = keras.Model(inputs, _SqueezeKeepingMask()(keras.layers.Dense(1)(h)))
@@ -405,7 +392,7 @@ def test_keras_item_masks_are_the_padding_of_the_list_losses():
     labels = rng.integers(0, 4, size=(3, 6)).astype(np.float32)
     labels[:, 0] = 3.0
     scores = model(x)
-    assert scores._keras_mask is not None
+    assert get_keras_mask(scores) is not None
     padded_labels = np.where(valid, labels, -1.0).astype(np.float32)
     plain = tf.constant(scores.numpy())
     for loss, reference in (
@@ -430,7 +417,8 @@ def test_keras_item_masks_are_the_padding_of_the_list_losses():
 # Arguments and serialisation.
 # ---------------------------------------------------------------------------------
 def test_losses_serialize_and_reject_bad_arguments():
-    for loss in (SoftNDCGLoss(method="softsort", temperature=0.5, list_size=8),
+    for loss in (SoftNDCGLoss(method="softsort", temperature=0.5),
+                 SoftNDCGLoss(epsilon=5e-2, threshold=1e-5, squash="atan", targets="centres"),
                  ListwisePermutationLoss(method="softsort", probability_floor=1e-5),
                  SpearmanLoss(negative_labels_are_padding=True)):
         clone = keras.losses.deserialize(keras.losses.serialize(loss))
@@ -441,8 +429,34 @@ def test_losses_serialize_and_reject_bad_arguments():
         ListwisePermutationLoss(method="sinkhorn")
     with pytest.raises(ValueError, match="`temperature`"):
         SoftNDCGLoss(temperature=-1.0)
-    with pytest.raises(ValueError, match="`list_size`"):
-        SoftNDCGLoss(list_size=0)
+    with pytest.raises(ValueError, match="method='sinkhorn'"):
+        SoftNDCGLoss(method="softsort", epsilon=1e-3)
+    with pytest.raises(ValueError, match="method='sinkhorn'"):
+        SoftNDCGLoss(method="neuralsort", squash="atan")
+    with pytest.raises(ValueError, match="`squash`"):
+        SoftNDCGLoss(squash="tanh")
+    with pytest.raises(ValueError, match="`temperature` and `epsilon`"):
+        SoftNDCGLoss(temperature=1e-2, epsilon=1e-3)
+    with pytest.raises(TypeError, match="tolerance"):
+        SoftNDCGLoss(tolerance=1e-3)
+
+
+def test_sinkhorn_ndcg_loss_takes_the_sinkhorn_options():
+    """`SoftNDCGLoss(method='sinkhorn')` takes the settings of every Sinkhorn loss and
+    hands them to its ranks; `temperature` is its ε."""
+    rng = np.random.default_rng(3)
+    labels, scores = random_padded(rng, 3, 7, ties=False)
+    settings = dict(threshold=1e-5, max_iterations=3000, squash="atan", targets="centres")
+    loss = SoftNDCGLoss(epsilon=3e-2, reduction="none", dtype="float64", **settings)
+    assert loss.options.epsilon == 3e-2 and loss.options.threshold == 1e-5
+    expected = 1.0 - soft_ndcg(labels, scores, method="sinkhorn", epsilon=3e-2, **settings)
+    np.testing.assert_allclose(loss(labels, scores), expected, rtol=1e-12)
+    by_temperature = SoftNDCGLoss(temperature=3e-2, reduction="none", dtype="float64",
+                                  **settings)
+    np.testing.assert_allclose(by_temperature(labels, scores), expected, rtol=1e-12)
+    other = SoftNDCGLoss(epsilon=3e-2, reduction="none", dtype="float64", threshold=1e-5,
+                         max_iterations=3000)
+    assert np.abs(other(labels, scores).numpy() - expected.numpy()).max() > 1e-6
     with pytest.raises(ValueError, match="negative_labels_are_padding"):
         SpearmanLoss(negative_labels_are_padding="yes")
 

@@ -1,10 +1,10 @@
 """Keras layers over the Sinkhorn operators of `softsort_tf.ops.sinkhorn`.
 
 Each layer is a thin, serialisable wrapper: it validates its arguments at
-construction (the solver settings once, as a `SinkhornOptions`), forwards them to the
-functional operator in `call`, and reports its output shape. The solver settings keep
-the defaults and meaning documented in `softsort_tf.options` (ε = 1e-2, p = 2,
-threshold = 1e-3, 1000 iterations, implicit gradients, logistic squashing).
+construction (the solver settings once, as a `SinkhornOptions`, and the operator
+settings `squash` and `targets`), forwards them to the functional operator in `call`,
+and reports its output shape. Directions default to 'ASCENDING' (the rule is stated in
+`softsort_tf.ops.soft`).
 
 Masking (see `softsort_tf._masking`): every layer supports Keras masking. The mask
 propagated by Keras (`keras.layers.Masking`, `Embedding(mask_zero=True)`, ...) or
@@ -20,45 +20,51 @@ n_valid, or min(k, n_valid) with `topk=k`) for sorts, and None for quantiles and
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
-from softsort_tf.options import OptionFieldsMixin, SinkhornOptions
+from softsort_tf.ops.squash import check_squash
+from softsort_tf.ops.transport import check_targets
+from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 
 
-class _SinkhornLayer(keras.layers.Layer, OptionFieldsMixin):
+class _SinkhornLayer(keras.layers.Layer):
     """Common arguments and config of the Sinkhorn layers.
 
     Args:
       axis: the axis to operate along (of the full input, batch axis included).
-      direction: 'ASCENDING' or 'DESCENDING'.
+      direction: 'ASCENDING' (default) or 'DESCENDING'.
       options: a `SinkhornOptions` (or its config dict) with the solver settings
         (default `SinkhornOptions()`).
+      squash: how inputs are mapped into [0, 1] ('logistic', 'atan', 'robust' or None;
+        see `softsort_tf.ops.squash`).
+      targets: where the targets sit on [0, 1] ('regular' or 'centres').
       **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
-        `max_iterations`, `implicit`, `squash`, ...), overriding those of `options`,
-        and the base `keras.layers.Layer` arguments (name, dtype, ...).
+        `max_iterations`, `implicit_diff`, ...), overriding those of `options`, and the
+        base `keras.layers.Layer` arguments (name, dtype, ...).
 
-    The options are validated once, at construction, and are part of `get_config()`
-    (one key per field).
+    The settings are validated once, at construction, and are part of `get_config()`
+    (one key per field of the options, `squash` and `targets`).
     """
 
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
-                 options: SinkhornOptions | dict | None = None, **kwargs):
+                 options: SinkhornOptions | dict | None = None, squash="logistic",
+                 targets: str = "regular", **kwargs):
         options, layer_kwargs = SinkhornOptions.split_kwargs(kwargs, options)
         super().__init__(**layer_kwargs)
         self.options = options
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-            raise ValueError(f"`axis` must be an integer, got {axis!r}.")
-        self.axis = int(axis)
+        self.squash = check_squash(squash)
+        self.targets = check_targets(targets)
+        self.axis = _checks.check_int("axis", axis)
         self.direction = _checks.check_direction(direction)
         self.supports_masking = True
 
     def _op_kwargs(self, inputs=None, mask=None) -> dict:
-        kwargs = dict(axis=self.axis, direction=self.direction, options=self.options)
+        kwargs = dict(axis=self.axis, direction=self.direction, options=self.options,
+                      squash=self.squash, targets=self.targets)
         if mask is not None:
             kwargs["mask"] = _broadcast_keras_mask(inputs, mask)
         return kwargs
@@ -71,7 +77,8 @@ class _SinkhornLayer(keras.layers.Layer, OptionFieldsMixin):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(axis=self.axis, direction=self.direction, **self.options.get_config())
+        config.update(axis=self.axis, direction=self.direction, squash=self.squash,
+                      targets=self.targets, **self.options.get_config())
         return config
 
     def _replace_axis(self, input_shape, new_size):

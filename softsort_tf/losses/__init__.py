@@ -1,32 +1,29 @@
-"""Rank- and quantile-based Keras losses built on the Sinkhorn operators.
+"""Keras losses built on the package's soft sorting and ranking operators.
 
-The losses of §4 of Cuturi, Teboul & Vert (2019), "Differentiable Sorting using
-Optimal Transport: The Sinkhorn CDF and Quantile Operator" (and the "Applications"
-part of the NeurIPS 2019 talk), plus a Spearman loss for learning to rank:
+Each loss is a thin `keras.losses.Loss` around a functional form (the pattern of
+Keras' own losses, `losses.base.LossFunctionWrapper`): the class validates its
+arguments at construction and holds no maths; the function computes one loss per
+example or per list, and Keras reduces them with `sample_weight`.
 
-- `SoftTopKLoss`: the S-top-k loss, a differentiable 0/1 (top-k) classification loss
-  read off the Sinkhorn ranks (talk) or S-CDF (paper) of the logits;
-- `SoftLeastQuantileRegressionLoss`: the τ-S-quantile (eq. 4) of the batch errors
-  (least-quantile regression, robust to outliers);
-- `SoftTrimmedRegressionLoss`: the soft mean of the batch errors between two quantiles
-  (trimmed regression), read from one bin of the same transport problem;
-- `SpearmanLoss`: 1 − Pearson correlation of soft prediction ranks and hard target ranks.
+- `SoftTopKLoss` (`soft_top_k_loss`): the S-top-k classification loss of Cuturi, Teboul
+  & Vert (2019, §4), read off the Sinkhorn ranks or S-CDF of the logits;
+- `SoftLeastQuantileRegressionLoss`, `SoftTrimmedRegressionLoss`: robust regression
+  through the S-quantile (eq. 4) and a trimmed mean of the batch errors;
+- `SpearmanLoss` (`spearman_loss`): 1 − Pearson correlation of the soft prediction
+  ranks and the hard target ranks;
+- `SoftNDCGLoss` (`soft_ndcg_loss`), `ListwisePermutationLoss`
+  (`listwise_permutation_loss`): listwise learning to rank over padded or ragged lists
+  (`softsort_tf.ops.ranking`);
+- `PermutationCrossEntropy` (`permutation_cross_entropy`): learning to sort with a
+  relaxed permutation matrix.
 
-Listwise learning-to-rank losses over padded or ragged lists (`ranking`, padding
-convention: label < 0 or a boolean mask; see that module):
+Every Sinkhorn-based loss (`losses.base.SinkhornLoss`) takes the same settings: the
+solver's `SinkhornOptions` as `options=` or as keyword arguments with the names of its
+fields (`epsilon`, `power`, `threshold`, ...), and the operator settings `squash` and
+`targets`; all are validated at construction and are part of `get_config()`.
 
-- `SoftNDCGLoss`: 1 − NDCG of the soft ranks (Sinkhorn, SoftSort or NeuralSort);
-- `ListwisePermutationLoss`: NeuralSort/SoftSort cross-entropy against the order by
-  relevance (PiRank/NeuralSort style).
-
-Every loss is a thin wrapper over a functional op (`soft_top_k_loss`,
-`sinkhorn_quantile`, `sinkhorn_trimmed_mean`, `soft_spearman_correlation`), which in
-turn only reads out `softsort_tf.ops.sinkhorn` operators: no loss runs its own
-Sinkhorn loop.
-
-The Sinkhorn losses take their solver settings as one `SinkhornOptions`
-(`options=`), or as keyword arguments with the names of its fields (`epsilon`,
-`power` — the cost exponent —, `threshold`, ...); see `softsort_tf.options`. The
-former arguments `cost_power` and `solver_options` are accepted with a deprecation
-warning; the regression losses' error exponent is `error_power`.
+Temperatures: a loss that takes `method` calls the temperature of that method
+`temperature`; it is τ (`tau`) for SoftSort and NeuralSort and ε (`epsilon`) for
+Sinkhorn (`PermutationOperator.temperature`). The other naming rules (direction, `k`
+and `topk`) are stated in `softsort_tf.ops.soft`.
 """

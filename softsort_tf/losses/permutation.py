@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import warnings
-
 import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
-from softsort_tf.losses.base import full_precision_dtype
-from softsort_tf.ops.permutation_targets import _check_format, _per_example, _pick, _read_targets
+from softsort_tf.losses.base import LossFunctionWrapper
+from softsort_tf.ops.permutation_targets import check_format, per_example_mean, pick, read_targets
 
 _PACKAGE = "softsort_tf"
-_not_converted = tf.autograph.experimental.do_not_convert  # no tensor-dependent control flow
 DEFAULT_PROBABILITY_FLOOR = 1e-7
-DEFAULT_EPSILON = DEFAULT_PROBABILITY_FLOOR  # former name, kept for imports
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def permutation_cross_entropy(y_true, y_pred,
                               probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
-                              y_true_format: str = "auto", *, epsilon: float | None = None,
-                              mask=None):
+                              y_true_format: str = "auto", *, mask=None):
     """Row-wise cross-entropy between the true permutation and P̂.
 
     For each position i, −Σ_j Y[i, j] log p̃[i, j] with the true permutation matrix Y
@@ -33,13 +28,11 @@ def permutation_cross_entropy(y_true, y_pred,
     vanishes (unlike clipping).
 
     Args:
-      y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]` (see the
-        module docstring).
+      y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]` (see
+        `softsort_tf.ops.permutation_targets`).
       y_pred: P̂ `[..., (S,) n, n]`.
       probability_floor: the probability floor δ in (0, 1) (default 1e-7).
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
-      epsilon: deprecated name of `probability_floor` (ε means the Sinkhorn
-        regularisation elsewhere in the package).
       mask: optional boolean `[..., n]` of the valid items: the rows of sorted
         positions >= n_valid and the padded columns are ignored. Orderings may also
         mark padding with negative entries after the n_valid indices (no `mask`
@@ -61,9 +54,8 @@ def permutation_cross_entropy(y_true, y_pred,
     >>> round(float(permutation_cross_entropy([[0, 1, -1]], P)[0]), 4)
     0.3466
     """
-    floor = _checks.check_in_open_interval(
-        "probability_floor", deprecated_probability_floor(probability_floor, epsilon), 0.0, 1.0)
-    y_true, y_pred, is_matrix, num_sample_axes, rows_valid = _read_targets(
+    floor = _checks.check_in_open_interval("probability_floor", probability_floor, 0.0, 1.0)
+    y_true, y_pred, is_matrix, num_sample_axes, rows_valid = read_targets(
         y_true, y_pred, y_true_format, mask)
     dtype = _shapes.compute_dtype(y_pred.dtype)
     p = tf.cast(y_pred, dtype)
@@ -77,30 +69,28 @@ def permutation_cross_entropy(y_true, y_pred,
         log_p = tf.math.log(floor + (1.0 - floor) * p)
         rows = -tf.reduce_sum(target * log_p, axis=-1)
     else:
-        rows = -tf.math.log(floor + (1.0 - floor) * _pick(p, y_true))
-    return _per_example(rows, num_sample_axes, rows_valid)
+        rows = -tf.math.log(floor + (1.0 - floor) * pick(p, y_true))
+    return per_example_mean(rows, num_sample_axes, rows_valid)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class PermutationCrossEntropy(keras.losses.Loss):
+class PermutationCrossEntropy(LossFunctionWrapper):
     """Row-wise cross-entropy between the true permutation and P̂ (learning to sort).
 
-    A thin wrapper over `permutation_cross_entropy`; the per-example values (mean over
+    `permutation_cross_entropy` as a Keras loss: the per-example values (mean over
     the n rows and any sample axes) are reduced by Keras with `sample_weight`
     (`[batch]`). Padded lists: orderings `[batch, n]` holding the n_valid indices then
     −1 (see `permutation_cross_entropy`); the mean is over the valid rows.
 
     Args:
       probability_floor: δ in (0, 1) (default 1e-7): the loss uses
-        log(δ + (1 − δ)·P̂), so each row costs at most −log δ. `epsilon` is its
-        deprecated name.
+        log(δ + (1 − δ)·P̂), so each row costs at most −log δ.
       y_true_format: 'auto' (default), 'indices' (orderings `[batch, n]`, position i
         holding the index of the i-th item) or 'matrix' (`[batch, n, n]`).
       reduction: Keras reduction (default 'sum_over_batch_size').
       name: loss name.
       dtype: dtype of the loss computation (default: Keras floatx); float16 and
-        bfloat16 (or a mixed policy) compute in float32, as the permutation layers do
-        under mixed precision: the gradient ≈ 1/P̂ overflows float16.
+        bfloat16 (or a mixed policy) compute in float32, as the permutation layers do.
 
     Example:
     >>> loss = PermutationCrossEntropy()
@@ -111,27 +101,9 @@ class PermutationCrossEntropy(keras.losses.Loss):
 
     def __init__(self, probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
                  y_true_format: str = "auto", reduction: str = "sum_over_batch_size",
-                 name: str = "permutation_cross_entropy", dtype=None, *,
-                 epsilon: float | None = None):
-        super().__init__(name=name, reduction=reduction, dtype=full_precision_dtype(dtype))
-        self.probability_floor = _checks.check_in_open_interval(
-            "probability_floor", deprecated_probability_floor(probability_floor, epsilon),
-            0.0, 1.0)
-        self.y_true_format = _check_format(y_true_format)
-
-    def call(self, y_true, y_pred):
-        return permutation_cross_entropy(y_true, y_pred, self.probability_floor,
-                                         y_true_format=self.y_true_format)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "probability_floor": self.probability_floor,
-                "y_true_format": self.y_true_format}
-
-
-def deprecated_probability_floor(probability_floor: float, epsilon: float | None) -> float:
-    """`probability_floor`, or the value of its deprecated name `epsilon` (warning)."""
-    if epsilon is None:
-        return probability_floor
-    warnings.warn("The cross-entropy's probability floor `epsilon` is now called "
-                  "`probability_floor`.", DeprecationWarning, stacklevel=3)
-    return epsilon
+                 name: str = "permutation_cross_entropy", dtype=None):
+        super().__init__(
+            permutation_cross_entropy, reduction=reduction, name=name, dtype=dtype,
+            probability_floor=_checks.check_in_open_interval(
+                "probability_floor", probability_floor, 0.0, 1.0),
+            y_true_format=check_format(y_true_format))

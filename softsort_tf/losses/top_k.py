@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.base import ItemMaskMixin, _check_bool, _SinkhornLoss, split_item_mask
+from softsort_tf.losses.base import SinkhornLoss
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.permutation_targets import check_at_run_time
 from softsort_tf.options import SinkhornOptions
@@ -18,6 +18,12 @@ TOPK_EPSILON_SCALE = 0.3
 TOPK_MIN_EPSILON = 1e-6
 
 
+def _check_form(form: str) -> str:
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
+    return form
+
+
 def default_top_k_epsilon(num_classes: int) -> float:
     """The default ε of `SoftTopKLoss` for L classes: max(0.3 / L², 1e-6).
 
@@ -25,23 +31,19 @@ def default_top_k_epsilon(num_classes: int) -> float:
     scale, and maps them into (0, 1), where the L targets are 1/L apart. Swapping
     two neighbouring ranks changes the cost by about 2/L², and each Sinkhorn rank
     blurs over about L·√(ε/2) neighbours. ε = 0.3/L² keeps that blur at ≈ 0.4 of a
-    rank whatever L is (3e-3 for 10 classes, 3e-5 for 100):
-
-    - small enough that a label ahead of the others by a clear margin gets a loss of
-      exactly 0 for k ≥ 2, and a top-1 loss of the order of 1e-4 (for 10 classes and a
-      lead of 3 standard deviations of the other logits: median 2e-4, at most 2e-2
-      when the runner-up is itself far above the rest and the squash saturates);
-    - large enough that a label within about a rank of the top-k boundary gets a
-      useful gradient (smaller ε gives vanishing gradients, see §3 of the paper).
-
-    The floor 1e-6 keeps ε above float32 resolution of the costs for L ≳ 500.
+    rank whatever L is (3e-3 for 10 classes, 3e-5 for 100): small enough that a label
+    ahead of the others by a clear margin gets a loss of exactly 0 for k ≥ 2, large
+    enough that a label within about a rank of the top-k boundary gets a useful
+    gradient (smaller ε gives vanishing gradients, paper §3). The floor 1e-6 keeps ε
+    above the float32 resolution of the costs for L ≳ 500.
     """
     num_classes = _checks.check_positive_int("num_classes", num_classes, minimum=2)
     return max(TOPK_EPSILON_SCALE / num_classes**2, TOPK_MIN_EPSILON)
 
 
 def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
-                    from_sparse: bool = False, mask=None,
+                    from_sparse: bool = False, mask=None, squash="logistic",
+                    targets: str = "regular",
                     options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
 
@@ -74,8 +76,8 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
       form: 'rank' or 'cdf' (see above).
       from_sparse: whether `y_true` holds integer class indices.
       mask: optional boolean `[..., L]` (or `[L]`), True = valid class (see above).
-      options, **option_kwargs: the `SinkhornOptions` of the Sinkhorn ranks (see
-        `sinkhorn_rank`); ε defaults to `default_top_k_epsilon(L)` when it is not
+      squash, targets, options, **option_kwargs: the Sinkhorn settings of the ranks
+        (see `sinkhorn_rank`); ε defaults to `default_top_k_epsilon(L)` when it is not
         given (or given as None).
 
     Returns:
@@ -94,8 +96,7 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     if static_classes is not None and static_classes < 2:
         raise ValueError(f"`logits` must have L >= 2 classes on the last axis, got shape "
                          f"{logits.shape}.")
-    if form not in FORMS:
-        raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
+    form = _check_form(form)
     if options is None:
         option_kwargs.setdefault("epsilon", None)  # the n-aware rule below
     options = SinkhornOptions.resolve(options, **option_kwargs)
@@ -117,7 +118,7 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
         k = _checks.check_k(k, num_classes)
         if options.epsilon is None:
             options = options.replace(epsilon=default_top_k_epsilon(num_classes))
-    kwargs = dict(axis=-1, mask=mask, options=options)
+    kwargs = dict(axis=-1, mask=mask, squash=squash, targets=targets, options=options)
     soft = (sinkhorn_ops.sinkhorn_rank if form == "rank" else sinkhorn_ops.sinkhorn_cdf)(
         logits, **kwargs)
     classes = tf.cast(num_classes, soft.dtype)
@@ -153,7 +154,7 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftTopKLoss(ItemMaskMixin, _SinkhornLoss):
+class SoftTopKLoss(SinkhornLoss):
     """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
 
     For logits f ∈ R^L and the true label l (`soft_top_k_loss`):
@@ -193,10 +194,9 @@ class SoftTopKLoss(ItemMaskMixin, _SinkhornLoss):
       from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
         one-hot (or soft) labels `[batch, L]` (default False, like
         `keras.losses.CategoricalCrossentropy`).
-      options: a `SinkhornOptions` (or its config dict) for the Sinkhorn ranks.
-      **kwargs: fields of `SinkhornOptions` overriding those of `options`. Without
-        `epsilon` (or with `epsilon=None`), ε = 0.3/L² (see above); the other fields
-        keep the defaults of `SinkhornOptions`.
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`).
+        Without `epsilon` (or with `epsilon=None`), ε = 0.3/L² (see above); the other
+        fields keep the defaults of `SinkhornOptions`.
       reduction: Keras reduction over examples (default 'sum_over_batch_size').
       name, dtype: as in `keras.losses.Loss`.
 
@@ -204,7 +204,7 @@ class SoftTopKLoss(ItemMaskMixin, _SinkhornLoss):
     `sample_weight` `[batch]`. Output: a scalar, or `[batch]` for reduction 'none'.
 
     Padding: a Keras mask of the logits of their shape `[batch, L]` marks the valid
-    classes (the `mask` of `soft_top_k_loss`; see `ItemMaskMixin`); `sample_weight` 0
+    classes (the `mask` of `soft_top_k_loss`); `sample_weight` 0
     removes an example, as in every Keras loss. L may be unknown when the model is
     built if `epsilon` is given. Runs under XLA (where the run-time checks of k < L and
     of sparse labels are compiled out).
@@ -215,25 +215,17 @@ class SoftTopKLoss(ItemMaskMixin, _SinkhornLoss):
     True
     """
 
+    item_mask = True
+
     def __init__(self, k: int = 1, form: str = "rank", from_sparse: bool = False, *,
-                 options: SinkhornOptions | dict | None = None,
-                 reduction: str | None = "sum_over_batch_size",
+                 options: SinkhornOptions | dict | None = None, squash="logistic",
+                 targets: str = "regular", reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_top_k_loss", dtype=None, **kwargs):
         if options is None:
             kwargs.setdefault("epsilon", None)  # the n-aware rule of `default_top_k_epsilon`
-        super().__init__(options=options, reduction=reduction, name=name, dtype=dtype,
-                         **kwargs)
-        self.k = _checks.check_positive_int("k", k)
-        if form not in FORMS:
-            raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
-        self.form = form
-        self.from_sparse = _check_bool("from_sparse", from_sparse)
-
-    def call(self, y_true, y_pred):
-        y_true, mask = split_item_mask(y_true)
-        return soft_top_k_loss(y_true, y_pred, self.k, form=self.form,
-                               from_sparse=self.from_sparse, mask=mask, options=self.options)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "k": self.k, "form": self.form,
-                "from_sparse": self.from_sparse}
+        super().__init__(
+            soft_top_k_loss,
+            dict(k=_checks.check_positive_int("k", k), form=_check_form(form),
+                 from_sparse=_checks.check_bool("from_sparse", from_sparse)),
+            options=options, squash=squash, targets=targets, reduction=reduction,
+            name=name, dtype=dtype, **kwargs)

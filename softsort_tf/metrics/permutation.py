@@ -5,13 +5,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf.ops.permutation_targets import _check_format, _hard_orders, _per_example
+from softsort_tf.ops.permutation_targets import check_format, hard_orders, per_example_mean
 
 _PACKAGE = "softsort_tf"
-_not_converted = tf.autograph.experimental.do_not_convert  # no tensor-dependent control flow
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, mask=None):
     """1.0 where the row-wise argmax of P̂ recovers the whole true permutation, else 0.0.
 
@@ -35,7 +34,7 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, m
     >>> exact_permutation_accuracy([[0, 1], [0, 1]], P).numpy()
     array([1., 0.], dtype=float32)
     """
-    correct, rows_valid, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format, mask)
+    correct, rows_valid, num_sample_axes = hard_orders(y_true, y_pred, y_true_format, mask)
     if rows_valid is not None:
         valid = tf.broadcast_to(rows_valid, tf.shape(correct))
         correct = tf.logical_and(tf.logical_or(correct, tf.logical_not(valid)),
@@ -44,7 +43,7 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, m
     return tf.reduce_mean(whole[..., None], axis=list(range(-1 - num_sample_axes, 0)))
 
 
-@_not_converted
+@tf.autograph.experimental.do_not_convert
 def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *,
                                      mask=None):
     """Fraction of positions whose row-wise argmax of P̂ is the true item.
@@ -69,8 +68,8 @@ def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"
     >>> elementwise_permutation_accuracy([[0, 1, 2]], P).numpy()
     array([0.6666667], dtype=float32)
     """
-    correct, rows_valid, num_sample_axes = _hard_orders(y_true, y_pred, y_true_format, mask)
-    return _per_example(tf.cast(correct, tf.float32), num_sample_axes, rows_valid)
+    correct, rows_valid, num_sample_axes = hard_orders(y_true, y_pred, y_true_format, mask)
+    return per_example_mean(tf.cast(correct, tf.float32), num_sample_axes, rows_valid)
 
 
 class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
@@ -78,7 +77,7 @@ class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
 
     def __init__(self, name: str, dtype=None, y_true_format: str = "auto"):
         super().__init__(fn=type(self)._metric_fn, name=name, dtype=dtype,
-                         y_true_format=_check_format(y_true_format))
+                         y_true_format=check_format(y_true_format))
         self.y_true_format = y_true_format
         self._direction = "up"
 

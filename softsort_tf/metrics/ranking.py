@@ -1,6 +1,6 @@
 """Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
 
-The padding convention is that of `softsort_tf.losses.ranking` (label < 0, an optional
+The padding convention is that of `softsort_tf.ops.ranking` (label < 0, an optional
 boolean mask, or the ends of `tf.RaggedTensor` rows mark padding). Items are ranked by
 decreasing score; tied scores keep their input order (a stable sort). Both metrics
 work with lists of any length, also unknown at trace time (no static n needed).
@@ -16,7 +16,13 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.ranking import gains, ideal_dcg, padded_lists, per_list_over_groups
+from softsort_tf.ops.ranking import (
+    dcg_discounts,
+    gains,
+    ideal_dcg,
+    padded_lists,
+    per_list_over_groups,
+)
 
 _PACKAGE = "softsort_tf"
 
@@ -58,10 +64,7 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None):
     order = _predicted_order(scores, valid)
     g = tf.gather(gains(labels), order, batch_dims=order.shape.rank - 1)
     positions = tf.cast(tf.range(1, tf.shape(g)[-1] + 1), g.dtype)
-    discounts = 1.0 / (tf.math.log1p(positions) / np.log(2.0))
-    if k is not None:
-        discounts = tf.where(positions <= k, discounts, tf.zeros_like(discounts))
-    dcg = tf.reduce_sum(g * discounts, axis=-1)
+    dcg = tf.reduce_sum(g * dcg_discounts(positions, k), axis=-1)
     ideal = ideal_dcg(labels, k)
     has_relevant = ideal > 0
     values = tf.where(has_relevant, dcg / tf.where(has_relevant, ideal, tf.ones_like(ideal)),

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import keras
-import numpy as np
-import tensorflow as tf
 
-from softsort_tf.losses import spearman as spearman_losses
-from softsort_tf.losses.base import _check_bool
-from softsort_tf.losses.spearman import check_lists, nan_where_missing
+from softsort_tf import _checks
 from softsort_tf.ops import hard_stats
+from softsort_tf.ops.ranking import rank_correlation
 
 _PACKAGE = "softsort_tf"
 
@@ -21,8 +18,8 @@ def spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
     The Pearson correlation of `hard_stats.rankdata` of both (as
     `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant,
     NaN for a list holding a NaN. Padded lists (a `mask`,
-    `negative_labels_are_padding=True` or ragged inputs; see
-    `softsort_tf.losses.ranking`) give ρ of the valid entries alone.
+    `negative_labels_are_padding=True` or ragged inputs; see `softsort_tf.ops.ranking`)
+    give ρ of the valid entries alone.
 
     Args:
       y_true, y_pred: `[..., n, ...]` tensors of the same shape (or ragged `[batch, (n)]`).
@@ -38,19 +35,8 @@ def spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
     >>> round(float(rho), 4)
     0.8
     """
-    if spearman_losses.is_padded(y_true, y_pred, mask, negative_labels_are_padding):
-        labels, scores, valid = spearman_losses.padded_lists_last(
-            y_true, y_pred, mask, axis, negative_labels_are_padding)
-        corr = spearman_losses.masked_correlation(
-            spearman_losses.masked_target_ranks(scores, valid),
-            spearman_losses.masked_target_ranks(labels, valid), valid)
-        zero = tf.zeros_like(scores)
-        return nan_where_missing(corr, tf.where(valid, labels, zero),
-                                 tf.where(valid, scores, zero), -1)
-    y_true, y_pred = check_lists(y_true, y_pred)
-    corr = hard_stats.pearson_correlation(hard_stats.rankdata(y_pred, axis=axis),
-                                          hard_stats.rankdata(y_true, axis=axis), axis=axis)
-    return nan_where_missing(corr, y_true, y_pred, axis)
+    return rank_correlation(y_true, y_pred, hard_stats.rankdata, axis, mask=mask,
+                            negative_labels_are_padding=negative_labels_are_padding)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -77,12 +63,11 @@ class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
 
     def __init__(self, axis: int = -1, name: str = "spearman_correlation", dtype=None, *,
                  negative_labels_are_padding: bool = False):
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-            raise ValueError(f"`axis` must be an integer, got {axis!r}.")
-        padding = _check_bool("negative_labels_are_padding", negative_labels_are_padding)
-        super().__init__(fn=spearman_correlation, name=name, dtype=dtype, axis=int(axis),
+        axis = _checks.check_int("axis", axis)
+        padding = _checks.check_bool("negative_labels_are_padding", negative_labels_are_padding)
+        super().__init__(fn=spearman_correlation, name=name, dtype=dtype, axis=axis,
                          negative_labels_are_padding=padding)
-        self.axis = int(axis)
+        self.axis = axis
         self.negative_labels_are_padding = padding
         self._direction = "up"
 

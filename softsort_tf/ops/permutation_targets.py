@@ -50,19 +50,19 @@ from softsort_tf import _masking
 Y_TRUE_FORMATS = ("auto", "indices", "matrix")
 
 
-def _check_format(y_true_format: str) -> str:
+def check_format(y_true_format: str) -> str:
     if y_true_format not in Y_TRUE_FORMATS:
         raise ValueError(f"`y_true_format` must be one of {Y_TRUE_FORMATS}, "
                          f"got {y_true_format!r}.")
     return y_true_format
 
 
-def _read_targets(y_true, y_pred, y_true_format: str, mask=None):
+def read_targets(y_true, y_pred, y_true_format: str, mask=None):
     """Returns `(y_true, y_pred, is_matrix, num_sample_axes, rows_valid)`, with `y_true`
     expanded over the sample axes of `y_pred` (integer indices, padded positions
     replaced by 0, or a float matrix), `y_pred` as a tensor, and `rows_valid` the bool
     `[..., n]` valid sorted positions (None: all valid) expanded the same way."""
-    y_true_format = _check_format(y_true_format)
+    y_true_format = check_format(y_true_format)
     y_pred = tf.convert_to_tensor(y_pred)
     y_true = tf.convert_to_tensor(y_true)
     rank_p, rank_t = y_pred.shape.rank, y_true.shape.rank
@@ -170,7 +170,7 @@ def check_at_run_time(valid, tensor, message: str):
         return tf.identity(tensor)
 
 
-def _per_example(row_values, num_sample_axes: int, rows_valid=None):
+def per_example_mean(row_values, num_sample_axes: int, rows_valid=None):
     """Mean of `[..., S..., n]` per-row values over the (valid) rows and the sample axes;
     0 for a list without valid rows."""
     if rows_valid is None:
@@ -199,7 +199,7 @@ def _gather_flat(flat, index):
     return tf.gather(flat, index), grad
 
 
-def _pick(p, index):
+def pick(p, index):
     """P̂[..., i, index[..., i]] for P̂ `[..., n, n]` and an integer index broadcastable
     to `[..., n]`: one gather from the flattened matrix (O(n) per matrix)."""
     shape = tf.shape(p, out_type=tf.int64)
@@ -210,10 +210,10 @@ def _pick(p, index):
     return tf.reshape(flat, shape[:-1])
 
 
-def _hard_orders(y_true, y_pred, y_true_format, mask=None):
+def hard_orders(y_true, y_pred, y_true_format, mask=None):
     """`(correct, rows_valid, num_sample_axes)`: where the row-wise argmax of P̂ is the
     true item (broadcast), and the valid rows (None: all)."""
-    y_true, y_pred, is_matrix, num_sample_axes, rows_valid = _read_targets(
+    y_true, y_pred, is_matrix, num_sample_axes, rows_valid = read_targets(
         y_true, y_pred, y_true_format, mask)
     predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
     true = tf.argmax(y_true, axis=-1, output_type=tf.int32) if is_matrix else y_true
