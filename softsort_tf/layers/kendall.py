@@ -1,0 +1,70 @@
+"""The Kendall embedding as a Keras layer (permutations as inputs, Jiao & Vert 2015)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from softsort_tf.ops import kendall as kendall_ops
+
+_PACKAGE = "softsort_tf"
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class KendallEmbedding(keras.layers.Layer):
+    """Maps scores `[..., n]` to the Kendall embedding of their ranking `[..., n(n−1)/2]`.
+
+    Φ_ij = 1[x_i < x_j] for the pairs i < j in the order of `numpy.triu_indices(n, 1)`
+    (`softsort_tf.ops.kendall.kendall_embedding`), or with `smooth_scale=σ` its
+    expectation under Gaussian noise N(0, σ²) on every score, Φ_N((x_j − x_i)/(σ√2)),
+    which is differentiable (Jiao & Vert 2015, §2; talk, "The Kendall embedding"). A
+    linear model on this embedding is a linear function of the pairwise comparisons
+    of the items ("feature i larger than feature j"), and the inner product of two
+    embeddings is the Kendall kernel (number of concordant pairs).
+
+    Args:
+      smooth_scale: None (hard, default: 0/1, no gradient) or the noise scale σ > 0.
+      signed: output sign(x_j − x_i) (smooth: erf((x_j − x_i)/(2σ))) instead of the
+        0/1 comparison (default False).
+      **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+
+    Call arguments:
+      inputs: `[..., n]` scores; n may be unknown when the model is built.
+      mask: boolean `[..., n]` (or the Keras mask of the inputs; one of shape `[...]`
+        is broadcast along the items), False for padding: a pair with a padded item
+        is 0. The output has no item axis, so no mask is
+        propagated (`compute_mask` returns None).
+
+    Output: `[..., n(n − 1)/2]` in the layer's compute dtype.
+
+    Example:
+    >>> layer = KendallEmbedding()
+    >>> layer(tf.constant([[3.0, 1.0, 2.0]])).numpy().tolist()
+    [[0.0, 0.0, 1.0]]
+    """
+
+    def __init__(self, smooth_scale: float | None = None, signed: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.smooth_scale = kendall_ops._check_smooth_scale(smooth_scale, allow_none=True)
+        self.signed = kendall_ops._check_bool("signed", signed)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if mask is not None:
+            mask = tf.cast(mask, tf.bool)
+            if mask.shape.rank is not None and mask.shape.rank == inputs.shape.rank - 1:
+                mask = mask[..., None]  # a Keras mask without the item axis
+            mask = tf.broadcast_to(mask, tf.shape(inputs))
+        return kendall_ops.kendall_embedding(inputs, self.smooth_scale, signed=self.signed,
+                                             mask=mask)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        n = input_shape[-1]
+        return (*input_shape[:-1], None if n is None else n * (n - 1) // 2)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "smooth_scale": self.smooth_scale,
+                "signed": self.signed}
