@@ -1,6 +1,7 @@
 """softsort_tf: differentiable sorting, ranking and quantile operators for TensorFlow/Keras."""
 
 from softsort_tf._version import __version__
+from softsort_tf.layers.kendall import KendallEmbedding
 from softsort_tf.layers.permutation import NeuralSort, SinkhornPermutation, SoftSort
 from softsort_tf.layers.sinkhorn import (
     SinkhornCDF,
@@ -9,6 +10,7 @@ from softsort_tf.layers.sinkhorn import (
     SinkhornRank,
     SinkhornSort,
 )
+from softsort_tf.losses.kendall import KendallTauLoss
 from softsort_tf.losses.permutation import PermutationCrossEntropy, permutation_cross_entropy
 from softsort_tf.losses.ranking import (
     ListwisePermutationLoss,
@@ -26,6 +28,7 @@ from softsort_tf.losses.regression import (
 )
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
 from softsort_tf.losses.top_k import SoftTopKLoss, soft_top_k_loss
+from softsort_tf.metrics.kendall import KendallTau
 from softsort_tf.metrics.permutation import (
     ElementwisePermutationAccuracy,
     ExactPermutationAccuracy,
@@ -36,6 +39,15 @@ from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_
 from softsort_tf.metrics.regression import QuantileError, TrimmedError
 from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
 from softsort_tf.ops.hard_stats import rankdata
+from softsort_tf.ops.kendall import (
+    discordant_pairs,
+    kendall_embedding,
+    kendall_kernel,
+    kendall_tau,
+    mallows_kernel,
+    soft_kendall_tau,
+    weighted_kendall_kernel,
+)
 from softsort_tf.ops.permutation import (
     hard_permutation_matrix,
     neural_sort_matrix,
@@ -94,4 +106,7 @@ __all__ = [
     "spearman_correlation", "squash_values", "stochastic_neural_sort_matrix",
     "stochastic_permutation_matrix", "stochastic_sinkhorn_permutation_matrix",
     "stochastic_soft_sort_matrix", "straight_through",
+    "KendallEmbedding", "KendallTau", "KendallTauLoss", "discordant_pairs",
+    "kendall_embedding", "kendall_kernel", "kendall_tau", "mallows_kernel",
+    "soft_kendall_tau", "weighted_kendall_kernel",
 ]
