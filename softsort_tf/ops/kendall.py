@@ -37,8 +37,9 @@ products of embeddings, one matrix product for the whole Gram matrix) or by sort
 (`method='merge'`, O(n log n) time and O(n) memory per pair: Knight's algorithm, the
 discordant pairs being the inversions of the y-ranks in x-order, counted by a
 most-significant-bit-first radix partition, log₂ n vectorised passes of O(n) each);
-`method='auto'` takes 'pairwise' for a static n ≤ `PAIRWISE_MAX_N` and 'merge'
-otherwise (n unknown at trace time included). `soft_kendall_tau` and
+`method='auto'` takes 'pairwise' for a static n ≤ `PAIRWISE_MAX_N` (lists) or
+`GRAM_PAIRWISE_MAX_N` (kernels) and 'merge' otherwise (n unknown at trace time
+included). `soft_kendall_tau` and
 `weighted_kendall_kernel` are O(n²).
 """
 
@@ -51,9 +52,14 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _masking, _shapes
 
-PAIRWISE_MAX_N = 64
-"""`method='auto'` counts pairs pairwise (O(n²)) up to this static n, by sorting
-(O(n log n)) above it and when n is unknown at trace time."""
+PAIRWISE_MAX_N = 32
+"""`method='auto'` of `kendall_tau` counts pairs pairwise (O(n²) per list) up to this
+static n, by sorting (O(n log n)) above it and when n is unknown at trace time."""
+
+GRAM_PAIRWISE_MAX_N = 128
+"""`method='auto'` of the kernels takes products of the `[rows, n²]` embeddings up to
+this static n (one matrix product serves all pairs of rows), sorting above it and
+when n is unknown at trace time."""
 
 METHODS = ("auto", "pairwise", "merge")
 
@@ -85,10 +91,10 @@ def _check_bool(name: str, value) -> bool:
     return bool(value)
 
 
-def _resolve_method(method: str, static_n) -> str:
+def _resolve_method(method: str, static_n, limit: int = PAIRWISE_MAX_N) -> str:
     if method != "auto":
         return method
-    return "pairwise" if static_n is not None and static_n <= PAIRWISE_MAX_N else "merge"
+    return "pairwise" if static_n is not None and static_n <= limit else "merge"
 
 
 # ------------------------------------------------------------------------ embedding
@@ -616,7 +622,8 @@ def _kernel_stats(x, y, x_mask, y_mask, method):
     method = _check_method(method)
     x, y, xm, ym, x_nan, y_nan, out_dtype = _prepare_rows(x, y, x_mask, y_mask)
     static_n = x.shape[-1] if x.shape[-1] is not None else y.shape[-1]
-    gram = _pairwise_gram if _resolve_method(method, static_n) == "pairwise" else _merge_gram
+    pairwise = _resolve_method(method, static_n, GRAM_PAIRWISE_MAX_N) == "pairwise"
+    gram = _pairwise_gram if pairwise else _merge_gram
     tau, discord = gram(x, y, xm, ym)
 
     def items(t):
@@ -645,7 +652,8 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, method: str = "auto")
         τ of a pair of rows is that of the items valid in both.
       method: 'pairwise': products of the `[rows, n²]` embeddings (O(n²) memory per
         row, O(n²) time per pair of rows as matrix products); 'merge': O(n log n) time
-        and O(n) memory per pair of rows (no n² array); 'auto' (see `PAIRWISE_MAX_N`).
+        and O(n) memory per pair of rows (no n² array); 'auto' (see
+        `GRAM_PAIRWISE_MAX_N`).
 
     Returns:
       `[..., p, q]` in the dtype of x (float32 for integer x); NaN where a pair of rows
