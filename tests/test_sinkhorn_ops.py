@@ -715,3 +715,45 @@ def test_target_values_per_row_follow_the_rows_of_x():
         for k in range(3):
             ranks = scipy.stats.rankdata(x[i, :, k]).astype(int) - 1
             np.testing.assert_allclose(out[i, :, k], np.sort(targets[i, k])[ranks], atol=1e-3)
+
+
+ONE_ITEM_OPS = {
+    "rank": lambda v: ss.sinkhorn_rank(v),
+    "cdf": lambda v: ss.sinkhorn_cdf(v),
+    "sort": lambda v: ss.sinkhorn_sort(v),
+    "quantile": lambda v: ss.sinkhorn_quantile(v, [0.25, 0.5]),
+    "normalization": lambda v: ss.sinkhorn_quantile_normalization(v, [3.0]),
+    "matrix": lambda v: ss.sinkhorn_permutation_matrix(v),
+    "topk_masked": lambda v: ss.sinkhorn_topk_mask(v, 1, mask=tf.ones_like(v) > 0),
+}
+
+
+@pytest.mark.parametrize("jit_compile", [None, True])
+@pytest.mark.parametrize("name", sorted(ONE_ITEM_OPS))
+def test_one_item_lists_of_unknown_length_equal_the_static_result(name, jit_compile):
+    """Lists of one item with n unknown at trace time: the same values as with a
+    static n (rank 1, CDF 1, the value itself as its sort, the 1 × 1 matrix 1)."""
+    op = ONE_ITEM_OPS[name]
+    x = tf.constant([[0.7], [-2.0]])
+    expected = op(x).numpy()
+    traced = tf.function(op, input_signature=[tf.TensorSpec([None, None])],
+                         jit_compile=jit_compile)
+    got = traced(x).numpy()
+    assert got.shape == expected.shape
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_one_item_lists_hard_values_and_ragged_groups_of_single_items():
+    x = tf.constant([[0.7]])
+    np.testing.assert_allclose(ss.sinkhorn_rank(x).numpy(), [[1.0]])
+    np.testing.assert_allclose(ss.sinkhorn_cdf(x).numpy(), [[1.0]])
+    ragged = tf.ragged.constant([[0.3], [2.0, 1.0, 3.0], [5.0, 4.0], [1.0, 2.0, 3.0, 4.0]])
+    ranks = ss.sinkhorn_rank(ragged, epsilon=1e-3)
+    np.testing.assert_allclose(ranks[0].numpy(), [1.0])
+    np.testing.assert_allclose(ranks[1].numpy(), [2.0, 1.0, 3.0], atol=1e-3)
+    sort = ss.sinkhorn_sort(ragged, epsilon=1e-3)
+    np.testing.assert_allclose(sort[0].numpy(), [0.3], rtol=1e-6)
+    traced = tf.function(lambda r: ss.sinkhorn_sort(r, epsilon=1e-3), input_signature=[
+        tf.RaggedTensorSpec([None, None], tf.float32, 1)])
+    np.testing.assert_allclose(traced(ragged)[0].numpy(), [0.3], rtol=1e-6)

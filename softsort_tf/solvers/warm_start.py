@@ -3,8 +3,7 @@
 In one dimension the unregularised transport between x (weights a) and sorted targets
 y (weights b) is solved by sorting (north-west corner rule, Proposition 1 of Cuturi,
 Teboul & Vert, 2019), so its dual potential g is available in O((n + m) log n). The
-Sinkhorn loop starts from it (`warm_start=True`) and, at the default ε, needs about
-8x fewer iterations (scripts/bench_sinkhorn.py, docs/benchmarks.md).
+Sinkhorn loop starts from it (`initializer='sorted'`).
 """
 
 from __future__ import annotations
@@ -47,5 +46,6 @@ def exact_target_potential(x, a, y, b, power: float):
     k_hi = first_reaching(bounds + tol)
     x_star = 0.5 * (tf.gather(xs, k_lo, batch_dims=1) + tf.gather(xs, k_hi, batch_dims=1))
     increments = pair_cost(x_star, y[:, 1:], power) - pair_cost(x_star, y[:, :-1], power)
-    g = tf.concat([tf.zeros_like(increments[:, :1]), tf.cumsum(increments, axis=-1)], axis=-1)
+    # The first potential is 0 (read off y, not the increments: m may be 1 at run time).
+    g = tf.concat([tf.zeros_like(y[:, :1]), tf.cumsum(increments, axis=-1)], axis=-1)
     return g - tf.reduce_mean(g, axis=-1, keepdims=True)
