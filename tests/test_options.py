@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import softsort_tf as ss
 from softsort_tf.ops import registry
-from softsort_tf.options import SinkhornOptions
+from softsort_tf.options import ImplicitDiff, SinkhornOptions
 from softsort_tf.solvers import sinkhorn as solver_lib
 
 
@@ -21,10 +21,8 @@ from softsort_tf.solvers import sinkhorn as solver_lib
     (dict(threshold=0.0), "threshold"),
     (dict(max_iterations=0), "max_iterations"),
     (dict(max_iterations=2.5), "max_iterations"),
-    (dict(implicit="yes"), "implicit"),
-    (dict(implicit_solver="lu"), "implicit_solver"),
+    (dict(implicit_diff="yes"), "implicit_diff"),
     (dict(epsilon_decay=1.0), "epsilon_decay"),
-    (dict(squash="tanh"), "squash"),
 ])
 def test_bad_options_raise_naming_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -36,6 +34,17 @@ def test_bad_options_raise_naming_the_argument(kwargs, name):
         ss.SinkhornSort(**kwargs)
     with pytest.raises(ValueError, match=name):
         ss.SpearmanLoss(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(squash="tanh"), "squash"),
+    (dict(targets="edges"), "targets"),
+])
+def test_operator_settings_are_validated_at_construction(kwargs, name):
+    for make in (ss.SinkhornRank, ss.SinkhornSort, ss.SinkhornPermutation, ss.SpearmanLoss,
+                 ss.SoftTopKLoss, ss.SoftNDCGLoss):
+        with pytest.raises(ValueError, match=name):
+            make(**kwargs)
 
 
 def test_power_at_most_one_is_rejected_because_its_limit_is_not_the_sort():
@@ -69,48 +78,51 @@ def test_keywords_override_the_options_object():
 
 
 def test_layer_carries_its_options_unchanged_to_the_solver(monkeypatch):
-    options = SinkhornOptions(epsilon=2e-3, threshold=1e-4, implicit_solver="cg")
+    options = SinkhornOptions(epsilon=2e-3, threshold=1e-4,
+                              implicit_diff=ImplicitDiff(solver="cg"))
     layer = ss.SinkhornRank(options=options, max_iterations=77)
     assert layer.options == options.replace(max_iterations=77)
-    assert layer.epsilon == 2e-3 and layer.max_iterations == 77
+    assert layer.options.epsilon == 2e-3 and layer.options.max_iterations == 77
     seen = {}
     original = solver_lib.solve
 
-    def spy(*args, **kwargs):
-        seen.update(kwargs)
-        return original(*args, **kwargs)
+    def spy(x, y, a=None, b=None, options=None, **kwargs):
+        seen["options"] = options
+        return original(x, y, a, b, options, **kwargs)
 
     monkeypatch.setattr(solver_lib, "solve", spy)
     layer(np.array([[1.0, 3.0, 2.0]], np.float32))
-    assert seen == layer.options.solver_kwargs()
+    assert seen["options"] == layer.options
 
 
 @pytest.mark.parametrize("make", [
     lambda: ss.SinkhornQuantile(0.3, epsilon=1e-3, check_every=3),
-    lambda: ss.SinkhornPermutation(epsilon=1e-3, implicit_diff=None, output_mode="ranks"),
-    lambda: ss.SoftTopKLoss(2, threshold=1e-4),
+    lambda: ss.SinkhornPermutation(epsilon=1e-3, implicit_diff=None, output_mode="ranks",
+                                   squash="atan"),
+    lambda: ss.SinkhornRank(targets="centres", implicit_diff=ImplicitDiff(solver="dense")),
+    lambda: ss.SoftTopKLoss(2, threshold=1e-4, squash=None),
+    lambda: ss.SoftNDCGLoss(epsilon=3e-2, targets="centres"),
     lambda: ss.SoftLeastQuantileRegressionLoss(0.3, error_power=2.0, epsilon=1e-3),
 ])
 def test_options_are_the_config(make):
     obj = make()
     config = obj.get_config()
-    for field in SinkhornOptions.field_names():
-        assert config[field] == getattr(obj.options, field)
+    fields = SinkhornOptions.field_names()
+    assert SinkhornOptions.from_config({f: config[f] for f in fields}) == obj.options
     clone = type(obj).from_config(config)
     assert clone.options == obj.options
     assert clone.get_config() == config
 
 
-def test_former_loss_arguments_still_work_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="cost_power"):
-        loss = ss.SpearmanLoss(cost_power=3.0, solver_options={"implicit_solver": "cg"})
-    assert loss.options.power == 3.0 and loss.options.implicit_solver == "cg"
-    with pytest.warns(DeprecationWarning, match="error_power"):
-        loss = ss.SoftTrimmedRegressionLoss(0.0, 0.5, power=2.0)
-    assert loss.error_power == 2.0 and loss.options.power == 2.0
-    with pytest.warns(DeprecationWarning, match="distance_power"):
-        layer = ss.SoftSort(tau=0.5, power=2.0)
-    assert layer.distance_power == 2.0
+def test_former_argument_names_are_rejected():
+    with pytest.raises(TypeError, match="cost_power"):
+        ss.SpearmanLoss(cost_power=3.0)
+    with pytest.raises(TypeError, match="solver_options"):
+        ss.SpearmanLoss(solver_options={"implicit_diff": None})
+    with pytest.raises(ValueError, match="power"):  # Keras: unrecognized keyword argument
+        ss.SoftSort(tau=0.5, power=2.0)
+    with pytest.raises(TypeError, match="epsilon"):
+        ss.PermutationCrossEntropy(epsilon=1e-7)
 
 
 def test_top_k_loss_epsilon_rule_unless_given():
