@@ -757,3 +757,32 @@ def test_one_item_lists_hard_values_and_ragged_groups_of_single_items():
     traced = tf.function(lambda r: ss.sinkhorn_sort(r, epsilon=1e-3), input_signature=[
         tf.RaggedTensorSpec([None, None], tf.float32, 1)])
     np.testing.assert_allclose(traced(ragged)[0].numpy(), [0.3], rtol=1e-6)
+
+
+EMPTY_ROW_OPS = {
+    "rank": ss.sinkhorn_rank,
+    "sort": ss.sinkhorn_sort,
+    "topk_sort": lambda v: ss.sinkhorn_sort(v, topk=1),
+    "quantile": lambda v: ss.sinkhorn_quantile(v, 0.5),
+    "topk_mask": lambda v: ss.sinkhorn_topk_mask(v, 1),
+    "sinkhorn_matrix": ss.sinkhorn_permutation_matrix,
+    "softsort_matrix": ss.soft_sort_matrix,
+    "hard_matrix": ss.hard_permutation_matrix,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_ROW_OPS))
+def test_eager_ragged_batches_with_empty_lists(name):
+    """A length group made only of empty lists (eager mode) gives empty rows (0 for
+    per-list outputs); the other lists are those of the batch without the empty ones."""
+    op = EMPTY_ROW_OPS[name]
+    x = tf.ragged.constant([[], [2.0, 1.0, 3.0], [], [5.0, 4.0]])
+    out = op(x)
+    without = op(tf.ragged.constant([[2.0, 1.0, 3.0], [5.0, 4.0]]))
+    if isinstance(out, tf.RaggedTensor):
+        assert out[0].shape[0] == 0 and out[2].shape[0] == 0
+        np.testing.assert_allclose(out[1].numpy(), without[0].numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(out[3].numpy(), without[1].numpy(), rtol=1e-6, atol=1e-7)
+    else:
+        np.testing.assert_allclose(out.numpy()[[0, 2]], 0.0)
+        np.testing.assert_allclose(out.numpy()[[1, 3]], without.numpy(), rtol=1e-6)
