@@ -1,0 +1,132 @@
+"""The module graph of the core package: layered, without cycles.
+
+Read from the source (imports at any depth, `from x import y` resolved to modules), so
+the test sees what a reader sees and needs no import side effects.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "softsort_tf"
+HARNESS = ("softsort_tf.experiments", "softsort_tf.datasets")
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _core_modules() -> dict[str, pathlib.Path]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {m: p for m, p in modules.items() if not m.startswith(HARNESS)}
+
+
+def _imports(path: pathlib.Path, modules) -> set[str]:
+    """The core modules that `path` imports (a package's `__init__` only when imported
+    as such)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for name in names:
+            if name in modules:
+                found.add(name)
+                if isinstance(node, ast.ImportFrom) and name != node.module:
+                    continue  # `from package import module`: the module, not the package
+    return found
+
+
+def _graph():
+    modules = _core_modules()
+    graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+    # `from softsort_tf.ops import sinkhorn` names the submodule: drop the bare package
+    # edge when a submodule of it was named by the same statement.
+    for m, targets in graph.items():
+        for t in list(targets):
+            if any(o.startswith(t + ".") for o in targets) and _is_package(t):
+                targets.discard(t)
+    return graph
+
+
+def _is_package(module: str) -> bool:
+    return (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists()
+
+
+GRAPH = _graph()
+
+
+def _edges(source_prefix: str, target_prefix: str):
+    return sorted((m, t) for m, targets in GRAPH.items() if m.startswith(source_prefix)
+                  for t in targets if t.startswith(target_prefix))
+
+
+@pytest.mark.parametrize("source, target", [
+    ("softsort_tf.options", "softsort_tf.ops"),
+    ("softsort_tf.options", "softsort_tf.solvers"),
+    ("softsort_tf.solvers", "softsort_tf.ops"),
+    ("softsort_tf.ops", "softsort_tf.losses"),
+    ("softsort_tf.ops", "softsort_tf.metrics"),
+    ("softsort_tf.ops", "softsort_tf.layers"),
+    ("softsort_tf.layers", "softsort_tf.losses"),
+    ("softsort_tf.metrics", "softsort_tf.losses"),
+    ("softsort_tf.losses", "softsort_tf.metrics"),
+    ("softsort_tf.losses", "softsort_tf.layers"),
+])
+def test_no_arrow_against_the_layering(source, target):
+    assert _edges(source, target) == []
+
+
+def test_no_import_cycle():
+    """Depth-first search for a cycle among the core modules (the package's own
+    `__init__` re-exports everything and is left out)."""
+    graph = {m: {t for t in ts if t != "softsort_tf"} for m, ts in GRAPH.items()
+             if m != "softsort_tf"}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(graph.get(m, ())):
+            if state.get(t) == "open":
+                cycle = stack[stack.index(t):] + [t]
+                raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_the_graph_is_read():
+    """The reader finds known arrows (so the tests above can fail)."""
+    assert "softsort_tf.solvers.sinkhorn" in GRAPH["softsort_tf.ops.transport"]
+    assert "softsort_tf.options" in GRAPH["softsort_tf.solvers.sinkhorn"]
+
+
+def test_no_private_name_imported_from_another_subpackage():
+    """`from softsort_tf.a.b import _name` only within the subpackage `softsort_tf.a`
+    (the package's private helper modules `softsort_tf._x` may be imported anywhere)."""
+    modules = _core_modules()
+    offenders = []
+    for module, path in modules.items():
+        home = module.split(".")[1] if module.count(".") >= 1 else ""
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("softsort_tf.")):
+                continue
+            source_home = node.module.split(".")[1]
+            for alias in node.names:
+                if (alias.name.startswith("_") and not alias.name.startswith("__")
+                        and f"{node.module}.{alias.name}" not in modules
+                        and source_home != home):
+                    offenders.append(f"{module}: from {node.module} import {alias.name}")
+    assert offenders == []
