@@ -47,7 +47,7 @@ def _graph():
     graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
     # `from softsort_tf.ops import sinkhorn` names the submodule: drop the bare package
     # edge when a submodule of it was named by the same statement.
-    for m, targets in graph.items():
+    for targets in graph.values():
         for t in list(targets):
             if any(o.startswith(t + ".") for o in targets) and _is_package(t):
                 targets.discard(t)
