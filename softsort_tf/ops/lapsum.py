@@ -1,0 +1,702 @@
+"""LapSum operators: soft ranks, sorts, top-k masks, quantiles and permutation matrices
+in O(n log n) (Struski, Bednarczyk, Podolak & Tabor, ICML 2025, arXiv 2503.06242).
+
+The construction
+----------------
+Let Lap_α be the CDF of the Laplace distribution of scale α > 0 centred at 0,
+
+    Lap_α(z) = ½·exp(z/α)            for z ≤ 0,
+    Lap_α(z) = 1 − ½·exp(−z/α)       for z > 0,
+
+and, for the scores r_1..r_n of one list, the *LapSum* function (paper eq. (1))
+
+    F(x) = Σ_j Lap_α(x − r_j),       a continuous increasing bijection R → (0, n).
+
+Every operator of this module is read off F or its inverse:
+
+- soft rank (1-based):      rank_i = ½ + F(r_i) = 1 + Σ_{j≠i} Lap_α(r_i − r_j);
+- soft sort:                sort_k = F⁻¹(k − ½), k = 1..n (the inverse of the soft rank);
+- soft top-k membership:    p_i = Lap_α(r_i − t) with Σ_i Lap_α(r_i − t) = k, i.e.
+                            F(t) = n − k (paper §3, "soft top-k"); Σ_i p_i = k exactly;
+- soft quantile at level τ: F⁻¹(τ·n);
+- soft permutation matrix:  P[k, j] = Lap_α(t_{k+1} − r_j) − Lap_α(t_k − r_j) with the
+                            thresholds t_k = F⁻¹(k) (t_0 = −∞, t_n = +∞): the mass of
+                            input j between two thresholds (paper §4, "soft permutation").
+                            Rows sum to F(t_{k+1}) − F(t_k) = 1 and columns to 1.
+
+As α → 0, F tends to the step function #{r_j < x} + ½·#{r_j = x}, so the soft ranks
+tend to `scipy.stats.rankdata` (ties averaged), the soft sort to `np.sort`, the top-k
+mask to the hard top-k indicator (ties at the boundary share the mass), the quantiles
+to `np.quantile(..., method='averaged_inverted_cdf')` and P to the sorting permutation.
+
+Closed-form inverse (paper Thm. 3.1, rewritten)
+------------------------------------------------
+Sort the scores, s_1 ≤ ... ≤ s_n. Between two neighbours, x ∈ [s_m, s_{m+1}],
+
+    F(x) = m − ½·p_m·exp(−(x − s_m)/α) + ½·q_m·exp(−(s_{m+1} − x)/α),
+    p_m = Σ_{j≤m} exp(−(s_m − s_j)/α) ∈ [1, m],  q_m = Σ_{j>m} exp(−(s_j − s_{m+1})/α) ∈ [1, n − m],
+
+a quadratic in exp(x/α). Its root for F(x) = w, with d = w − m, g = (s_{m+1} − s_m)/α,
+ℓ = log p_m + log q_m − g, is
+
+    x = (s_m + s_{m+1})/2 + (α/2)·(log p_m − log q_m) + α·asinh(d·exp(−ℓ/2)),
+
+evaluated in three numerically safe forms (|d| ≤ exp(ℓ/2); d > 0 from the right
+neighbour; d < 0 from the left one), which also cover the two unbounded pieces (m = 0:
+x = s_1 − α·log q_0 + α·log(2w); m = n: x = s_n + α·log p_n − α·log(2(n − w))). The
+segment m of each level is found by counting (a histogram of the sorted F values for
+the n levels of the sort and the permutation matrix, a comparison for a few levels).
+
+p and q are the strict one-sided Laplace-kernel sums A_i = Σ_{j<i} exp(−(s_i − s_j)/α)
+and B_i = Σ_{j>i} exp(−(s_j − s_i)/α): p_m = 1 + A_m, q_m = 1 + B_{m+1}, and
+F(s_i) = i − ½ + ½·(B_i − A_i). They are computed by a parallel prefix scan (log₂ n
+doubling steps) of the affine recurrence A_i = D_i·(A_{i−1} + 1), D_i = exp(−(s_i − s_{i−1})/α)
+∈ [0, 1]: every quantity is a sum of non-negative terms bounded by n, multiplied by
+decays ≤ 1, so nothing overflows for scores of any scale and the sums keep full relative
+precision (no common reference point whose cancellation would lose it). The scan's
+gradient is the same scan run backwards (O(n) memory).
+
+Cost: one sort, two scans (O(n log n) work, O(n) memory), O(1) per level; the
+permutation matrix is O(n²). Gradients: automatic differentiation through the scans
+and the closed form (exact on each segment) for ranks, sorts and permutation matrices;
+the top-k mask and the quantiles use the implicit-function gradient of F(t) = w,
+∂t/∂r_j = π_j, with π_j = softmax_j(−|t − r_j|/α) computed in the log domain, so a
+threshold deep inside a large gap between scores still has a finite gradient.
+
+The temperature α
+-----------------
+`alpha` (default `DEFAULT_ALPHA` = 1.0) is the scale of the Laplace kernel, in the units
+of the scores (as SoftSort's τ). Two scores Δ apart interact with weight ½·exp(−Δ/α): a
+soft rank differs from the hard one by at most ½·Σ_{j≠i} exp(−|r_i − r_j|/α), so results
+are close to the hard ones when neighbouring sorted scores differ by a few α, and each
+soft rank blurs over the scores within a few α otherwise. Rescale α with the scale of
+the scores (n standard normal scores are ≈ 2.5/n apart in the bulk). Must be a finite
+number > 0 (a Python number, checked at trace time, or a tensor — e.g. a trainable
+variable — checked at run time); gradients flow into a tensor α.
+
+Conventions
+-----------
+Inputs `[..., n]`, operated along the last axis, any number of leading batch dims.
+`direction` as in `tf.sort`: 'ASCENDING' ranks the smallest score 1 and sorts
+increasingly; 'DESCENDING' uses −x (ranks the largest 1, sorts decreasingly, and the
+top-k mask selects the largest k). float16/bfloat16 are computed in float32 and
+returned in the input dtype; float32 and float64 are kept. Padding (`mask=`, True =
+valid) follows `softsort_tf._masking`: padded entries carry no mass, the valid results
+equal those of the unpadded list, padded outputs are 0 (sorted outputs: the first
+n_valid positions hold the valid values, then 0; permutation matrices: rows ≥ n_valid
+and padded columns 0), padded scores (NaN and ±inf included) get exactly zero gradient.
+Every operator compiles with `tf.function(jit_compile=True)` for an unknown n and batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks, _masking, _shapes
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "lapsum_permutation_matrix",
+    "lapsum_quantile",
+    "lapsum_rank",
+    "lapsum_sort",
+    "lapsum_topk_mask",
+]
+
+DEFAULT_ALPHA = 1.0
+
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
+# ---------------------------------------------------------------------------------
+# Arguments.
+# ---------------------------------------------------------------------------------
+def _alpha_tensor(alpha, dtype):
+    """`alpha` as a scalar tensor of `dtype`; Python numbers and constants are checked
+    at trace time, other tensors at run time (a `tf.debugging` assertion)."""
+    if isinstance(alpha, (tf.Tensor, tf.Variable)):
+        value = tf.get_static_value(alpha) if isinstance(alpha, tf.Tensor) else None
+        if value is not None:
+            _checks.check_positive("alpha", np.asarray(value).item() if np.size(value) == 1
+                                   else value)
+        if alpha.shape.rank not in (None, 0):
+            raise ValueError(f"`alpha` must be a scalar, got shape {alpha.shape}.")
+        a = tf.cast(alpha, dtype)
+        if value is None:
+            check = tf.debugging.assert_positive(
+                a, message="softsort_tf: `alpha` must be a finite number > 0")
+            with tf.control_dependencies([check]):
+                a = tf.identity(a)
+        return a
+    if isinstance(alpha, (bool, np.bool_)):
+        raise ValueError(f"`alpha` must be a finite number > 0, got {alpha!r}.")
+    return tf.constant(_checks.check_positive("alpha", alpha), dtype)
+
+
+def _prepare(x, mask, direction: str, name: str = "x"):
+    """`[batch, n]` scores in the compute dtype (negated for 'DESCENDING', padded
+    entries replaced), the `BatchView`, and the bool valid mask (or None)."""
+    direction = _checks.check_direction(direction)
+    x2d, view = _shapes.to_batch(x, -1, name=name)
+    valid = _masking.mask_to_batch(mask, view)
+    x2d = _masking.replace_padded(x2d, valid)
+    if direction == "DESCENDING":
+        x2d = -x2d
+    return x2d, view, valid
+
+
+def _to_output(y2d, view):
+    return _shapes.from_batch(y2d, view)
+
+
+# ---------------------------------------------------------------------------------
+# The parallel scan.
+# ---------------------------------------------------------------------------------
+def _shift_right(t, shift, fill):
+    """`t[:, i - shift]` (`fill` for i < shift) along the last axis, for a dynamic
+    `shift` (a dynamic slice of the concatenation, compilable by XLA)."""
+    n = tf.shape(t)[-1]
+    padded = tf.concat([tf.fill(tf.shape(t), tf.constant(fill, t.dtype)), t], axis=-1)
+    out = tf.slice(padded, tf.stack([0, n - shift]), tf.stack([-1, n]))
+    return tf.reshape(out, tf.shape(t))
+
+
+def _scan_forward(decay, add):
+    n = tf.shape(decay)[-1]
+    steps = tf.cast(tf.math.ceil(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float64))
+                                 / math.log(2.0) - 1e-9), tf.int32)
+
+    def body(step, m, c):
+        shift = tf.minimum(tf.bitwise.left_shift(tf.constant(1, tf.int32), step), n)
+        prev_m = _shift_right(m, shift, 1.0)
+        prev_c = _shift_right(c, shift, 0.0)
+        return step + 1, m * prev_m, m * prev_c + c
+
+    _, _, c = tf.while_loop(lambda step, m, c: step < steps, body, (0, decay, add),
+                            maximum_iterations=64)
+    return c
+
+
+@tf.custom_gradient
+def _affine_scan(decay, add):
+    """Inclusive scan y_i = decay_i·y_{i−1} + add_i (y_{−1} = 0) along the last axis of
+    `[rows, n]` tensors, by recursive doubling (Hillis–Steele): ⌈log₂ n⌉ steps of O(n).
+
+    With 0 ≤ decay ≤ 1 and add ≥ 0 every intermediate is a non-negative sum bounded by
+    Σ add. The gradient is the reverse scan λ_i = ȳ_i + decay_{i+1}·λ_{i+1}, with
+    ∂/∂add_i = λ_i and ∂/∂decay_i = λ_i·y_{i−1} (O(n) memory)."""
+    y = _scan_forward(decay, add)
+
+    def grad(dy):
+        next_decay = tf.concat([decay[:, 1:], tf.zeros_like(decay[:, :1])], axis=-1)
+        lam = tf.reverse(_affine_scan(tf.reverse(next_decay, [-1]), tf.reverse(dy, [-1])),
+                         [-1])
+        y_prev = tf.concat([tf.zeros_like(y[:, :1]), y[:, :-1]], axis=-1)
+        return lam * y_prev, lam
+
+    return y, grad
+
+
+def _laplace_sums(s, w, alpha):
+    """Strict one-sided Laplace-kernel sums of sorted rows `s` `[b, n]` with weights `w`:
+
+        A_i = Σ_{j<i} w_j·exp(−(s_i − s_j)/α),   B_i = Σ_{j>i} w_j·exp(−(s_j − s_i)/α).
+    """
+    gaps = _scaled_gap(s[:, :-1], s[:, 1:], alpha)             # [b, n − 1], ≥ 0
+    decay = tf.exp(-gaps)
+    zero = tf.zeros_like(s[:, :1])
+    # A_i = D_i·(A_{i−1} + w_{i−1}), D_i = exp(−(s_i − s_{i−1})/α), D_0 = 0.
+    d_left = tf.concat([zero, decay], axis=-1)
+    w_prev = tf.concat([zero, w[:, :-1]], axis=-1)
+    # B_i = E_i·(B_{i+1} + w_{i+1}), E_i = D_{i+1}, E_{n−1} = 0; scanned reversed.
+    d_right = tf.reverse(tf.concat([decay, zero], axis=-1), [-1])
+    w_next = tf.reverse(tf.concat([w[:, 1:], zero], axis=-1), [-1])
+    both = _affine_scan(tf.concat([d_left, d_right], axis=0),
+                        tf.concat([d_left * w_prev, d_right * w_next], axis=0))
+    rows = tf.shape(s)[0]
+    return both[:rows], tf.reverse(both[rows:], [-1])
+
+
+def _scaled_gap(low, high, alpha):
+    """(high − low)/α for high ≥ low without overflow in the subtraction (halves first);
+    +inf when the quotient overflows, which every caller handles (exp(−inf) = 0)."""
+    return tf.maximum(high * 0.5 - low * 0.5, 0.0) / (alpha * 0.5)
+
+
+def _clip_finite(u):
+    """u with ±inf replaced by ±(a large finite value), so that 0·u = 0."""
+    bound = tf.constant(np.finfo(u.dtype.as_numpy_dtype).max / 4, u.dtype)
+    return tf.clip_by_value(u, -bound, bound)
+
+
+def _scaled_difference(a, b, alpha):
+    """(a − b)/α without overflow in the subtraction (±inf when the quotient overflows
+    or a is infinite)."""
+    return (a * 0.5 - b * 0.5) / (alpha * 0.5)
+
+
+# ---------------------------------------------------------------------------------
+# The sorted list and the inverse of F.
+# ---------------------------------------------------------------------------------
+class _SortedList:
+    """One call's sorted scores with the prefix sums of the construction.
+
+    Attributes (all `[b, n]` except `count`):
+      s: scores sorted increasingly, valid entries first (padded ones last, with the
+        largest valid value, weight 0).
+      order: the input index of each sorted position.
+      w: 1 at valid sorted positions, 0 at padded ones.
+      a, b: the strict one-sided kernel sums A, B (see `_laplace_sums`).
+      f: F at the sorted scores, +inf at padded positions (so that counting levels
+        never lands in the padding).
+      count: `[b]` number of valid entries N (float).
+    """
+
+    def __init__(self, x2d, valid, alpha):
+        self.alpha = alpha
+        dtype = x2d.dtype
+        order = tf.argsort(x2d, axis=-1, stable=True)
+        if valid is not None:
+            order = _valid_first(order, valid)
+            w = tf.cast(tf.gather(valid, order, batch_dims=1), dtype)
+        else:
+            w = tf.ones_like(x2d)
+        self.order = order
+        self.s = tf.gather(x2d, order, batch_dims=1)
+        self.w = w
+        self.count = tf.reduce_sum(w, axis=-1)
+        self.a, self.b = _laplace_sums(self.s, w, alpha)
+        before = tf.cumsum(w, axis=-1, exclusive=True)
+        f = before + 0.5 * w + 0.5 * (self.b - self.a)
+        self.f = f if valid is None else tf.where(w > 0, f, tf.constant(np.inf, dtype))
+
+    def scatter(self, y_sorted):
+        """A `[b, n]` result in sorted order → input order (a batched scatter)."""
+        b = tf.shape(self.order)[0]
+        n = tf.shape(self.order)[1]
+        rows = tf.broadcast_to(tf.range(b)[:, None], tf.stack([b, n]))
+        idx = tf.stack([rows, self.order], axis=-1)
+        return tf.scatter_nd(idx, y_sorted, tf.shape(y_sorted))
+
+    def segments_counted(self, levels):
+        """m = #{sorted positions with F ≤ level} for few levels `[b, K]` (O(n·K))."""
+        below = self.f[:, None, :] <= levels[:, :, None]
+        return tf.reduce_sum(tf.cast(below, tf.int32), axis=-1)
+
+    def segments_unit_spaced(self, offset, num_levels):
+        """m for the levels offset + k, k = 0..num_levels − 1 (O(n), a histogram)."""
+        b = tf.shape(self.f)[0]
+        kmax = tf.cast(num_levels, self.f.dtype)
+        first = tf.math.ceil(tf.minimum(self.f - offset, kmax))     # first level ≥ F
+        first = tf.cast(tf.clip_by_value(first, 0.0, kmax), tf.int32)
+        width = num_levels + 1
+        ids = first + tf.range(b)[:, None] * width
+        ids = tf.reshape(ids, [-1])
+        hist = tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, b * width)
+        return tf.cumsum(tf.reshape(hist, tf.stack([b, width])), axis=-1)[:, :num_levels]
+
+    def invert(self, levels, m):
+        """x with F(x) = level, for `[b, K]` levels in (0, N) and their segments m."""
+        alpha = self.alpha
+        dtype = self.s.dtype
+        n = tf.shape(self.s)[-1]
+        count = tf.cast(self.count, tf.int32)[:, None]
+        has_left = m >= 1
+        has_right = m < count
+        left = tf.clip_by_value(m - 1, 0, n - 1)
+        right = tf.clip_by_value(m, 0, n - 1)
+        s_left = tf.gather(self.s, left, batch_dims=1)
+        s_right = tf.gather(self.s, right, batch_dims=1)
+        log_p = tf.math.log1p(tf.gather(self.a, left, batch_dims=1))
+        log_q = tf.math.log1p(tf.gather(self.b, right, batch_dims=1))
+        d = levels - tf.cast(m, dtype)
+        both = tf.logical_and(has_left, has_right)
+        gap = _scaled_gap(s_left, s_right, alpha)
+        ell = tf.where(both, log_p + log_q - gap, tf.constant(-np.inf, dtype))
+        abs_d = tf.abs(d)
+        small = tf.logical_and(both, abs_d <= tf.exp(0.5 * ell))
+        # |d| ≤ exp(ℓ/2): the symmetric form, asinh of an argument in [−1, 1].
+        nonzero = tf.logical_and(small, abs_d > 0)
+        ell_s = tf.where(nonzero, ell, tf.zeros_like(ell))
+        safe_abs = tf.where(nonzero, abs_d, tf.ones_like(abs_d))
+        z = tf.where(nonzero, tf.sign(d) * tf.exp(tf.math.log(safe_abs) - 0.5 * ell_s),
+                     tf.zeros_like(d))
+        x_small = (0.5 * s_left + 0.5 * s_right + 0.5 * alpha * (log_p - log_q)
+                   + alpha * tf.math.asinh(z))
+        # Otherwise from one neighbour, with
+        # log(|d| + sqrt(d² + e^ℓ)) = log|d| + log(1 + sqrt(1 + e^{ℓ − 2 log|d|})).
+        use_right = tf.logical_and(tf.logical_not(small), tf.logical_and(
+            has_right, tf.logical_or(d >= 0, tf.logical_not(has_left))))
+        use_left = tf.logical_and(tf.logical_not(small), tf.logical_not(use_right))
+        tiny = tf.constant(np.finfo(dtype.as_numpy_dtype).tiny, dtype)
+        big = tf.logical_not(small)
+        log_abs = tf.math.log(tf.maximum(tf.where(big, abs_d, tf.ones_like(abs_d)), tiny))
+        ell_b = tf.where(big, ell, tf.zeros_like(ell))
+        h = log_abs + tf.math.log1p(tf.sqrt(1.0 + tf.exp(ell_b - 2.0 * log_abs)))
+        x_right = s_right + alpha * (tf.where(use_right, h - log_q, tf.zeros_like(h)))
+        x_left = s_left + alpha * (tf.where(use_left, log_p - h, tf.zeros_like(h)))
+        return tf.where(small, x_small, tf.where(use_right, x_right, x_left))
+
+
+def _valid_first(order, valid):
+    """A stable reordering of the sorted positions `order` with the valid entries first
+    (in their sorted order) and the padded ones after (O(n), a scatter)."""
+    is_valid = tf.gather(valid, order, batch_dims=1)
+    vi = tf.cast(is_valid, tf.int32)
+    n_valid = tf.reduce_sum(vi, axis=-1, keepdims=True)
+    pos = tf.where(is_valid, tf.cumsum(vi, axis=-1, exclusive=True),
+                   n_valid + tf.cumsum(1 - vi, axis=-1, exclusive=True))
+    b = tf.shape(order)[0]
+    n = tf.shape(order)[1]
+    rows = tf.broadcast_to(tf.range(b)[:, None], tf.stack([b, n]))
+    return tf.scatter_nd(tf.stack([rows, pos], axis=-1), order, tf.shape(order))
+
+
+def _lap_cdf(z):
+    """Lap_1(z) (standard Laplace CDF), elementwise; exact at ±inf."""
+    neg = tf.minimum(z, 0.0)
+    pos = tf.maximum(z, 0.0)
+    return tf.where(z <= 0, 0.5 * tf.exp(neg), 1.0 - 0.5 * tf.exp(-pos))
+
+
+def _lap_cdf_difference(hi, lo, spread):
+    """Lap_1(hi) − Lap_1(lo) for hi ≥ lo (±inf allowed), without cancellation;
+    `spread` = hi − lo ≥ 0, computed by the caller without overflow."""
+    shrink = -tf.math.expm1(-spread)                               # 1 − e^{−(hi − lo)}
+    both_neg = hi <= 0
+    both_pos = lo >= 0
+    hi_n = tf.where(both_neg, hi, tf.zeros_like(hi))
+    lo_p = tf.where(both_pos, lo, tf.zeros_like(lo))
+    mixed = 1.0 - 0.5 * tf.exp(-tf.maximum(hi, 0.0)) - 0.5 * tf.exp(tf.minimum(lo, 0.0))
+    return tf.where(both_neg, 0.5 * tf.exp(hi_n) * shrink,
+                    tf.where(both_pos, 0.5 * tf.exp(-lo_p) * shrink, mixed))
+
+
+# ---------------------------------------------------------------------------------
+# Operators.
+# ---------------------------------------------------------------------------------
+@_not_converted
+def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=None):
+    """Soft ranks rank_i = ½ + F(r_i) = 1 + Σ_{j≠i} Lap_α(r_i − r_j) (paper eq. (1)).
+
+    1-based: in the hard limit α → 0 they equal `scipy.stats.rankdata` (ties
+    averaged); for any α they lie in [1, n], sum to n(n + 1)/2 and increase with the
+    scores. O(n log n) time, O(n) memory.
+
+    Args:
+      x: `[..., n]` real tensor, ranked along the last axis.
+      alpha: the Laplace scale α > 0, in the units of the scores (module docstring).
+      direction: 'ASCENDING' (rank 1 = smallest) or 'DESCENDING' (rank 1 = largest).
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid; padded entries get
+        rank 0 and do not move the valid ranks (see softsort_tf._masking).
+
+    Returns:
+      Soft ranks, the shape and (floating) dtype of x.
+
+    Example:
+    >>> r = lapsum_rank([[2.5, -1.0, 0.3, 4.0]], alpha=0.01)
+    >>> np.round(r.numpy(), 3)
+    array([[3., 1., 2., 4.]], dtype=float32)
+    """
+    x2d, view, valid = _prepare(x, mask, direction)
+    alpha_t = _alpha_tensor(alpha, x2d.dtype)
+    lst = _SortedList(x2d, valid, alpha_t)
+    ranks = lst.scatter(lst.f + 0.5 if valid is None else
+                        tf.where(lst.w > 0, lst.f + 0.5, tf.zeros_like(lst.f)))
+    return _to_output(_masking.fill_padded(ranks, valid), view)
+
+
+@_not_converted
+def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=None):
+    """Soft sort sort_k = F⁻¹(k − ½), k = 1..n: the inverse of the soft rank (paper
+    Thm. 3.1 gives F⁻¹ in closed form; see the module docstring).
+
+    In the hard limit α → 0 it equals `np.sort` (`direction='DESCENDING'`: decreasing).
+    The outputs are increasing in k (decreasing for 'DESCENDING') and in the units of x.
+    O(n log n) time, O(n) memory.
+
+    Args:
+      x: `[..., n]` real tensor, sorted along the last axis.
+      alpha: the Laplace scale α > 0, in the units of the scores.
+      direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid: the first n_valid
+        outputs are the soft-sorted valid values, the others 0.
+
+    Returns:
+      Soft-sorted values, the shape and (floating) dtype of x.
+
+    Example:
+    >>> v = lapsum_sort([[2.5, -1.0, 0.3, 4.0]], alpha=0.01)
+    >>> np.round(v.numpy(), 3)
+    array([[-1. ,  0.3,  2.5,  4. ]], dtype=float32)
+    """
+    direction = _checks.check_direction(direction)
+    x2d, view, valid = _prepare(x, mask, direction)
+    alpha_t = _alpha_tensor(alpha, x2d.dtype)
+    lst = _SortedList(x2d, valid, alpha_t)
+    n = tf.shape(x2d)[-1]
+    m = lst.segments_unit_spaced(0.5, n)
+    k = tf.range(n, dtype=x2d.dtype)[None, :] + 0.5
+    levels = tf.broadcast_to(k, tf.shape(x2d))
+    keep = levels < lst.count[:, None]
+    levels = tf.where(keep, levels, tf.fill(tf.shape(levels), tf.constant(0.5, x2d.dtype)))
+    m = tf.where(keep, m, tf.zeros_like(m))
+    values = lst.invert(levels, m)
+    values = tf.where(keep, values, tf.zeros_like(values))
+    if direction == "DESCENDING":
+        values = -values
+    return _to_output(values, view)
+
+
+def _check_k(k, static_n):
+    """`(k, checked)`: `k` validated at trace time when its value is known (a Python
+    number, or a constant tensor, returned as is so that gradients reach it) against
+    (0, n); `checked` False when it must be checked at run time."""
+    if isinstance(k, (tf.Tensor, tf.Variable)):
+        value = tf.get_static_value(k) if isinstance(k, tf.Tensor) else None
+        if k.shape.rank not in (None, 0):
+            raise ValueError(f"`k` must be a scalar, got shape {k.shape}.")
+        if value is None:
+            return k, False
+        _check_k(np.asarray(value).item(), static_n)
+        return k, True
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer,
+                                                             np.floating)):
+        raise ValueError(f"`k` must be a real number in (0, n), got {k!r}.")
+    k = float(k)
+    if not math.isfinite(k) or k <= 0 or (static_n is not None and k >= static_n):
+        bound = "n" if static_n is None else f"n = {static_n}"
+        raise ValueError(f"`k` must be a real number in (0, {bound}), got {k!r}.")
+    return k, True
+
+
+@_not_converted
+def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *,
+                     mask=None):
+    """Soft top-k membership p_i = Lap_α(r_i − t), with t solving Σ_i Lap_α(r_i − t) = k
+    (paper §3; F(t) = n − k, solved in closed form).
+
+    Each p_i ∈ (0, 1), Σ_i p_i = k, p is increasing in the score, and p tends to the
+    hard top-k indicator as α → 0 (scores tied at the boundary share the mass). `k` may
+    be real and may be a (differentiable) tensor; the gradient is that of the implicit
+    function t(r, k, α) (π-weights in the log domain: finite at any gap and α).
+
+    Args:
+      x: `[..., n]` real tensor.
+      k: a number in (0, n), real allowed, or a scalar tensor. With `mask`, rows with
+        n_valid <= k select all their valid entries (p = 1), rows without valid
+        entries give 0.
+      alpha: the Laplace scale α > 0, in the units of the scores.
+      direction: 'DESCENDING' (default: the k largest) or 'ASCENDING' (the k smallest).
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid.
+
+    Returns:
+      The soft membership, the shape and (floating) dtype of x.
+
+    Example:
+    >>> p = lapsum_topk_mask([[2.5, -1.0, 0.3, 4.0]], k=2, alpha=0.01)
+    >>> np.round(p.numpy(), 3)
+    array([[1., 0., 0., 1.]], dtype=float32)
+    """
+    direction = _checks.check_direction(direction)
+    # The membership Lap_α(r_i − t) selects the largest entries of the prepared scores:
+    # those of x for 'DESCENDING', of −x for 'ASCENDING'.
+    x2d, view, valid = _prepare(x, mask, "ASCENDING" if direction == "DESCENDING"
+                                else "DESCENDING")
+    dtype = x2d.dtype
+    alpha_t = _alpha_tensor(alpha, dtype)
+    k_value, static_k = _check_k(k, view.static_n)
+    k_t = tf.cast(k_value, dtype)
+    count = (tf.cast(tf.fill(tf.shape(x2d)[:1], tf.shape(x2d)[-1]), dtype) if valid is None
+             else tf.reduce_sum(tf.cast(valid, dtype), axis=-1))
+    if not static_k:
+        checks = [tf.debugging.assert_positive(k_t, message="softsort_tf: `k` must be > 0")]
+        if valid is None:
+            checks.append(tf.debugging.assert_less(
+                k_t, tf.cast(tf.shape(x2d)[-1], dtype),
+                message="softsort_tf: `k` must be smaller than the list length n"))
+        with tf.control_dependencies(checks):
+            k_t = tf.identity(k_t)
+    elif valid is None and view.static_n is None:
+        check = tf.debugging.assert_less(
+            k_t, tf.cast(tf.shape(x2d)[-1], dtype),
+            message=f"softsort_tf: `k` = {k_value} must be smaller than the list length n")
+        with tf.control_dependencies([check]):
+            k_t = tf.identity(k_t)
+    p = _topk_membership(x2d, k_t, alpha_t, valid, count)
+    return _to_output(_masking.fill_padded(p, valid), view)
+
+
+def _topk_membership(x2d, k, alpha, valid, count):
+    """p `[b, n]` with its implicit-function gradient w.r.t. (x, k, α)."""
+    dtype = x2d.dtype
+    vmask = tf.ones_like(x2d) if valid is None else tf.cast(valid, dtype)
+
+    @tf.custom_gradient
+    def membership(x2d, k, alpha):
+        level = count - k                                         # F(t) = N − k
+        active = level > 0
+        safe_level = tf.where(active, level, 0.5 * tf.ones_like(level))
+        lst = _SortedList(tf.stop_gradient(x2d), valid, tf.stop_gradient(alpha))
+        levels = safe_level[:, None]
+        t = lst.invert(levels, lst.segments_counted(levels))     # [b, 1]
+        u = _scaled_difference(x2d, t, alpha)                     # u_i = (r_i − t)/α
+        u = tf.where(vmask > 0, u, tf.zeros_like(u))
+        p = tf.where(active[:, None], _lap_cdf(u), tf.ones_like(u)) * vmask
+
+        def grad(dp):
+            # dp_i = f_i·(dr_i − dt − u_i·dα), dt = Σπ_j dr_j − dk/F' + (Σπ_j u_j)·dα·(−1),
+            # with f_i = e^{−|u_i|}/(2α), π = f/Σf, F' = Σf.
+            uc = _clip_finite(u)
+            logits = tf.where(vmask > 0, -tf.abs(uc), tf.constant(-np.inf, dtype))
+            pi = tf.nn.softmax(logits, axis=-1)
+            pi = tf.where(vmask > 0, pi, tf.zeros_like(pi))
+            f = tf.exp(-tf.abs(uc)) / (2.0 * alpha) * vmask
+            on = tf.cast(active, dtype)[:, None]
+            dp = dp * on
+            v_bar = tf.reduce_sum(dp * pi, axis=-1, keepdims=True)
+            u_bar = tf.reduce_sum(pi * uc, axis=-1, keepdims=True)
+            dx = f * (dp - v_bar)
+            dk = tf.reduce_sum(v_bar)
+            dalpha = -tf.reduce_sum(dp * f * (uc - u_bar))
+            return dx, dk, dalpha
+
+        return p, grad
+
+    return membership(x2d, k, alpha)
+
+
+@_not_converted
+def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, *, mask=None):
+    """Soft quantiles F⁻¹(τ·n) (the inverse LapSum at the level τ·n).
+
+    In the hard limit α → 0 they equal `np.quantile(x, τ, method='averaged_inverted_cdf')`
+    (the inverse empirical CDF, averaged at its jumps). O(n log n) time, O(n) memory
+    per level; the gradient is that of the implicit function F(t) = τn:
+    ∂t/∂r_j = softmax_j(−|t − r_j|/α).
+
+    Args:
+      x: `[..., n]` real tensor.
+      quantiles: a level or a strictly increasing sequence of q levels in (0, 1).
+      alpha: the Laplace scale α > 0, in the units of the scores.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid: quantiles of the valid
+        entries; 0 for a list without valid entry.
+
+    Returns:
+      `[..., q]` (the last axis of x replaced by the levels), `[...]` for a scalar level.
+
+    Example:
+    >>> q = lapsum_quantile([5.0, 1.0, 3.0, 2.0, 4.0], 0.5, alpha=0.01)
+    >>> round(float(q), 2)
+    3.0
+    """
+    taus, scalar = _checks.check_quantiles(quantiles)
+    x2d, view, valid = _prepare(x, mask, "ASCENDING")
+    dtype = x2d.dtype
+    alpha_t = _alpha_tensor(alpha, dtype)
+    count = (tf.cast(tf.fill(tf.shape(x2d)[:1], tf.shape(x2d)[-1]), dtype) if valid is None
+             else tf.reduce_sum(tf.cast(valid, dtype), axis=-1))
+    vmask = tf.ones_like(x2d) if valid is None else tf.cast(valid, dtype)
+    taus_t = tf.constant(taus, dtype)
+
+    @tf.custom_gradient
+    def solve(x2d, alpha):
+        levels = count[:, None] * taus_t[None, :]
+        active = count > 0
+        levels = tf.where(active[:, None], levels, 0.5 * tf.ones_like(levels))
+        lst = _SortedList(tf.stop_gradient(x2d), valid, tf.stop_gradient(alpha))
+        t = lst.invert(levels, lst.segments_counted(levels))      # [b, q]
+        t = tf.where(active[:, None], t, tf.zeros_like(t))
+
+        def grad(dt):
+            u = _clip_finite(_scaled_difference(t[:, :, None], x2d[:, None, :], alpha))
+            logits = tf.where(vmask[:, None, :] > 0, -tf.abs(u), tf.constant(-np.inf, dtype))
+            pi = tf.nn.softmax(logits, axis=-1)
+            pi = tf.where(vmask[:, None, :] > 0, pi, tf.zeros_like(pi))
+            u = tf.where(vmask[:, None, :] > 0, u, tf.zeros_like(u))
+            dt = dt * tf.cast(active, dtype)[:, None]
+            dx = tf.reduce_sum(dt[:, :, None] * pi, axis=1)
+            dalpha = tf.reduce_sum(dt * tf.reduce_sum(pi * u, axis=-1))
+            return dx, dalpha
+
+        return t, grad
+
+    out = solve(x2d, alpha_t)
+    if scalar:
+        return _shapes.from_batch(out[:, 0], view, keep_axis=False)
+    return _to_output(out, view)
+
+
+@_not_converted
+def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *,
+                              mask=None):
+    """Soft permutation matrix P[k, j] = Lap_α(t_{k+1} − r_j) − Lap_α(t_k − r_j), with
+    thresholds t_k = F⁻¹(k), t_0 = −∞, t_n = +∞ (paper §4).
+
+    Row k is the distribution of the input that lands at position k of the
+    `direction` order (the orientation of `softsort_tf.ops.permutation.soft_sort_matrix`:
+    `P @ x` soft-sorts values by x); P is doubly stochastic (rows and columns sum to 1)
+    and tends to the sorting permutation matrix as α → 0. O(n²) time and memory (the
+    thresholds themselves cost O(n log n)).
+
+    Args:
+      x: `[..., n]` scores.
+      alpha: the Laplace scale α > 0, in the units of the scores.
+      direction: 'DESCENDING' (default; row 0 = the largest score) or 'ASCENDING'.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid: the valid block is the
+        unpadded P, rows ≥ n_valid and padded columns are 0.
+
+    Returns:
+      `[..., n, n]` matrix in the (floating) dtype of x.
+
+    Example:
+    >>> P = lapsum_permutation_matrix([[0.3, 2.0, 1.0]], alpha=0.01)
+    >>> np.round(P.numpy()[0], 3)
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    x2d, view, valid = _prepare(x, mask, direction)
+    dtype = x2d.dtype
+    alpha_t = _alpha_tensor(alpha, dtype)
+    # 'DESCENDING' ranks −x ascending: position 0 of the ascending order of −x is the
+    # largest score.
+    lst = _SortedList(x2d, valid, alpha_t)
+    n = tf.shape(x2d)[-1]
+    b = tf.shape(x2d)[0]
+    num = tf.maximum(n - 1, 1)
+    m = lst.segments_unit_spaced(1.0, num)                       # levels 1..n−1
+    levels = tf.broadcast_to(tf.range(num, dtype=dtype)[None, :] + 1.0, tf.stack([b, num]))
+    inner = levels < lst.count[:, None]
+    safe_levels = tf.where(inner, levels, 0.5 * tf.ones_like(levels))
+    m = tf.where(inner, m, tf.zeros_like(m))
+    thresholds = lst.invert(safe_levels, m)[:, : n - 1]
+    inner = inner[:, : n - 1]
+    inf = tf.constant(np.inf, dtype)
+    thresholds = tf.where(inner, thresholds, inf)                # t_k for k ≥ N is +∞
+    lower = tf.concat([tf.fill(tf.stack([b, 1]), -inf), thresholds], axis=-1)   # t_k
+    upper = tf.concat([thresholds, tf.fill(tf.stack([b, 1]), inf)], axis=-1)    # t_{k+1}
+    def scaled(t):
+        # (t − r_j)/α, ±inf for infinite thresholds (no gradient reaches those).
+        ok = tf.math.is_finite(t)[:, :, None]
+        safe = tf.where(ok, t[:, :, None], tf.zeros_like(t[:, :, None]))
+        out = _scaled_difference(safe, x2d[:, None, :], alpha_t)
+        return tf.where(ok, out, tf.broadcast_to(t[:, :, None], tf.shape(out)))
+
+    hi, lo = scaled(upper), scaled(lower)
+    # (t_{k+1} − t_k)/α from the thresholds themselves (never inf − inf).
+    finite = tf.logical_and(tf.math.is_finite(lower), tf.math.is_finite(upper))
+    spread = tf.where(finite, _scaled_gap(tf.where(finite, lower, tf.zeros_like(lower)),
+                                          tf.where(finite, upper, tf.zeros_like(upper)),
+                                          alpha_t), inf)
+    perm = _lap_cdf_difference(hi, lo, spread[:, :, None])
+    if valid is not None:
+        rows = _masking.valid_prefix(tf.cast(lst.count, tf.int32), n)
+        keep = tf.logical_and(rows[:, :, None], valid[:, None, :])
+        perm = tf.where(keep, perm, tf.zeros_like(perm))
+    out = tf.reshape(perm, tf.concat([view.moved_shape[:-1], [n, n]], axis=0))
+    out.set_shape(view.static_moved_shape[:-1].concatenate([view.static_n, view.static_n]))
+    return tf.cast(out, view.output_dtype)
