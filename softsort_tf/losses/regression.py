@@ -1,24 +1,32 @@
-"""Robust regression losses: soft least-quantile and trimmed regression (paper §4)."""
+"""Regression losses: soft least-quantile, trimmed and quantile regression (paper §4),
+and the pinball loss.
+
+The soft losses are batch statistics: the per-example values of the whole batch (the
+errors |y − ŷ|^p, or the residuals y − ŷ) are transported, with uniform masses, onto a
+few target bins, and the statistic is read off the transport plan as one share per
+example whose mean is the statistic (`batch_statistic_shares`). Each loss is a
+`SinkhornLoss` around its functional form, which returns those shares; Keras reduces
+them like any per-example loss.
+"""
 
 from __future__ import annotations
-
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.base import _SinkhornLoss, keras_mask
+from softsort_tf._keras import get_keras_mask
+from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
-from softsort_tf.ops.transport import Transport
+from softsort_tf.ops.transport import TargetMeasure, Transport
+from softsort_tf.ops.wrapper import ListResult, list_operator
 from softsort_tf.options import SinkhornOptions
-from softsort_tf.solvers.sinkhorn import pair_cost
+from softsort_tf.solvers.cost import pair_cost
 
 _PACKAGE = "softsort_tf"
 DEFAULT_QUANTILE_WIDTH = 0.1
-DEFAULT_ERROR_POWER = 1.0
 
 
 def trimmed_target_weights(start_quantile: float, end_quantile: float) -> tuple[np.ndarray, int]:
@@ -32,8 +40,8 @@ def trimmed_target_weights(start_quantile: float, end_quantile: float) -> tuple[
 
 
 def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: int = -1, *,
-                          weights=None, options: SinkhornOptions | dict | None = None,
-                          **option_kwargs):
+                          weights=None, squash="logistic", targets: str = "regular",
+                          options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft mean of the values between two quantiles (soft trimmed mean).
 
     The same transport problem as the S-quantile (eq. 4) with the target measure
@@ -47,7 +55,7 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
       start_quantile, end_quantile: 0 ≤ s < e ≤ 1.
       axis: the sample axis.
       weights: positive input weights a `[n]` or of the shape of x (default uniform).
-      options, **option_kwargs: the `SinkhornOptions`, as in `sinkhorn_sort`.
+      squash, targets, options, **option_kwargs: as in `sinkhorn_sort`.
 
     Returns:
       The shape of x without `axis`.
@@ -61,8 +69,29 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
     x = tf.convert_to_tensor(x)
     axis = _checks.check_axis(axis, x.shape.rank)
     values = sinkhorn_ops.sinkhorn_sort(
-        x, axis=axis, target_weights=b, weights=weights, options=options, **option_kwargs)
+        x, axis=axis, target_weights=b, weights=weights, squash=squash, targets=targets,
+        options=options, **option_kwargs)
     return tf.gather(values, index, axis=axis)
+
+
+def quantile_bins(quantile: float, width: float | None = None) -> tuple[np.ndarray, float]:
+    """The three bins of the S-quantile at level τ (eq. 4): b = [τ − t/2, t, 1 − τ − t/2].
+
+    Args:
+      quantile: τ in (0, 1).
+      width: t, the mass of the middle bin; default min(0.1, τ, 1 − τ) (the paper's
+        t = 0.1, capped so that every bin has a positive mass).
+
+    Returns:
+      `(b, t)`: the target weights `[3]` and the width.
+
+    Raises:
+      ValueError: τ outside (0, 1), or t not in (0, 2·min(τ, 1 − τ)).
+    """
+    quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+    if width is None:
+        width = min(DEFAULT_QUANTILE_WIDTH, quantile, 1.0 - quantile)
+    return sinkhorn_ops.quantile_target_weights(quantile, width)
 
 
 def _align(y_true, y_pred):
@@ -101,6 +130,181 @@ def regression_errors(y_true, y_pred, power: float = 1.0):
     return err
 
 
+@list_operator
+def batch_statistic_shares(values, *, mask=None, target_weights, shares_fn,
+                           squash="logistic", targets: str = "regular",
+                           options: SinkhornOptions | dict | None = None, **option_kwargs):
+    """Per-example shares of a soft statistic of a batch of values (one list).
+
+    The values v_i (`[B]`, the list axis) are transported, with uniform masses over the
+    B_v valid entries (`mask`), onto the target bins b (`target_weights`, ascending
+    order). With P the plan, the mean of the values sent to bin j is
+
+        Q̃_j = Σ_i c_ij,   c_ij = P_ij v_i / b_j
+
+    (b_j read as the column's own sum Σ_i P_ij, as the operators' read-out: each Q̃_j
+    is an exact convex combination of values). `shares_fn(c, v, count)` (c `[1, B, m]`,
+    v `[1, B]`, count = B_v `[1, 1]`, ≥ 1; c is 0 on padded rows) returns the `[1, B]`
+    shares s_i whose sum over the valid entries is the statistic S.
+
+    Returns:
+      `[B]`: B_v·s_i for a valid entry (their mean over the valid entries is S), 0 for
+      a padded one and for a batch without a valid entry.
+    """
+    t = Transport(values, TargetMeasure.bins(None, target_weights), direction="ASCENDING",
+                  squash=squash, targets=targets,
+                  options=SinkhornOptions.resolve(options, **option_kwargs))
+    plan, v = t.plan, t.values  # [1, B, m], [1, B]
+    columns = tf.reduce_sum(plan, axis=1, keepdims=True)
+    columns = tf.where(columns > 0, columns, tf.cast(t.bcast_b()[:, None, :], plan.dtype))
+    contributions = plan * v[:, :, None] / columns
+    count = t.count[:, None]
+    if t.mask is not None:
+        contributions = tf.where(t.mask[:, :, None], contributions,
+                                 tf.zeros_like(contributions))
+    shares = count * shares_fn(contributions, v, tf.maximum(count, 1.0))
+    return ListResult(shares, "elementwise")
+
+
+def _zero_padded(y_true, y_pred, mask):
+    """`(y_true, y_pred)` with the examples that `mask` (`[batch]`, False = padding)
+    marks replaced by 0 before any arithmetic, so that NaN/Inf padding reaches neither
+    the values nor the gradients."""
+    y_pred = tf.convert_to_tensor(y_pred)
+    if not y_pred.dtype.is_floating:
+        y_pred = tf.cast(y_pred, tf.float32)
+    y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
+    if mask is None:
+        return y_true, y_pred
+    valid = tf.reshape(tf.cast(mask, tf.bool), [-1])
+
+    def zeroed(t):
+        if t.shape.rank is None or t.shape.rank < 1:
+            return t
+        shape = tf.concat([tf.shape(t)[:1], tf.ones([t.shape.rank - 1], tf.int32)], axis=0)
+        return tf.where(tf.reshape(valid, shape), t, tf.zeros_like(t))
+
+    return zeroed(y_true), zeroed(y_pred)
+
+
+def _mean_of_bin(index: int):
+    """`shares_fn` of the mean of one bin: s_i = c_i,index."""
+    return lambda contributions, values, count: contributions[..., index]
+
+
+def _checked_error_power(error_power) -> float:
+    return _checks.check_positive("error_power", error_power)
+
+
+def soft_least_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
+                                        width: float | None = None,
+                                        error_power: float = 1.0, *, mask=None,
+                                        squash="logistic", targets: str = "regular",
+                                        options: SinkhornOptions | dict | None = None,
+                                        **option_kwargs):
+    """Per-example shares of the soft τ-quantile of the batch errors (paper §4, eq. 4).
+
+    With errors e_i = |y_i − ŷ_i|^error_power (mean over the non-batch axes), the
+    statistic is the τ-S-quantile Q̃_2 of the errors on the bins
+    b = [τ − t/2, t, 1 − τ − t/2] (`quantile_bins`), see
+    `SoftLeastQuantileRegressionLoss`.
+
+    Args:
+      y_true, y_pred: `[batch]` or `[batch, d]`.
+      quantile, width, error_power: as in `SoftLeastQuantileRegressionLoss`.
+      mask: optional boolean `[batch]`, False for padding (left out of the statistic).
+      squash, targets, options, **option_kwargs: the Sinkhorn settings, as in
+        `sinkhorn_sort`.
+
+    Returns:
+      `[batch]` shares, whose mean over the valid examples is the statistic.
+    """
+    b, _ = quantile_bins(quantile, width)
+    y_true, y_pred = _zero_padded(y_true, y_pred, mask)
+    errors = regression_errors(y_true, y_pred, _checked_error_power(error_power))
+    return batch_statistic_shares(errors, mask=mask, target_weights=b,
+                                  shares_fn=_mean_of_bin(1), squash=squash, targets=targets,
+                                  options=options, **option_kwargs)
+
+
+def soft_trimmed_regression_loss(y_true, y_pred, start_quantile: float = 0.0,
+                                 end_quantile: float = 0.5, error_power: float = 1.0, *,
+                                 mask=None, squash="logistic", targets: str = "regular",
+                                 options: SinkhornOptions | dict | None = None,
+                                 **option_kwargs):
+    """Per-example shares of the soft mean of the batch errors between two quantiles.
+
+    The statistic is the middle value of the Sinkhorn sort of the errors
+    |y − ŷ|^error_power onto b = [s, e − s, 1 − e] (`sinkhorn_trimmed_mean`), see
+    `SoftTrimmedRegressionLoss`. Arguments and return value as in
+    `soft_least_quantile_regression_loss`.
+    """
+    b, index = trimmed_target_weights(start_quantile, end_quantile)
+    y_true, y_pred = _zero_padded(y_true, y_pred, mask)
+    errors = regression_errors(y_true, y_pred, _checked_error_power(error_power))
+    return batch_statistic_shares(errors, mask=mask, target_weights=b,
+                                  shares_fn=_mean_of_bin(index), squash=squash,
+                                  targets=targets, options=options, **option_kwargs)
+
+
+def _residuals(y_true, y_pred):
+    """Residuals y − ŷ `[batch]` of targets and predictions `[batch]` or `[batch, 1]` (a
+    trailing axis of size 1 on either side is squeezed), in the float dtype of
+    `y_pred`."""
+    y_pred = tf.convert_to_tensor(y_pred)
+    if not y_pred.dtype.is_floating:
+        y_pred = tf.cast(y_pred, tf.float32)
+    y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
+    y_true, y_pred = _align(y_true, y_pred)
+    if y_pred.shape.rank == 2 and y_pred.shape[-1] == 1:
+        y_true, y_pred = y_true[:, 0], y_pred[:, 0]
+    if y_pred.shape.rank != 1:
+        raise ValueError(f"`y_pred` must have shape [batch] or [batch, 1] (one quantile "
+                         f"per example), got {y_pred.shape}.")
+    return y_true - y_pred
+
+
+def soft_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
+                                  width: float | None = None, *, mask=None,
+                                  squash="logistic", targets: str = "regular",
+                                  options: SinkhornOptions | dict | None = None,
+                                  **option_kwargs):
+    """Per-example shares of the τ-S-quantile loss of the batch residuals (§4, Table 1).
+
+    With residuals x = y − ŷ and Q̃ the means of the three bins
+    b = [τ − t/2, t, 1 − τ − t/2] (`quantile_bins`), the statistic is
+
+        L = τ · mean(x) − b_1 · Q̃_1 − (t/2) · Q̃_2 + Q̃_2²
+
+    (see `SoftQuantileRegressionLoss`); example i's share is
+    τ x_i / B − b_1 c_i1 − (t/2) c_i2 + Q̃_2² / B (c_ij = P_ij x_i / b_j).
+
+    Args:
+      y_true, y_pred: `[batch]` or `[batch, 1]`.
+      quantile, width: as in `SoftQuantileRegressionLoss`.
+      mask, squash, targets, options, **option_kwargs: as in
+        `soft_least_quantile_regression_loss`.
+
+    Returns:
+      `[batch]` shares, whose mean over the valid examples is L.
+    """
+    quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+    b, width = quantile_bins(quantile, width)
+
+    def shares_fn(contributions, values, count):
+        dtype = contributions.dtype
+        middle = tf.reduce_sum(contributions[..., 1], axis=-1, keepdims=True)  # Q̃_2
+        return (tf.constant(quantile, dtype) * values / count
+                - tf.constant(b[0], dtype) * contributions[..., 0]
+                - tf.constant(width / 2, dtype) * contributions[..., 1]
+                + tf.square(middle) / count)
+
+    residuals = _residuals(*_zero_padded(y_true, y_pred, mask))
+    return batch_statistic_shares(residuals, mask=mask, target_weights=b,
+                                  shares_fn=shares_fn, squash=squash, targets=targets,
+                                  options=options, **option_kwargs)
+
+
 def _per_example(flags):
     """`[B, ...]` booleans to `[B]`: an example counts where any of its entries does."""
     if flags.shape.rank is not None and flags.shape.rank > 1:
@@ -108,31 +312,12 @@ def _per_example(flags):
     return flags
 
 
-def _valid_examples(sample_weight, mask):
-    """`[B]`-broadcastable boolean: examples with a non-zero weight and not masked (None
-    when neither is given)."""
-    valid = None
-    if sample_weight is not None:
-        valid = _per_example(tf.not_equal(tf.convert_to_tensor(sample_weight), 0))
-    if mask is not None:
-        mask = _per_example(tf.cast(mask, tf.bool))
-        valid = mask if valid is None else tf.logical_and(valid, mask)
-    return valid
+class _BatchStatisticLoss(SinkhornLoss):
+    """A `SinkhornLoss` whose functional form returns the shares of a batch statistic.
 
-
-class _BatchStatisticLoss(_SinkhornLoss):
-    """A loss whose value is one soft statistic of the errors of the whole batch.
-
-    The per-example errors e_i = mean over non-batch axes of |y_i − ŷ_i|^power are
-    transported, with uniform masses 1/B, onto a target measure b of a few bins; the
-    statistic S is the mean of the errors sent to one bin (`middle_bin`),
-
-        S = Σ_i c_i,   c_i = P_{i,mid} e_i / b_mid,
-
-    P the transport plan (b_mid read as the column's own sum Σ_i P_{i,mid}).
-    `call(y_true, y_pred)` returns each example's share `B·c_i` `[B]`, and Keras
-    reduces it like any other per-example loss (`__call__` only hands the padding,
-    below, to `call` and leaves the reduction to `keras.losses.Loss.__call__`):
+    `fn(y_true, y_pred, ..., mask=...)` returns per-example shares `[B]` whose mean is
+    a soft statistic S of the whole batch (`batch_statistic_shares`), and Keras reduces
+    them like any other per-example loss:
 
     - 'sum_over_batch_size' (default), 'mean': the mean share, S itself;
     - 'sum': B·S; 'none' (or None): the `[B]` shares, whose mean is S.
@@ -142,7 +327,7 @@ class _BatchStatisticLoss(_SinkhornLoss):
     no mass in the transport, so it neither takes a place in the sort nor moves the
     statistic (whatever its values, NaN included: they are replaced before any
     arithmetic and get a zero gradient). The statistic S is then that of the B_v valid
-    examples alone, each valid example's share is B_v·c_i (mean S over the valid
+    examples alone, each valid example's share is B_v·s_i (mean S over the valid
     examples) and a padded example's share is 0. Keras then reduces the shares as for
     any loss: with sample weights w ∈ {0, 1} the default 'sum_over_batch_size' gives
     (B_v/B)·S, as it scales every Keras loss by the fraction of non-zero weights
@@ -161,96 +346,23 @@ class _BatchStatisticLoss(_SinkhornLoss):
     gradients scaled by 1/R): the loss of R replicas is the mean of the statistics of
     the R per-replica batches, not the statistic of the global batch, exactly as a
     `BatchNormalization` without synchronisation sees per-replica statistics.
-
-    Args:
-      error_power: exponent of the per-example error |y − ŷ|^error_power (default 1,
-        absolute error). Deprecated: without `error_power`, a `power` argument is
-        still read as the error exponent (its former name), with a warning.
-      other arguments: see `_SinkhornLoss`.
     """
 
-    def __init__(self, *, error_power: float | None, **kwargs):
-        if error_power is None:
-            error_power = DEFAULT_ERROR_POWER
-            if "power" in kwargs:  # the former name of the error exponent
-                warnings.warn("The error exponent `power` of the regression losses is now "
-                              "`error_power` (`power` is the Sinkhorn cost exponent when "
-                              "`error_power` is given too).", DeprecationWarning,
-                              stacklevel=3)
-                error_power = kwargs.pop("power")
-        super().__init__(**kwargs)
-        self.error_power = _checks.check_positive("error_power", error_power)
-
-    def errors(self, y_true, y_pred):
-        """Per-example errors `[B]` (see `regression_errors`), in the loss dtype."""
-        y_pred = tf.convert_to_tensor(y_pred)
-        return regression_errors(y_true, tf.cast(y_pred, self.dtype), self.error_power)
-
-    def middle_bin(self) -> tuple[np.ndarray, int]:
-        """The target weights b and the index of the bin whose mean is the statistic."""
-        raise NotImplementedError
-
-    def statistic(self, errors, weights=None):
-        """The soft statistic of the errors `[B]` with masses `weights` `[B]`: a scalar."""
-        raise NotImplementedError
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        # Zero sample weights and Keras-masked examples are padding: they are left out
-        # of the statistic itself, so `call` needs them. They travel with `y_true`
-        # through `Loss.__call__`, which then reduces the shares as for any Keras loss
-        # (the distribution scaling included).
-        valid = _valid_examples(sample_weight, keras_mask(y_pred))
-        if valid is not None:
-            y_true = (y_true, valid)
-        return super().__call__(y_true, y_pred, sample_weight)
-
-    def call(self, y_true, y_pred):
-        valid = keras_mask(y_pred)
-        if isinstance(y_true, tuple):  # (targets, valid examples) from `__call__`
-            y_true, valid = y_true
-        errors, valid = self._masked_errors(y_true, y_pred, valid)
-        b, index = self.middle_bin()
-        # Padding is the transport's mask: no mass, whatever the (replaced) errors.
-        transport = Transport(errors[None, :], axis=-1, direction="ASCENDING", weights=None,
-                              targets=(b.size, b), options=self.options,
-                              check_numerics=False,
-                              mask=None if valid is None else valid[None, :])
-        plan = transport.plan[0, :, index]  # P_{i,mid}
-        # Divided by the column's own sum (b_mid up to the solver's rounding), as the
-        # operators' read-out: the mean share is an exact convex combination of errors.
-        column = tf.reduce_sum(plan)
-        column = tf.where(column > 0, column, tf.cast(b[index], plan.dtype))
-        shares = plan * transport.values[0] / column
+    def call_arguments(self, y_pred, sample_weight=None):
+        """The padded examples (zero `sample_weight`, False in a Keras mask of `y_pred`)
+        become the `mask` of `fn`; the Keras mask stays on `y_pred` for Keras' own
+        reduction."""
+        valid = None
+        if sample_weight is not None:
+            valid = _per_example(tf.not_equal(tf.convert_to_tensor(sample_weight), 0))
+        mask = get_keras_mask(y_pred)
+        if mask is not None:
+            mask = _per_example(tf.cast(mask, tf.bool))
+            valid = mask if valid is None else tf.logical_and(valid, mask)
         if valid is None:
-            count = tf.shape(errors)[0]
-        else:
-            count = tf.reduce_sum(tf.cast(valid, tf.int32))
-            shares = tf.where(valid, shares, tf.zeros_like(shares))
-        return tf.cast(tf.cast(count, plan.dtype) * shares, errors.dtype)
-
-    def _masked_errors(self, y_true, y_pred, valid):
-        """`(errors [B], valid [B] bool or None)`: the targets and predictions of padded
-        examples are replaced by 0 before any arithmetic (no NaN reaches a gradient)."""
-        if valid is None:
-            return self.errors(y_true, y_pred), None
-        y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
-        y_true = tf.cast(tf.convert_to_tensor(y_true), self.dtype)
-        y_true, y_pred = _align(y_true, y_pred)
-        valid = tf.cast(valid, tf.bool)
-        valid = tf.reshape(valid, [-1]) if valid.shape.rank != 1 else valid
-        valid = tf.broadcast_to(valid, tf.shape(y_pred)[:1])
-
-        def masked(t):
-            if t.shape.rank is None or t.shape.rank < 1:
-                return t
-            v = tf.reshape(valid, tf.concat([tf.shape(valid), tf.ones([t.shape.rank - 1],
-                                                                     tf.int32)], axis=0))
-            return tf.where(v, t, tf.zeros_like(t))
-
-        return self.errors(masked(y_true), masked(y_pred)), valid
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "error_power": self.error_power}
+            return y_pred, {}
+        batch = tf.shape(tf.convert_to_tensor(y_pred))[:1]
+        return y_pred, {"mask": tf.broadcast_to(tf.reshape(valid, [-1]), batch)}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -263,11 +375,11 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
         loss = ( Q̃(a, e; [τ − t/2, t, 1 − τ − t/2]) )_2,
 
     the average of the errors that Sinkhorn transports onto a bin of mass t centred
-    on level τ (`sinkhorn_ops.sinkhorn_quantile`). As ε → 0 it is the mean of the
-    errors whose cumulative mass lies in [τ − t/2, τ + t/2] (for t → 0, the τ-quantile
-    of the errors). Minimising it with τ = 0.5 gives a least-median regression that
-    ignores up to half of the batch as outliers; see `_BatchStatisticLoss` for how
-    `sample_weight` and reductions apply to this batch statistic.
+    on level τ (`sinkhorn_quantile`). As ε → 0 it is the mean of the errors whose
+    cumulative mass lies in [τ − t/2, τ + t/2] (for t → 0, the τ-quantile of the
+    errors). Minimising it with τ = 0.5 gives a least-median regression that ignores up
+    to half of the batch as outliers; see `_BatchStatisticLoss` for how `sample_weight`,
+    masks and reductions apply to this batch statistic.
 
     Args:
       quantile: τ in (0, 1) (default 0.5, least median).
@@ -275,10 +387,8 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
       width: bin mass t; default min(0.1, τ, 1 − τ) (the paper's t = 0.1): larger
         widths average more errors around the quantile (smoother, more examples get a
         gradient), smaller ones approach the exact quantile.
-      options: a `SinkhornOptions` (or its config dict): the solver settings.
-      **kwargs: fields of `SinkhornOptions` overriding those of `options`, e.g.
-        `epsilon` (default 1e-2, as in the paper's experiments; with B errors spread
-        over [0, 1] after squashing, the quantile blurs over ≈ B·√(ε/2) examples).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.
+        `epsilon` (default 1e-2, as in the paper's experiments).
       reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
 
     Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
@@ -291,33 +401,20 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
     3.0
     """
 
-    def __init__(self, quantile: float = 0.5, error_power: float | None = None,
+    def __init__(self, quantile: float = 0.5, error_power: float = 1.0,
                  width: float | None = None, *,
-                 options: SinkhornOptions | dict | None = None,
-                 reduction: str | None = "sum_over_batch_size",
+                 options: SinkhornOptions | dict | None = None, squash="logistic",
+                 targets: str = "regular", reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_least_quantile_regression_loss", dtype=None, **kwargs):
-        super().__init__(error_power=error_power, options=options, reduction=reduction,
-                         name=name, dtype=dtype, **kwargs)
-        self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
-        self.width = None if width is None else _checks.check_positive("width", width)
-        sinkhorn_ops.quantile_target_weights(self.quantile, self._width())  # validates
-
-    def _width(self) -> float:
-        if self.width is not None:
-            return self.width
-        return min(DEFAULT_QUANTILE_WIDTH, self.quantile, 1.0 - self.quantile)
-
-    def middle_bin(self) -> tuple[np.ndarray, int]:
-        b, _ = sinkhorn_ops.quantile_target_weights(self.quantile, self._width())
-        return b, 1
-
-    def statistic(self, errors, weights=None):
-        return sinkhorn_ops.sinkhorn_quantile(errors, self.quantile, width=self._width(),
-                                              axis=0, weights=weights,
-                                              options=self.options)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "quantile": self.quantile, "width": self.width}
+        quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+        width = None if width is None else _checks.check_positive("width", width)
+        quantile_bins(quantile, width)  # validates the width
+        super().__init__(
+            soft_least_quantile_regression_loss,
+            dict(quantile=quantile, width=width, error_power=_checked_error_power(error_power)),
+            options=options, squash=squash, targets=targets, reduction=reduction, name=name,
+            dtype=dtype, **kwargs)
+        self.quantile, self.width, self.error_power = quantile, width, float(error_power)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -334,15 +431,14 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     with a wider middle bin. As ε → 0 it is the mean of the errors between the s- and
     e-quantiles, i.e. a trimmed mean (least trimmed absolute/squared deviations:
     e.g. s = 0, e = 0.7 ignores the largest 30% of errors). See `_BatchStatisticLoss`
-    for `sample_weight` and reductions.
+    for `sample_weight`, masks and reductions.
 
     Args:
       start_quantile: s in [0, 1) (default 0).
       end_quantile: e in (s, 1] (default 0.5).
       error_power: error exponent (default 1).
-      options: a `SinkhornOptions` (or its config dict): the solver settings.
-      **kwargs: fields of `SinkhornOptions` overriding those of `options` (e.g.
-        `epsilon`, default 1e-2).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.
+        `epsilon` (default 1e-2).
       reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
 
     Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
@@ -356,22 +452,124 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     """
 
     def __init__(self, start_quantile: float = 0.0, end_quantile: float = 0.5,
-                 error_power: float | None = None, *,
-                 options: SinkhornOptions | dict | None = None,
+                 error_power: float = 1.0, *, options: SinkhornOptions | dict | None = None,
+                 squash="logistic", targets: str = "regular",
                  reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_trimmed_regression_loss", dtype=None, **kwargs):
-        super().__init__(error_power=error_power, options=options, reduction=reduction,
-                         name=name, dtype=dtype, **kwargs)
-        self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
-            start_quantile, end_quantile, "start_quantile", "end_quantile")
+        start, end = hard_stats.check_mass_interval(start_quantile, end_quantile,
+                                                    "start_quantile", "end_quantile")
+        super().__init__(
+            soft_trimmed_regression_loss,
+            dict(start_quantile=start, end_quantile=end,
+                 error_power=_checked_error_power(error_power)),
+            options=options, squash=squash, targets=targets, reduction=reduction, name=name,
+            dtype=dtype, **kwargs)
+        self.start_quantile, self.end_quantile = start, end
+        self.error_power = float(error_power)
 
-    def middle_bin(self) -> tuple[np.ndarray, int]:
-        return trimmed_target_weights(self.start_quantile, self.end_quantile)
 
-    def statistic(self, errors, weights=None):
-        return sinkhorn_trimmed_mean(errors, self.start_quantile, self.end_quantile, axis=0,
-                                     weights=weights, options=self.options)
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftQuantileRegressionLoss(_BatchStatisticLoss):
+    """Quantile regression with the τ-S-quantile of the batch residuals (paper §4, Table 1).
 
-    def get_config(self) -> dict:
-        return {**super().get_config(), "start_quantile": self.start_quantile,
-                "end_quantile": self.end_quantile}
+    §4 states quantile regression as minimising the τ-quantile of ξ, the measure with
+    uniform weights on the residuals x_i = y_i − ŷ_i of the batch. Taken literally this
+    is unbounded below (a constant added to ŷ lowers every quantile of ξ), so the loss
+    reads it through the variational definition of the quantile that the pinball loss
+    encodes: the τ-quantile of ξ is q = argmin_c ∫ ρ_τ(x − c) dξ(x), and at that c
+
+        min_c ∫ ρ_τ(x − c) dξ = τ · mean(x) − (mass τ of ξ below q) · (mean of that mass).
+
+    Both terms are read off the transport of eq. (4): ξ is sent onto three bins of masses
+    b = [τ − t/2, t, 1 − τ − t/2] (`quantile_bins`), whose means Q̃ = b⁻¹ ∘ (Pᵀ x)
+    (Definition 2) give the τ-S-quantile Q̃_2. The mass τ below q is bin 1 plus half of
+    bin 2, so
+
+        loss = τ · mean(x) − b_1 · Q̃_1 − (t/2) · Q̃_2 + Q̃_2².
+
+    The first three terms are the τ-quantile loss of the residuals (as ε → 0 exactly
+    min_c of the mean pinball loss when τ·B and t·B/2 are integers); they do not change
+    when a constant is added to ŷ, so the last term places ŷ: it drives the
+    τ-S-quantile of the residuals to 0, i.e. a fraction τ of the targets below the
+    predictions. The gradient reaches every residual through the transport plan. See
+    `_BatchStatisticLoss` for how `sample_weight`, masks and reductions apply to this
+    batch statistic, and `soft_quantile_regression_loss` for the shares.
+
+    Args:
+      quantile: τ in (0, 1) (default 0.5).
+      width: t, the mass of the middle bin; default min(0.1, τ, 1 − τ) (the paper's
+        t = 0.1).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`):
+        `epsilon` (default 1e-2, the paper's ε), `squash` (how the residuals are mapped
+        into [0, 1]; default 'logistic', as in the paper), `targets` (where the three
+        bins sit on [0, 1]; default 'regular': 0, 1/2, 1, the paper's grid), ...
+      reduction, name, dtype: as in `keras.losses.Loss` (see `_BatchStatisticLoss`).
+
+    Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, 1]`; `sample_weight`
+    `[batch]`. Output: a scalar (or the `[batch]` shares for reduction 'none').
+
+    Example:
+    >>> loss = SoftQuantileRegressionLoss(quantile=0.5, epsilon=1e-3)
+    >>> y = np.linspace(-1.0, 1.0, 101).astype("float32")
+    >>> bool(abs(float(loss(y, np.zeros_like(y))) - np.mean(np.abs(y)) / 2) < 0.02)
+    True
+    """
+
+    def __init__(self, quantile: float = 0.5, width: float | None = None, *,
+                 options: SinkhornOptions | dict | None = None, squash="logistic",
+                 targets: str = "regular", reduction: str | None = "sum_over_batch_size",
+                 name: str = "soft_quantile_regression_loss", dtype=None, **kwargs):
+        quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+        width = None if width is None else _checks.check_positive("width", width)
+        quantile_bins(quantile, width)  # validates the width
+        super().__init__(soft_quantile_regression_loss, dict(quantile=quantile, width=width),
+                         options=options, squash=squash, targets=targets,
+                         reduction=reduction, name=name, dtype=dtype, **kwargs)
+        self.quantile, self.width = quantile, width
+
+
+def pinball_loss(y_true, y_pred, quantile: float):
+    """Per-example pinball loss ρ_q(y − ŷ) = max(q (y − ŷ), (q − 1)(y − ŷ)).
+
+    Its expectation is minimised by the q-quantile of y: the loss of quantile
+    regression (Koenker & Bassett, 1978).
+
+    Args:
+      y_true: targets `[batch]` or `[batch, 1]`.
+      y_pred: predictions of the same shape.
+      quantile: the level q in (0, 1).
+
+    Returns:
+      `[batch]` losses, in the float dtype of `y_pred`.
+
+    Example:
+    >>> pinball_loss([1.0, 0.0], [0.0, 1.0], quantile=0.1).numpy().round(2)
+    array([0.1, 0.9], dtype=float32)
+    """
+    quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+    r = _residuals(y_true, y_pred)
+    return tf.maximum(quantile * r, (quantile - 1.0) * r)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class PinballLoss(LossFunctionWrapper):
+    """The mean pinball loss at level `quantile` (see `pinball_loss`).
+
+    Args:
+      quantile: the level q in (0, 1) (default 0.5: half the absolute error).
+      reduction, name, dtype: as in `keras.losses.Loss`.
+
+    Input shapes: `[batch]` or `[batch, 1]`. Output: a scalar (`[batch]` for reduction
+    'none').
+
+    Example:
+    >>> float(PinballLoss(quantile=0.5)([1.0, 3.0], [2.0, 2.0]))
+    0.5
+    """
+
+    def __init__(self, quantile: float = 0.5, *,
+                 reduction: str | None = "sum_over_batch_size", name: str = "pinball_loss",
+                 dtype=None):
+        self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+        super().__init__(pinball_loss, reduction=reduction, name=name, dtype=dtype,
+                         quantile=self.quantile)
