@@ -1,0 +1,312 @@
+"""Soft ranks and sorts by projection onto the permutahedron (Blondel, Teboul, Berthet &
+Djolonga, ICML 2020, "Fast Differentiable Sorting and Ranking").
+
+The permutahedron P(w) is the convex hull of the permutations of a vector w. With
+ρ = (n, n − 1, ..., 1) and a regularization Q (quadratic 'l2', or entropic 'kl'), the
+paper defines (eqs. (5)–(7), §3)
+
+    P_Q(z, w) = argmin_{μ ∈ P(w)} Q(μ − z)                (l2: ½‖μ − z‖²),
+
+and with ε = `regularization_strength`:
+
+- soft rank (ascending: the largest value gets ≈ n):  P_Q(θ/ε, ρ)  for 'l2',
+  exp(P_E(θ/ε, log ρ)) for 'kl' (the log-KL projection, paper eq. (7));
+- soft sort (ascending): −(ρ/ε − γ(ρ/ε, sort↓(−θ))) where γ is the dual isotonic
+  solution below (the projection of ρ/ε onto P(−θ), mapped back to values).
+
+Both reduce to isotonic regression (paper Prop. 3): for z sorted decreasingly
+(s = z_σ) the projection is μ_σ = s − v with v the decreasing solution of
+
+    l2:  min_{v_1 ≥ ... ≥ v_n} ½‖v − (s − w)‖²,      v_B = mean_B(s − w),
+    kl:  min_{v_1 ≥ ... ≥ v_n} Σ_i e^{s_i − v_i} + e^{w_i}·v_i,
+                                                      v_B = LSE(s_B) − LSE(w_B),
+
+constant on blocks B of consecutive indices found by pool adjacent violators (PAV).
+Its Jacobian (paper Lemma 3) is block diagonal: ∂v_B/∂s_B = 1/|B| (l2) or
+softmax(s_B) (kl), so the backward pass is a block-wise average (O(n)).
+
+PAV is sequential: here a `tf.while_loop` over the n entries with a stack of blocks per
+row, vectorized over the batch and compiled with XLA (the loop is wrapped in an inner
+`tf.function(jit_compile=True)`, so eager and graph callers get the compiled loop too).
+The outer operations (sort, block averages) are ordinary TF ops. Time O(n log n) for
+the sort plus O(n) loop iterations (amortized: each entry is pushed once and merged at
+most once) per row.
+
+Conventions: inputs `[..., n]` along the last axis with leading batch dims;
+`direction` 'ASCENDING' (as torchsort: the smallest value gets rank ≈ 1, sorted values
+increase) or 'DESCENDING' (applied to −x); float16/bfloat16 computed in float32 and
+returned in the input dtype; float64 kept. `regularization_strength` ε > 0 is in the
+units of the values: as ε → 0 the results tend to the hard ranks/sort (ties: the
+hard rank of the first/second tied entry is arbitrary at ε = 0). Masks are not
+supported (a `mask` argument raises a ValueError); pass the valid entries only.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from softsort_tf import _checks, _shapes
+
+__all__ = ["permutahedron_rank", "permutahedron_sort"]
+
+REGULARIZATIONS = ("l2", "kl")
+
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
+def _check_regularization(regularization):
+    if regularization not in REGULARIZATIONS:
+        raise ValueError(f"`regularization` must be 'l2' or 'kl', got {regularization!r}.")
+    return regularization
+
+
+def _check_mask(mask):
+    if mask is not None:
+        raise ValueError("`mask` is not supported by the permutahedron operators: pass the "
+                         "valid entries of each list only (or use the LapSum operators).")
+
+
+# ---------------------------------------------------------------------------------
+# Pool adjacent violators (decreasing solution), vectorized over rows.
+# ---------------------------------------------------------------------------------
+def _combine(a1, c1, a2, c2, kl: bool):
+    if kl:
+        return tf.experimental.numpy.logaddexp(a1, a2), tf.experimental.numpy.logaddexp(c1, c2)
+    return a1 + a2, c1 + c2
+
+
+def _value(a, c, kl: bool):
+    return a - c if kl else a / c
+
+
+def _pav_loop(a0, c0, kl: bool):
+    """PAV on rows `[b, n]`: per entry the pair (a, c) (l2: (y_i, 1); kl: (s_i, w_i)),
+    pooled blocks combine by addition (l2) or log-add-exp (kl) and have the value a/c
+    (l2) or a − c (kl). Returns the block id of each entry `[b, n]` and the blocks'
+    (a, c) `[b, n]` (valid for ids < number of blocks)."""
+    b = tf.shape(a0)[0]
+    n = tf.shape(a0)[1]
+    rows = tf.range(b)
+
+    def at(t, pos):
+        return tf.gather(t, tf.maximum(pos, 0)[:, None], batch_dims=1)[:, 0]
+
+    def put(t, pos, val, where):
+        cur = at(t, pos)
+        idx = tf.stack([rows, tf.maximum(pos, 0)], axis=-1)
+        return tf.tensor_scatter_nd_update(t, idx, tf.where(where, val, cur))
+
+    def merge_needed(top, ba, bc):
+        last = _value(at(ba, top - 1), at(bc, top - 1), kl)
+        prev = _value(at(ba, top - 2), at(bc, top - 2), kl)
+        return tf.logical_and(top >= 2, prev < last)
+
+    def outer_body(i, top, ba, bc, start):
+        everyone = tf.ones([b], tf.bool)
+        ai = a0[:, i]
+        ci = c0[:, i]
+        ba = put(ba, top, ai, everyone)
+        bc = put(bc, top, ci, everyone)
+        start = put(start, top, tf.fill([b], i), everyone)
+        top = top + 1
+
+        def inner_cond(top, ba, bc):
+            return tf.reduce_any(merge_needed(top, ba, bc))
+
+        def inner_body(top, ba, bc):
+            need = merge_needed(top, ba, bc)
+            na, nc = _combine(at(ba, top - 2), at(bc, top - 2), at(ba, top - 1),
+                              at(bc, top - 1), kl)
+            ba = put(ba, top - 2, na, need)
+            bc = put(bc, top - 2, nc, need)
+            return tf.where(need, top - 1, top), ba, bc
+
+        top, ba, bc = tf.while_loop(inner_cond, inner_body, (top, ba, bc))
+        return i + 1, top, ba, bc, start
+
+    init = (tf.constant(0), tf.zeros([b], tf.int32), tf.zeros_like(a0), tf.zeros_like(c0),
+            tf.zeros([b, n], tf.int32))
+    _, top, ba, bc, start = tf.while_loop(lambda i, *_: i < n, outer_body, init)
+    # Entry j belongs to the last block whose start is <= j.
+    is_start = tf.range(n)[None, :] < top[:, None]
+    idx = tf.stack([tf.broadcast_to(rows[:, None], [b, n]), start], axis=-1)
+    marks = tf.scatter_nd(tf.boolean_mask(idx, is_start),
+                          tf.ones_like(tf.boolean_mask(start, is_start)), tf.stack([b, n]))
+    block = tf.cumsum(marks, axis=-1) - 1
+    return block, ba, bc
+
+
+_pav_l2 = tf.function(lambda a, c: _pav_loop(a, c, False), jit_compile=True,
+                      autograph=False, reduce_retracing=True)
+_pav_kl = tf.function(lambda a, c: _pav_loop(a, c, True), jit_compile=True,
+                      autograph=False, reduce_retracing=True)
+
+
+def _isotonic(s, w, kl: bool):
+    """Decreasing isotonic solution v `[b, n]` of the problem above (l2 or kl) with its
+    block ids; no gradient (the callers apply the block Jacobian)."""
+    s = tf.stop_gradient(s)
+    w = tf.stop_gradient(w)
+    if kl:
+        block, ba, bc = _pav_kl(s, w)
+    else:
+        block, ba, bc = _pav_l2(s - w, tf.ones_like(s))
+    values = _value(ba, bc, kl)
+    v = tf.gather(values, block, batch_dims=1)
+    lse_s = tf.gather(ba, block, batch_dims=1) if kl else None
+    return v, block, lse_s
+
+
+def _block_vjp(vector, s, block, lse_s, kl: bool):
+    """Jacobian of v w.r.t. s, transposed, applied to `vector` (paper Lemma 3):
+    l2 → block means of `vector`; kl → softmax(s_B)·Σ_B vector."""
+    b = tf.shape(vector)[0]
+    n = tf.shape(vector)[1]
+    ids = block + tf.range(b)[:, None] * n
+    sums = tf.math.unsorted_segment_sum(tf.reshape(vector, [-1]), tf.reshape(ids, [-1]),
+                                        b * n)
+    per_entry = tf.reshape(tf.gather(sums, tf.reshape(ids, [-1])), [b, n])
+    if kl:
+        return tf.exp(s - lse_s) * per_entry
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(tf.reshape(vector, [-1])),
+                                          tf.reshape(ids, [-1]), b * n)
+    return per_entry / tf.reshape(tf.gather(counts, tf.reshape(ids, [-1])), [b, n])
+
+
+def _rho(x2d):
+    """ρ = (n, ..., 1) for every row, `[b, n]`."""
+    n = tf.shape(x2d)[-1]
+    return tf.broadcast_to(tf.cast(tf.range(n, 0, -1), x2d.dtype)[None, :], tf.shape(x2d))
+
+
+# ---------------------------------------------------------------------------------
+# Operators.
+# ---------------------------------------------------------------------------------
+def _prepare(x, regularization, regularization_strength, direction, mask):
+    _check_mask(mask)
+    regularization = _check_regularization(regularization)
+    strength = _checks.check_positive("regularization_strength", regularization_strength)
+    direction = _checks.check_direction(direction)
+    x2d, view = _shapes.to_batch(x, -1)
+    if direction == "DESCENDING":
+        x2d = -x2d
+    return x2d, view, regularization == "kl", strength
+
+
+@_not_converted
+def permutahedron_rank(x, regularization: str = "l2", regularization_strength: float = 1.0,
+                       direction: str = "ASCENDING", *, mask=None):
+    """Soft ranks by projection onto the permutahedron (paper §3, eqs. (6)–(7)).
+
+    'l2': r = P_Q(θ/ε, ρ), the Euclidean projection of θ/ε onto the permutahedron of
+    ρ = (n, ..., 1); 'kl': r = exp(P_E(θ/ε, log ρ)). Ranks are 1-based, increasing in θ
+    for 'ASCENDING' (as torchsort's `soft_rank`), sum to n(n + 1)/2 ('l2'), and tend to
+    the hard ranks as ε → 0. The gradient is the block-averaging Jacobian of isotonic
+    regression (paper Lemma 3).
+
+    Args:
+      x: `[..., n]` real tensor.
+      regularization: 'l2' or 'kl'.
+      regularization_strength: ε > 0, in the units of x; large ε pulls all ranks to
+        (n + 1)/2 ('l2').
+      direction: 'ASCENDING' (rank 1 = smallest) or 'DESCENDING' (rank 1 = largest).
+      mask: not supported (ValueError).
+
+    Returns:
+      Soft ranks with the shape and (floating) dtype of x.
+
+    Example:
+    >>> r = permutahedron_rank([[5.0, 1.0, 2.0]], regularization_strength=0.1)
+    >>> r.numpy()
+    array([[3., 1., 2.]], dtype=float32)
+    """
+    x2d, view, kl, strength = _prepare(x, regularization, regularization_strength,
+                                       direction, mask)
+
+    @tf.custom_gradient
+    def rank(x2d):
+        z = x2d / strength
+        order = tf.argsort(z, axis=-1, direction="DESCENDING", stable=True)
+        s = tf.gather(z, order, batch_dims=1)
+        rho = _rho(x2d)
+        w = tf.math.log(rho) if kl else rho
+        v, block, lse_s = _isotonic(s, w, kl)
+        primal_sorted = s - v
+        inv = tf.argsort(order, axis=-1, stable=True)
+        primal = tf.gather(primal_sorted, inv, batch_dims=1)
+        out = tf.exp(primal) if kl else primal
+
+        def grad(dy):
+            g = dy * out if kl else dy
+            g_sorted = tf.gather(g, order, batch_dims=1)
+            back = tf.gather(_block_vjp(g_sorted, s, block, lse_s, kl), inv, batch_dims=1)
+            return (g - back) / strength
+
+        return out, grad
+
+    return _shapes.from_batch(rank(x2d), view)
+
+
+@_not_converted
+def permutahedron_sort(x, regularization: str = "l2", regularization_strength: float = 1.0,
+                       direction: str = "ASCENDING", *, mask=None):
+    """Soft sort by projection onto the permutahedron (paper §3, eq. (5)).
+
+    The projection of ρ/ε onto the permutahedron of the values, read as sorted values:
+    −(ρ/ε − γ) with γ the isotonic solution of (ρ/ε, sort↓(−θ)) (as torchsort's
+    `soft_sort`). The outputs are increasing for 'ASCENDING', keep the sum of x
+    ('l2') and tend to `np.sort` as ε → 0.
+
+    Args:
+      x: `[..., n]` real tensor.
+      regularization: 'l2' or 'kl'.
+      regularization_strength: ε > 0, in the units of x.
+      direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
+      mask: not supported (ValueError).
+
+    Returns:
+      Soft-sorted values with the shape and (floating) dtype of x.
+
+    Example:
+    >>> permutahedron_sort([[5.0, 1.0, 2.0]], regularization_strength=0.1).numpy()
+    array([[1., 2., 5.]], dtype=float32)
+    """
+    x2d, view, kl, strength = _prepare(x, regularization, regularization_strength,
+                                       direction, mask)
+
+    @tf.custom_gradient
+    def sort(x2d):
+        neg = -x2d
+        order = tf.argsort(neg, axis=-1, direction="DESCENDING", stable=True)
+        sw = tf.gather(neg, order, batch_dims=1)              # −θ sorted decreasingly
+        rho = _rho(x2d) / strength
+        v, block, _ = _isotonic(rho, sw, kl)
+        out = v - rho
+        lse_w = None
+        if kl:
+            ids = block + tf.range(tf.shape(block)[0])[:, None] * tf.shape(block)[1]
+            lse_w = tf.reshape(tf.gather(tf.math.unsorted_segment_max(
+                tf.reshape(sw, [-1]), tf.reshape(ids, [-1]), tf.size(ids)),
+                tf.reshape(ids, [-1])), tf.shape(sw))
+            # LSE over the block, stabilised by the block maximum.
+            sums = tf.math.unsorted_segment_sum(tf.reshape(tf.exp(sw - lse_w), [-1]),
+                                                tf.reshape(ids, [-1]), tf.size(ids))
+            lse_w = lse_w + tf.math.log(tf.reshape(tf.gather(sums, tf.reshape(ids, [-1])),
+                                                   tf.shape(sw)))
+
+        def grad(dy):
+            # ∂v_B/∂w_i = −1/|B| (l2) or −softmax(w_B)_i (kl), and w = −θ sorted.
+            g_sorted = _block_vjp(dy, sw, block, lse_w, kl)
+            inv = tf.argsort(order, axis=-1, stable=True)
+            return tf.gather(g_sorted, inv, batch_dims=1)
+
+        return out, grad
+
+    out = sort(x2d)
+    if view is not None and direction_is_descending(direction):
+        out = -out
+    return _shapes.from_batch(out, view)
+
+
+def direction_is_descending(direction: str) -> bool:
+    return _checks.check_direction(direction) == "DESCENDING"
