@@ -13,7 +13,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,experiments]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -100,8 +100,9 @@ def time_operator(jit: bool, steps: int, repeats: int) -> float:
     @tf.function(jit_compile=jit)
     def step():
         with tf.GradientTape() as tape:
-            perm = models.relaxed_permutation(scores, config.method, tau=config.tau,
-                                              epsilon=config.epsilon)
+            temperature = models.temperature_kwargs(config.method, tau=config.tau,
+                                                    epsilon=config.epsilon)
+            perm = softsort_tf.permutation_matrix(scores, config.method, **temperature)
             loss = loss_fn(order, perm)
         return tape.gradient(loss, scores)
 

@@ -1,7 +1,7 @@
 """Runs the quantile-regression grid of Cuturi et al. (2019), Table 1, and writes the table.
 
 5 data sets × τ ∈ {0.1, 0.2, 0.5} × {pinball, squantile} × 12 seeds, each run in
-`<runs_dir>/<dataset>/tau<τ>/<method>/seed<k>/` (its own `results.json`, checkpoints
+`<runs_dir>/<dataset>/quantile<τ>/<method>/seed<k>/` (its own `results.json`, checkpoints
 and TensorBoard logs; see `softsort_tf.experiments.quantile_regression`). Resumable: a
 finished run (results.json present) is skipped, an interrupted one resumes from its
 last checkpoint. Runs go seed by seed, so a partial grid already covers every cell.
@@ -20,7 +20,7 @@ docs/RESULTS.md unless `--results_md` is given:
 
     python scripts/run_quantile_regression_grid.py --data_dir=../shared/data/cqr \
         --runs_dir=runs/qr_ablation/eps0.1 --epsilon=0.1 --datasets=bio,star,concrete \
-        --taus=0.1 --methods=squantile --seeds=3
+        --quantiles=0.1 --methods=squantile --seeds=3
 """
 
 import os
@@ -35,7 +35,8 @@ _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/quantile_regression", "Folder 
 _SEEDS = flags.DEFINE_integer("seeds", quantile_grid.NUM_SEEDS, "Seeds per cell.",
                               lower_bound=1)
 _DATASETS = flags.DEFINE_list("datasets", list(quantile_grid.DATASETS), "Data sets.")
-_TAUS = flags.DEFINE_list("taus", [str(t) for t in quantile_grid.TAUS], "Levels τ.")
+_QUANTILES = flags.DEFINE_list("quantiles", [str(q) for q in quantile_grid.QUANTILES],
+                               "Quantile levels.")
 _METHODS = flags.DEFINE_list("methods", list(quantile_grid.METHODS), "Methods.")
 _EPOCHS = flags.DEFINE_integer("epochs", None, "Override the runs' epochs (tests, quick "
                                "looks); default that of train_quantile_regression.")
@@ -68,7 +69,7 @@ def main(argv):
         ("targets", _TARGETS)) if flag.value is not None}
     grid = quantile_grid.Grid(runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
                               datasets=tuple(_DATASETS.value),
-                              taus=tuple(float(t) for t in _TAUS.value),
+                              quantiles=tuple(float(q) for q in _QUANTILES.value),
                               methods=tuple(_METHODS.value), seeds=_SEEDS.value,
                               overrides=overrides)
     # An ablation (any override) never replaces the main table unless asked to.

@@ -5,7 +5,7 @@ paper's grid. The offline default is a synthetic data set generated in memory:
 
     python scripts/train_quantile_regression.py --output_dir=/tmp/qr
     python scripts/train_quantile_regression.py --output_dir=/tmp/qr_bio --dataset=bio \
-        --data_dir=../shared/data/cqr --tau=0.1 --method=squantile
+        --data_dir=../shared/data/cqr --quantile=0.1 --method=squantile
 
 Restarting with the same --output_dir resumes the run.
 """
@@ -28,7 +28,8 @@ flags.DEFINE_enum("dataset", _D.dataset, cqr.ALL_DATASETS,
 flags.DEFINE_string("data_dir", _D.data_dir, "Folder of the data files (not for 'synthetic').")
 flags.DEFINE_enum("method", _D.method, quantile_regression.METHODS,
                   "pinball loss, or the τ-S-quantile loss.")
-flags.DEFINE_float("tau", _D.tau, "Quantile level in (0, 1).", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_float("quantile", _D.quantile, "Quantile level in (0, 1).", lower_bound=0.0,
+                   upper_bound=1.0)
 flags.DEFINE_integer("patience", _D.patience, "Early stopping: epochs without a better "
                      "validation pinball loss.", lower_bound=1)
 flags.DEFINE_float("epsilon", _D.epsilon, "Sinkhorn regularisation of the S-quantile.",

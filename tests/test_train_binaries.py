@@ -13,6 +13,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
+import scipy.stats
 import tensorflow as tf
 
 from softsort_tf.experiments import large_mnist as experiment
@@ -204,10 +205,18 @@ def test_median_prediction_is_the_middle_row_times_the_regressed_values():
     np.testing.assert_allclose(pred, values[np.arange(2), median_item], rtol=1e-5, atol=1e-7)
 
 
-def test_spearman_and_bad_configs():
-    assert experiment._spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert experiment._spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert experiment._spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833)
+def test_median_evaluation_metrics_and_bad_configs():
+    # The median task's test metrics, Spearman's ρ with ties averaged (as scipy).
+    pred = np.array([1.0, 2.0, 2.0, 3.0, 3.0, 0.5], np.float32)
+    true = np.array([1.0, 2.0, 3.0, 4.0, 4.0, 2.0], np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices(({"pred": pred}, true)).batch(4)
+    metrics = experiment.evaluate(lambda features, training: features["pred"], dataset,
+                                  "median")
+    mse = np.mean((pred.astype(np.float64) - true) ** 2)
+    assert metrics["spearman"] == pytest.approx(scipy.stats.spearmanr(pred, true).statistic,
+                                                rel=1e-6)
+    assert metrics["r2"] == pytest.approx(1 - mse / np.var(true), rel=1e-5)
+    assert metrics["mse_1e-4"] == pytest.approx(mse / experiment.VALUE_SCALE, rel=1e-5)
     with pytest.raises(ValueError, match="method"):
         ExperimentConfig(method="bubblesort").finalize()
     with pytest.raises(ValueError, match="odd"):

@@ -9,9 +9,10 @@ candidate) is applied to the candidates' one-hot labels Y, and the class
 probabilities are the mean of the first k rows of P̂ Y. The loss is minus the
 probability of the query's class (SoftSort App. A.3.2). The validation loss (queries
 from the validation split, candidates from the training split, deterministic P̂)
-picks the best epoch. The test accuracy is that of a plain kNN classifier (majority
-vote of the k nearest training images, Euclidean distance of the embeddings; ties go
-to the nearest of the tied classes) on the learned embeddings.
+picks the best epoch. The test accuracy is that of a plain kNN classifier on the learned
+embeddings (scikit-learn's `KNeighborsClassifier`: majority vote of the k nearest
+training images, Euclidean distance; a tie of counts goes to the class whose neighbours
+are nearer, see `knn_classifier`).
 
 Embedding CNN (SoftSort App. A.3.1 for MNIST; the appendix text reads "FC 50", which
 we take as the 500 units of the LeNet layer it comes from):
@@ -33,12 +34,14 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+from sklearn.neighbors import KNeighborsClassifier
 
+import softsort_tf as ss
 from softsort_tf.datasets import arrays, images
-from softsort_tf.experiments import models, training
+from softsort_tf.experiments import training
 
-__all__ = ["KNN_METHODS", "KnnConfig", "KnnEmbedder", "build_embedding_cnn", "knn_accuracy",
-           "run"]
+__all__ = ["KNN_METHODS", "KnnConfig", "KnnEmbedder", "build_embedding_cnn", "knn_classifier",
+           "plain_knn_accuracy", "run"]
 
 KNN_METHODS = ("softsort", "neuralsort")
 EMBED_BATCH = 1000
@@ -127,17 +130,16 @@ class KnnEmbedder(keras.Model):
         c = self.embed(inputs["candidates"], training)
         d2 = (tf.reduce_sum(q * q, -1)[:, None] - 2.0 * tf.matmul(q, c, transpose_b=True)
               + tf.reduce_sum(c * c, -1)[None, :])
-        stochastic = self.stochastic and bool(training)
-        seed = None
-        if stochastic:
+        labels = inputs["candidate_labels"]
+        if self.stochastic and bool(training):
             seed = tf.stack([tf.constant(self.seed, tf.int64),
                              tf.cast(inputs["step"][0], tf.int64)])
-        perm = models.relaxed_permutation(-d2, self.method, tau=self.tau, epsilon=1.0,
-                                          stochastic=stochastic, num_samples=self.num_samples,
-                                          seed=seed)
-        probs = knn_class_probabilities(perm, inputs["candidate_labels"], self.k,
-                                        self.num_classes)
-        return tf.reduce_mean(probs, axis=1) if stochastic else probs
+            perm = ss.stochastic_permutation_matrix(-d2, self.num_samples, seed, self.method,
+                                                    tau=self.tau)
+            probs = knn_class_probabilities(perm, labels, self.k, self.num_classes)
+            return tf.reduce_mean(probs, axis=1)
+        perm = ss.permutation_matrix(-d2, self.method, tau=self.tau)
+        return knn_class_probabilities(perm, labels, self.k, self.num_classes)
 
     def get_config(self):
         return {**super().get_config(), "image_shape": self.image_shape,
@@ -238,29 +240,36 @@ def embed_all(model: KnnEmbedder, x: np.ndarray) -> np.ndarray:
                            for i in range(0, len(x), EMBED_BATCH)])
 
 
-def knn_accuracy(train_emb: np.ndarray, train_labels: np.ndarray, test_emb: np.ndarray,
-                 test_labels: np.ndarray, k: int, num_classes: int) -> float:
-    """Accuracy of plain kNN (Euclidean, majority vote; ties to the nearest tied class).
+def _nearer_neighbours_first(distances: np.ndarray) -> np.ndarray:
+    """Vote weights of the k neighbours of each query (`distances` `[queries, k]`,
+    nearest first): B + (k − j) for the j-th nearest (j = 0, …, k − 1), with
+    B = k(k + 1)/2 + 1 larger than any sum of the bonuses k − j. The vote of a class is
+    then its count times B plus its bonus, in exact integer arithmetic: the most
+    neighbours win; a tie of counts goes to the class whose neighbours have the smaller
+    sum of ranks (nearer on the whole); a tie of both goes to the smaller label."""
+    k = distances.shape[-1]
+    votes = k * (k + 1) // 2 + 1 + (k - np.arange(k))
+    return np.tile(votes.astype(np.float64), distances.shape[:-1] + (1,))
+
+
+def knn_classifier(k: int) -> KNeighborsClassifier:
+    """Plain kNN on embeddings: scikit-learn's `KNeighborsClassifier` (Euclidean distance,
+    exact neighbours), majority vote of the k nearest; ties of counts go to the class
+    whose neighbours are nearer (see `_nearer_neighbours_first`).
 
     Example:
     >>> e = np.array([[0.0], [1.0], [10.0]]); y = np.array([0, 0, 1])
-    >>> knn_accuracy(e, y, np.array([[0.5], [9.0]]), np.array([0, 1]), 1, 2)
+    >>> knn_classifier(1).fit(e, y).score(np.array([[0.5], [9.0]]), np.array([0, 1]))
     1.0
     """
-    train = tf.constant(train_emb, tf.float32)
-    sq = tf.reduce_sum(train * train, -1)
-    correct = 0
-    for i in range(0, len(test_emb), EMBED_BATCH):
-        t = tf.constant(test_emb[i:i + EMBED_BATCH], tf.float32)
-        d2 = tf.reduce_sum(t * t, -1)[:, None] - 2.0 * tf.matmul(t, train, transpose_b=True) \
-            + sq[None, :]
-        nearest = tf.math.top_k(-d2, k=k).indices.numpy()  # [b, k], nearest first
-        labels = train_labels[nearest]
-        votes = np.zeros((len(labels), num_classes))
-        for j in range(k):  # earlier (nearer) neighbours break ties: tiny bonus
-            np.add.at(votes, (np.arange(len(labels)), labels[:, j]), 1.0 + 1e-6 * (k - j))
-        correct += int(np.sum(votes.argmax(-1) == test_labels[i:i + EMBED_BATCH]))
-    return correct / len(test_emb)
+    return KNeighborsClassifier(n_neighbors=k, weights=_nearer_neighbours_first,
+                                algorithm="brute", metric="euclidean")
+
+
+def plain_knn_accuracy(model: KnnEmbedder, splits, k: int) -> float:
+    """Accuracy on the test split of plain kNN over the training split's embeddings."""
+    classifier = knn_classifier(k).fit(embed_all(model, splits.x_train), splits.y_train)
+    return float(classifier.score(embed_all(model, splits.x_test), splits.y_test))
 
 
 def run(config: KnnConfig) -> dict:
@@ -289,10 +298,7 @@ def run(config: KnnConfig) -> dict:
                         num_steps=config.num_val_episodes).cache()
 
         def untrained():
-            return {"untrained_test_knn_accuracy": knn_accuracy(
-                embed_all(model, splits.x_train), splits.y_train,
-                embed_all(model, splits.x_test), splits.y_test, config.k,
-                splits.num_classes)}
+            return {"untrained_test_knn_accuracy": plain_knn_accuracy(model, splits, config.k)}
 
         fit = training.fit_resumable(
             model, lambda step: _episodes(train, train, config.num_queries,
@@ -311,9 +317,7 @@ def run(config: KnnConfig) -> dict:
                                                                            [])))}
         if fit.finished:
             model.load_weights(fit.best_path)
-            acc = knn_accuracy(embed_all(model, splits.x_train), splits.y_train,
-                               embed_all(model, splits.x_test), splits.y_test, config.k,
-                               splits.num_classes)
+            acc = plain_knn_accuracy(model, splits, config.k)
             results["metrics"] = {"test_knn_accuracy": acc, "best_val_loss": fit.best_value,
                                   **fit.extra}
             results["wall_time_s"] = time.time() - wall  # this session, evaluation included

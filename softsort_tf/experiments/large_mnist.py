@@ -194,21 +194,6 @@ def _compile(model: keras.Model, config: ExperimentConfig) -> None:
                       jit_compile=jit)
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-
-    def ranks(x):
-        order = np.argsort(x, kind="stable")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x), dtype=float)
-        _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-        sums = np.bincount(inverse, weights=r)
-        return sums[inverse] / counts[inverse]
-
-    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
     """Test metrics: hard-permutation accuracies (sort) or MSE ×1e-4, R², Spearman (median).
 
@@ -230,7 +215,9 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
     pred, true = np.concatenate(preds), np.concatenate(truth)
     mse = float(np.mean((pred - true) ** 2))
     return {"mse_1e-4": mse / VALUE_SCALE, "r2": 1.0 - mse / float(np.var(true)),
-            "spearman": _spearman(pred, true)}
+            "spearman": float(softsort_tf.spearman_correlation(true.astype(np.float64),
+                                                               pred.astype(np.float64),
+                                                               axis=0))}
 
 
 prepare_runtime = training.prepare_runtime  # devices, seeds, determinism -> strategy

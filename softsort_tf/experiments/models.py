@@ -21,13 +21,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-import softsort_tf
-import softsort_tf.ops.registry
+import softsort_tf as ss
 
 __all__ = ["METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
-           "relaxed_permutation"]
+           "temperature_kwargs"]
 
-METHODS = softsort_tf.ops.registry.METHODS
+METHODS = tuple(ss.PERMUTATION_OPERATORS)
 IMAGE_SHAPE = (112, 28, 1)
 
 
@@ -61,32 +60,16 @@ def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
     return tf.reshape(cnn(flat, training=training), (-1, n))
 
 
-def relaxed_permutation(scores: tf.Tensor, method: str, *, tau: float, epsilon: float,
-                        stochastic: bool = False, num_samples: int = 1,
-                        seed=None) -> tf.Tensor:
-    """The relaxed sorting permutation P̂ of `scores` (DESCENDING; row i = i-th largest).
+def temperature_kwargs(method: str, *, tau: float, epsilon: float) -> dict:
+    """The temperature argument of the operator `method` of `ss.PERMUTATION_OPERATORS`:
+    `{"epsilon": epsilon}` for Sinkhorn, `{"tau": tau}` for SoftSort and NeuralSort.
 
-    Args:
-      scores: `[batch, n]` scores.
-      method: `'softsort'` (uses `tau`), `'neuralsort'` (uses `tau`) or `'sinkhorn'`
-        (uses `epsilon`).
-      tau: temperature of SoftSort / NeuralSort, on the raw scores.
-      epsilon: entropic regularisation of the Sinkhorn operator (on squashed scores).
-      stochastic: add Gumbel noise to the scores (reparameterised Plackett–Luce).
-      num_samples: samples drawn when `stochastic`.
-      seed: `[2]` int stateless seed of the noise (required when `stochastic`).
-
-    Returns:
-      `[batch, n, n]`, or `[batch, num_samples, n, n]` when `stochastic`.
+    Example:
+    >>> temperature_kwargs("sinkhorn", tau=1.0, epsilon=0.01)
+    {'epsilon': 0.01}
     """
-    operator = softsort_tf.get_permutation_operator(method)
-    kwargs = {operator.temperature: epsilon if operator.temperature == "epsilon" else tau}
-    if stochastic:
-        if seed is None:
-            raise ValueError("seed is required when stochastic=True.")
-        return softsort_tf.stochastic_permutation_matrix(scores, num_samples, seed, method,
-                                                         **kwargs)
-    return softsort_tf.permutation_matrix(scores, method, **kwargs)
+    name = ss.get_permutation_operator(method).temperature
+    return {name: epsilon if name == "epsilon" else tau}
 
 
 def _noise_seed(seed: int, step) -> tf.Tensor:
@@ -121,13 +104,12 @@ class _LargeMnistModel(keras.Model):
 
     def _permutation(self, scores, inputs, training) -> tf.Tensor:
         """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training."""
-        stochastic = self.stochastic and bool(training)
-        seed = None
-        if stochastic:
+        kwargs = temperature_kwargs(self.method, tau=self.tau, epsilon=self.epsilon)
+        if self.stochastic and bool(training):
             seed = _noise_seed(self.seed, inputs["step"][0])
-        return relaxed_permutation(scores, self.method, tau=self.tau, epsilon=self.epsilon,
-                                   stochastic=stochastic, num_samples=self.num_samples,
-                                   seed=seed)
+            return ss.stochastic_permutation_matrix(scores, self.num_samples, seed,
+                                                    self.method, **kwargs)
+        return ss.permutation_matrix(scores, self.method, **kwargs)
 
     def build(self, input_shape=None):
         for cnn in self._cnns():

@@ -21,10 +21,10 @@ import numpy as np
 from softsort_tf.datasets import cqr
 from softsort_tf.experiments import quantile_regression
 
-__all__ = ["DATASETS", "METHODS", "NUM_SEEDS", "PAPER_TABLE1", "TAUS", "Grid", "format_table"]
+__all__ = ["DATASETS", "METHODS", "NUM_SEEDS", "PAPER_TABLE1", "QUANTILES", "Grid", "format_table"]
 
 DATASETS = ("bio", "bike", "star", "concrete", "community")
-TAUS = (0.1, 0.2, 0.5)
+QUANTILES = (0.1, 0.2, 0.5)
 METHODS = quantile_regression.METHODS
 NUM_SEEDS = 12
 RUNS_PER_PROCESS = 30  # see Grid.run
@@ -59,10 +59,10 @@ def _stats(values: list[float]) -> tuple[float, float, int]:
     return float(v.mean()), se, len(v)
 
 
-def format_table(results: dict, datasets=DATASETS, taus=TAUS, methods=METHODS,
+def format_table(results: dict, datasets=DATASETS, quantiles=QUANTILES, methods=METHODS,
                  seeds: int = NUM_SEEDS, factor_key: str | None = None,
                  constants: dict | None = None) -> str:
-    """Markdown table of `results[(dataset, tau, method)] = [results dicts]`.
+    """Markdown table of `results[(dataset, quantile, method)] = [results dicts]`.
 
     Each cell: our mean ± s.e. of the test pinball loss (with the number of runs when
     fewer than `seeds` are finished) and, in brackets, the paper's value. With
@@ -78,12 +78,12 @@ def format_table(results: dict, datasets=DATASETS, taus=TAUS, methods=METHODS,
     names = {"pinball": "Pinball", "squantile": "S-quantile"}
     lines = ["| τ, method | " + " | ".join(datasets) + " |",
              "|---|" + "---|" * len(datasets)]
-    for tau in taus:
+    for quantile in quantiles:
         for method in methods:
             cells = []
             for ds in datasets:
-                runs = results.get((ds, tau, method), [])
-                paper = PAPER_TABLE1.get((tau, method), {}).get(ds)
+                runs = results.get((ds, quantile, method), [])
+                paper = PAPER_TABLE1.get((quantile, method), {}).get(ds)
                 paper_txt = f" ({paper:.3f})" if paper is not None else ""
                 if not runs:
                     cells.append(f"pending{paper_txt}")
@@ -91,11 +91,11 @@ def format_table(results: dict, datasets=DATASETS, taus=TAUS, methods=METHODS,
                 mean, se, n = _stats([value(r, "test_pinball") for r in runs])
                 count = "" if n >= seeds else f" [{n} runs]"
                 cells.append(f"{mean:.4f} ± {se:.4f}{count}{paper_txt}")
-            lines.append(f"| {tau}, {names.get(method, method)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {quantile}, {names.get(method, method)} | " + " | ".join(cells) + " |")
         if constants:
-            consts = [f"{constants[ds, tau][1 if factor_key else 0]:.4f}"
-                      if (ds, tau) in constants else "–" for ds in datasets]
-            lines.append(f"| {tau}, constant τ-quantile | " + " | ".join(consts) + " |")
+            consts = [f"{constants[ds, quantile][1 if factor_key else 0]:.4f}"
+                      if (ds, quantile) in constants else "–" for ds in datasets]
+            lines.append(f"| {quantile}, constant τ-quantile | " + " | ".join(consts) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -106,21 +106,22 @@ class Grid:
     runs_dir: str
     data_dir: str
     datasets: tuple = DATASETS
-    taus: tuple = TAUS
+    quantiles: tuple = QUANTILES
     methods: tuple = METHODS
     seeds: int = NUM_SEEDS
     overrides: dict = dataclasses.field(default_factory=dict)
 
-    def run_dir(self, dataset: str, tau: float, method: str, seed: int) -> str:
-        return os.path.join(self.runs_dir, dataset, f"tau{tau}", method, f"seed{seed}")
+    def run_dir(self, dataset: str, quantile: float, method: str, seed: int) -> str:
+        return os.path.join(self.runs_dir, dataset, f"quantile{quantile}", method,
+                            f"seed{seed}")
 
     def cells(self):
         """(dataset, τ, method, seed), seed-major: every cell gets its first runs first."""
         for seed in range(self.seeds):
             for ds in self.datasets:
-                for tau in self.taus:
+                for quantile in self.quantiles:
                     for method in self.methods:
-                        yield ds, tau, method, seed
+                        yield ds, quantile, method, seed
 
     def run(self, runs_per_process: int = RUNS_PER_PROCESS,
             runner: Callable[[quantile_regression.QuantileRegressionConfig], None] = _run_one,
@@ -139,10 +140,11 @@ class Grid:
             function, pickled by name); `quantile_regression.run` in a fresh session.
         """
         configs = [quantile_regression.QuantileRegressionConfig(
-            output_dir=self.run_dir(ds, tau, method, seed), dataset=ds,
-            data_dir=self.data_dir, method=method, tau=tau, seed=seed, **self.overrides)
-            for ds, tau, method, seed in self.cells()
-            if not os.path.exists(os.path.join(self.run_dir(ds, tau, method, seed),
+            output_dir=self.run_dir(ds, quantile, method, seed), dataset=ds,
+            data_dir=self.data_dir, method=method, quantile=quantile, seed=seed,
+            **self.overrides)
+            for ds, quantile, method, seed in self.cells()
+            if not os.path.exists(os.path.join(self.run_dir(ds, quantile, method, seed),
                                                "results.json"))]
         if not configs:
             return
@@ -163,14 +165,14 @@ class Grid:
             out = {}
             for ds in self.datasets:
                 splits = [cqr.load_split(ds, self.data_dir, seed) for seed in range(self.seeds)]
-                for tau in self.taus:
+                for quantile in self.quantiles:
                     losses, scaled = [], []
                     for split in splits:
                         y = np.concatenate([split.y_train, split.y_val]).astype(np.float64)
-                        r = split.y_test.astype(np.float64) - np.quantile(y, tau)
-                        losses.append(np.mean(np.maximum(tau * r, (tau - 1) * r)))
+                        r = split.y_test.astype(np.float64) - np.quantile(y, quantile)
+                        losses.append(np.mean(np.maximum(quantile * r, (quantile - 1) * r)))
                         scaled.append(losses[-1] / np.std(y))
-                    out[ds, tau] = (float(np.mean(losses)), float(np.mean(scaled)))
+                    out[ds, quantile] = (float(np.mean(losses)), float(np.mean(scaled)))
             self._constants = out
         return self._constants
 
@@ -181,8 +183,8 @@ class Grid:
         which converts its losses to units of the response's standard deviation.
         """
         results, factors = {}, {}
-        for ds, tau, method, seed in self.cells():
-            path = os.path.join(self.run_dir(ds, tau, method, seed), "results.json")
+        for ds, quantile, method, seed in self.cells():
+            path = os.path.join(self.run_dir(ds, quantile, method, seed), "results.json")
             if os.path.exists(path):
                 with open(path) as f:
                     run = json.load(f)
@@ -192,18 +194,18 @@ class Grid:
                     factors[ds, seed] = 1.0 / float(np.std(np.concatenate(
                         [split.y_train, split.y_val]).astype(np.float64)))
                 run["std_factor"] = factors[ds, seed]
-                results.setdefault((ds, tau, method), []).append(run)
+                results.setdefault((ds, quantile, method), []).append(run)
         return results
 
     def complete(self, results: dict) -> bool:
         return sum(len(v) for v in results.values()) == (
-            len(self.datasets) * len(self.taus) * len(self.methods) * self.seeds)
+            len(self.datasets) * len(self.quantiles) * len(self.methods) * self.seeds)
 
     def write_tables(self, results_md: str | None, force: bool = False) -> str:
         """Writes `runs_dir/table.md`; also the section of `results_md` (between
         `BEGIN_MARKER` and `END_MARKER`) when the grid is complete or `force`."""
         results = self.collect()
-        args = (results, self.datasets, self.taus, self.methods, self.seeds)
+        args = (results, self.datasets, self.quantiles, self.methods, self.seeds)
         constants = self.constants()
         table = (f"Held-out pinball loss, responses divided by the mean absolute training "
                  f"response (the reference protocol):\n\n"

@@ -15,10 +15,10 @@ with one loss:
 
 - `mse`: pointwise mean squared error between scores and grades over the valid
   documents (the baseline);
-- `soft_ndcg_<method>`: `SoftNDCGLoss(method)` for method sinkhorn, softsort,
+- `soft_ndcg_<method>`: `ss.SoftNDCGLoss(method)` for method sinkhorn, softsort,
   neuralsort;
-- `listwise_<method>`: `ListwisePermutationLoss(method)` for neuralsort, softsort;
-- `spearman`: `SpearmanLoss(negative_labels_are_padding=True)`.
+- `listwise_<method>`: `ss.ListwisePermutationLoss(method)` for neuralsort, softsort;
+- `spearman`: `ss.SpearmanLoss(negative_labels_are_padding=True)`.
 
 Every loss takes the batches as they come, padded to the batch's longest list: the
 operators work with a list length unknown when the step is traced (one trace for all
@@ -43,14 +43,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import softsort_tf as ss
 from softsort_tf.experiments import training
-from softsort_tf.losses.ranking import (
-    ListwisePermutationLoss,
-    SoftNDCGLoss,
-    padded_lists,
-)
-from softsort_tf.losses.spearman import SpearmanLoss
-from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
 
 __all__ = ["LOSSES", "Queries", "RankingConfig", "build_scorer", "make_queries", "run"]
 
@@ -208,8 +202,9 @@ def build_scorer(num_features: int) -> keras.Model:
 @keras.saving.register_keras_serializable(package="softsort_tf")
 def masked_mse(y_true, y_pred):
     """Pointwise mean squared error over the valid documents of each list (label ≥ 0)."""
-    labels, scores, valid = padded_lists(y_true, y_pred)
-    w = tf.cast(valid, scores.dtype)
+    scores = tf.convert_to_tensor(y_pred)
+    labels = tf.cast(y_true, scores.dtype)
+    w = tf.cast(labels >= 0, scores.dtype)
     return tf.reduce_sum(w * tf.square(scores - labels), axis=-1) / tf.maximum(
         tf.reduce_sum(w, axis=-1), 1.0)
 
@@ -218,23 +213,23 @@ def make_loss(name: str, config: RankingConfig):
     if name == "mse":
         return masked_mse
     if name == "spearman":
-        return SpearmanLoss(negative_labels_are_padding=True,
+        return ss.SpearmanLoss(negative_labels_are_padding=True,
                             **({} if config.epsilon is None else {"epsilon": config.epsilon}))
     kind, method = name.rsplit("_", 1)
     temperature = config.epsilon if method == "sinkhorn" else config.tau
     if kind == "soft_ndcg":
-        return SoftNDCGLoss(method=method, temperature=temperature)
-    return ListwisePermutationLoss(method=method, temperature=temperature)
+        return ss.SoftNDCGLoss(method=method, temperature=temperature)
+    return ss.ListwisePermutationLoss(method=method, temperature=temperature)
 
 
 def _metrics():
-    return [NDCGMetric(k=10, name="ndcg_at_10"), MRRMetric(name="mrr")]
+    return [ss.NDCGMetric(k=10, name="ndcg_at_10"), ss.MRRMetric(name="mrr")]
 
 
 def evaluate_scores(queries: Queries, scores) -> dict:
     """NDCG@10 and MRR of given per-document scores (ragged `[Q, (n)]`)."""
-    values, weights = ndcg(queries.labels, scores, k=10)
-    rr, rr_weights = reciprocal_rank(queries.labels, scores)
+    values, weights = ss.ndcg(queries.labels, scores, k=10)
+    rr, rr_weights = ss.reciprocal_rank(queries.labels, scores)
     return {"ndcg_at_10": float(tf.reduce_sum(values * weights) / tf.reduce_sum(weights)),
             "mrr": float(tf.reduce_sum(rr * rr_weights) / tf.reduce_sum(rr_weights))}
 

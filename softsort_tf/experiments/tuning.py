@@ -33,14 +33,14 @@ import time
 import keras
 import keras_tuner as kt
 
+import softsort_tf as ss
 from softsort_tf.experiments import large_mnist, models, training
-from softsort_tf.ops.registry import PERMUTATION_OPERATORS
 
 __all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "range_is_valid", "search"]
 
 TUNERS = ("random", "bayesian", "hyperband")
 # Operators whose temperature is τ (the others, Sinkhorn, take ε).
-TEMPERATURE_METHODS = tuple(name for name, op in PERMUTATION_OPERATORS.items()
+TEMPERATURE_METHODS = tuple(name for name, op in ss.PERMUTATION_OPERATORS.items()
                             if op.temperature == "tau")
 
 
