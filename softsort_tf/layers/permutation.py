@@ -51,10 +51,9 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _masking
 from softsort_tf._keras import full_precision_dtype
+from softsort_tf.layers.sinkhorn import sinkhorn_config, split_sinkhorn_settings
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, registry, sampling
-from softsort_tf.ops.squash import check_squash
-from softsort_tf.ops.transport import check_targets
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
@@ -327,17 +326,17 @@ class SinkhornPermutation(_PermutationLayer):
 
     def __init__(self, options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
-        options, layer_kwargs = SinkhornOptions.split_kwargs(kwargs, options)
+        settings, layer_kwargs = split_sinkhorn_settings(kwargs, options, squash, targets)
         super().__init__(**layer_kwargs)
-        self.options = options
-        self.squash = check_squash(squash)
-        self.targets = check_targets(targets)
+        for name, value in settings.items():
+            setattr(self, name, value)
 
     def _op_kwargs(self):
         return dict(options=self.options, squash=self.squash, targets=self.targets)
 
     def get_config(self) -> dict:
         config = super().get_config()
-        del config["options"]
-        config.update(self.options.get_config())
+        for name in ("options", "squash", "targets"):
+            del config[name]
+        config.update(sinkhorn_config(self))
         return config

@@ -31,6 +31,22 @@ from softsort_tf.options import SinkhornOptions
 _PACKAGE = "softsort_tf"
 
 
+def split_sinkhorn_settings(kwargs: dict, options=None, squash="logistic",
+                            targets: str = "regular") -> tuple[dict, dict]:
+    """`(settings, rest)`: a Sinkhorn layer's validated settings — `options` (a
+    `SinkhornOptions` with the option fields of `kwargs` applied), `squash`, `targets` —
+    and the other keyword arguments (those of `keras.layers.Layer`)."""
+    options, rest = SinkhornOptions.split_kwargs(kwargs, options)
+    return dict(options=options, squash=check_squash(squash),
+                targets=check_targets(targets)), rest
+
+
+def sinkhorn_config(layer) -> dict:
+    """The config of a layer's Sinkhorn settings: one key per option field, `squash`,
+    `targets`."""
+    return dict(squash=layer.squash, targets=layer.targets, **layer.options.get_config())
+
+
 class _SinkhornLayer(keras.layers.Layer):
     """Common arguments and config of the Sinkhorn layers.
 
@@ -53,11 +69,10 @@ class _SinkhornLayer(keras.layers.Layer):
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
-        options, layer_kwargs = SinkhornOptions.split_kwargs(kwargs, options)
+        settings, layer_kwargs = split_sinkhorn_settings(kwargs, options, squash, targets)
         super().__init__(**layer_kwargs)
-        self.options = options
-        self.squash = check_squash(squash)
-        self.targets = check_targets(targets)
+        for name, value in settings.items():
+            setattr(self, name, value)
         self.axis = _checks.check_int("axis", axis)
         self.direction = _checks.check_direction(direction)
         self.supports_masking = True
@@ -77,8 +92,7 @@ class _SinkhornLayer(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(axis=self.axis, direction=self.direction, squash=self.squash,
-                      targets=self.targets, **self.options.get_config())
+        config.update(axis=self.axis, direction=self.direction, **sinkhorn_config(self))
         return config
 
     def _replace_axis(self, input_shape, new_size):

@@ -49,16 +49,7 @@ def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"
     """Fraction of positions whose row-wise argmax of P̂ is the true item.
 
     The papers' "proportion of elements correctly placed"; averaged over sample axes
-    for stochastic `y_pred`.
-
-    Args:
-      y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]`.
-      y_pred: P̂ `[..., (S,) n, n]`.
-      y_true_format: 'auto' (default), 'indices' or 'matrix'.
-      mask: optional boolean `[..., n]` of the valid items; padded lists may also be
-        given as orderings with −1 after the n_valid indices. Only the valid rows
-        (sorted positions < n_valid) count; a list without any gives 0. See
-        softsort_tf._masking.
+    for stochastic `y_pred`. Arguments as in `exact_permutation_accuracy`.
 
     Returns:
       float32 per-example values in [0, 1], the leading shape of `y_true`.
@@ -73,10 +64,18 @@ def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"
 
 
 class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
-    """Mean of a per-example accuracy of hard (row-wise argmax) permutations."""
+    """Mean of a per-example accuracy (`_metric_fn`) of hard (row-wise argmax)
+    permutations; honours `sample_weight`.
 
-    def __init__(self, name: str, dtype=None, y_true_format: str = "auto"):
-        super().__init__(fn=type(self)._metric_fn, name=name, dtype=dtype,
+    Args:
+      name: metric name (default: the name of `_metric_fn`).
+      dtype: dtype of the result.
+      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+    """
+
+    def __init__(self, name: str | None = None, dtype=None, y_true_format: str = "auto"):
+        fn = type(self)._metric_fn
+        super().__init__(fn=fn, name=name or fn.__name__, dtype=dtype,
                          y_true_format=check_format(y_true_format))
         self.y_true_format = y_true_format
         self._direction = "up"
@@ -88,12 +87,7 @@ class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ExactPermutationAccuracy(_PermutationAccuracy):
     """Proportion of examples whose whole permutation is recovered by the row-wise
-    argmax of P̂ (see `exact_permutation_accuracy`); honours `sample_weight`.
-
-    Args:
-      name: metric name (default 'exact_permutation_accuracy').
-      dtype: dtype of the result.
-      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+    argmax of P̂ (`exact_permutation_accuracy`); arguments of `_PermutationAccuracy`.
 
     Example:
     >>> m = ExactPermutationAccuracy()
@@ -104,20 +98,11 @@ class ExactPermutationAccuracy(_PermutationAccuracy):
 
     _metric_fn = staticmethod(exact_permutation_accuracy)
 
-    def __init__(self, name: str = "exact_permutation_accuracy", dtype=None,
-                 y_true_format: str = "auto"):
-        super().__init__(name=name, dtype=dtype, y_true_format=y_true_format)
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ElementwisePermutationAccuracy(_PermutationAccuracy):
-    """Proportion of positions placed right by the row-wise argmax of P̂, averaged
-    over examples (see `elementwise_permutation_accuracy`); honours `sample_weight`.
-
-    Args:
-      name: metric name (default 'elementwise_permutation_accuracy').
-      dtype: dtype of the result.
-      y_true_format: 'auto' (default), 'indices' or 'matrix'.
+    """Proportion of positions placed right by the row-wise argmax of P̂, averaged over
+    examples (`elementwise_permutation_accuracy`); arguments of `_PermutationAccuracy`.
 
     Example:
     >>> m = ElementwisePermutationAccuracy()
@@ -127,7 +112,3 @@ class ElementwisePermutationAccuracy(_PermutationAccuracy):
     """
 
     _metric_fn = staticmethod(elementwise_permutation_accuracy)
-
-    def __init__(self, name: str = "elementwise_permutation_accuracy", dtype=None,
-                 y_true_format: str = "auto"):
-        super().__init__(name=name, dtype=dtype, y_true_format=y_true_format)

@@ -102,8 +102,12 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
     return values, weights
 
 
-class _ListMean(keras.metrics.Metric):
-    """Streaming (weighted) mean of a per-list value over all lists seen."""
+class PerListMean(keras.metrics.Metric):
+    """Streaming weighted mean of a per-list value over all lists seen.
+
+    Subclasses set `_fn(y_true, y_pred, k=...)` → `(values, weights)`, both `[...]`
+    (weight 0 leaves a list out); `sample_weight` multiplies the weights.
+    """
 
     _fn = None
 
@@ -134,7 +138,7 @@ class _ListMean(keras.metrics.Metric):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class NDCGMetric(_ListMean):
+class NDCGMetric(PerListMean):
     """Mean NDCG@k (`ndcg`) over the lists that have a relevant item.
 
     Args:
@@ -158,7 +162,7 @@ class NDCGMetric(_ListMean):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class MRRMetric(_ListMean):
+class MRRMetric(PerListMean):
     """Mean reciprocal rank of the first relevant item (`reciprocal_rank`).
 
     Args:
