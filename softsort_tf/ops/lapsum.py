@@ -95,7 +95,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
+from softsort_tf import _checks, _masking
+from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -107,9 +108,6 @@ __all__ = [
 ]
 
 DEFAULT_ALPHA = 1.0
-
-_not_converted = tf.autograph.experimental.do_not_convert
-
 
 # ---------------------------------------------------------------------------------
 # Arguments.
@@ -136,20 +134,12 @@ def _alpha_tensor(alpha, dtype):
     return tf.constant(_checks.check_positive("alpha", alpha), dtype)
 
 
-def _prepare(x, mask, direction: str, name: str = "x"):
+def _prepare(lists: Lists, direction: str):
     """`[batch, n]` scores in the compute dtype (negated for 'DESCENDING', padded
     entries replaced), the `BatchView`, and the bool valid mask (or None)."""
     direction = _checks.check_direction(direction)
-    x2d, view = _shapes.to_batch(x, -1, name=name)
-    valid = _masking.mask_to_batch(mask, view)
-    x2d = _masking.replace_padded(x2d, valid)
-    if direction == "DESCENDING":
-        x2d = -x2d
-    return x2d, view, valid
-
-
-def _to_output(y2d, view):
-    return _shapes.from_batch(y2d, view)
+    x2d = -lists.values if direction == "DESCENDING" else lists.values
+    return x2d, lists.view, lists.mask
 
 
 # ---------------------------------------------------------------------------------
@@ -378,8 +368,9 @@ def _lap_cdf_difference(hi, lo, spread):
 # ---------------------------------------------------------------------------------
 # Operators.
 # ---------------------------------------------------------------------------------
-@_not_converted
-def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=None):
+@list_operator
+def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int = -1, *,
+                mask=None):
     """Soft ranks rank_i = ½ + F(r_i) = 1 + Σ_{j≠i} Lap_α(r_i − r_j) (paper eq. (1)).
 
     1-based: in the hard limit α → 0 they equal `scipy.stats.rankdata` (ties
@@ -401,16 +392,17 @@ def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=No
     >>> np.round(r.numpy(), 3)
     array([[3., 1., 2., 4.]], dtype=float32)
     """
-    x2d, view, valid = _prepare(x, mask, direction)
+    x2d, view, valid = _prepare(x, direction)
     alpha_t = _alpha_tensor(alpha, x2d.dtype)
     lst = _SortedList(x2d, valid, alpha_t)
     ranks = lst.scatter(lst.f + 0.5 if valid is None else
                         tf.where(lst.w > 0, lst.f + 0.5, tf.zeros_like(lst.f)))
-    return _to_output(_masking.fill_padded(ranks, valid), view)
+    return ListResult(ranks, "elementwise")
 
 
-@_not_converted
-def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=None):
+@list_operator
+def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int = -1, *,
+                mask=None):
     """Soft sort sort_k = F⁻¹(k − ½), k = 1..n: the inverse of the soft rank (paper
     Thm. 3.1 gives F⁻¹ in closed form; see the module docstring).
 
@@ -434,7 +426,7 @@ def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=No
     array([[-1. ,  0.3,  2.5,  4. ]], dtype=float32)
     """
     direction = _checks.check_direction(direction)
-    x2d, view, valid = _prepare(x, mask, direction)
+    x2d, view, valid = _prepare(x, direction)
     alpha_t = _alpha_tensor(alpha, x2d.dtype)
     lst = _SortedList(x2d, valid, alpha_t)
     n = tf.shape(x2d)[-1]
@@ -448,7 +440,7 @@ def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", *, mask=No
     values = tf.where(keep, values, tf.zeros_like(values))
     if direction == "DESCENDING":
         values = -values
-    return _to_output(values, view)
+    return ListResult(values, "sorted", lengths=None if valid is None else lst.count)
 
 
 def _check_k(k, static_n):
@@ -473,7 +465,7 @@ def _check_k(k, static_n):
     return k, True
 
 
-@_not_converted
+@list_operator
 def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *,
                      mask=None):
     """Soft top-k membership p_i = Lap_α(r_i − t), with t solving Σ_i Lap_α(r_i − t) = k
@@ -504,8 +496,7 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
     direction = _checks.check_direction(direction)
     # The membership Lap_α(r_i − t) selects the largest entries of the prepared scores:
     # those of x for 'DESCENDING', of −x for 'ASCENDING'.
-    x2d, view, valid = _prepare(x, mask, "ASCENDING" if direction == "DESCENDING"
-                                else "DESCENDING")
+    x2d, view, valid = _prepare(x, "ASCENDING" if direction == "DESCENDING" else "DESCENDING")
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
     k_value, static_k = _check_k(k, view.static_n)
@@ -527,7 +518,7 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
         with tf.control_dependencies([check]):
             k_t = tf.identity(k_t)
     p = _topk_membership(x2d, k_t, alpha_t, valid, count)
-    return _to_output(_masking.fill_padded(p, valid), view)
+    return ListResult(p, "elementwise")
 
 
 def _topk_membership(x2d, k, alpha, valid, count):
@@ -569,8 +560,8 @@ def _topk_membership(x2d, k, alpha, valid, count):
     return membership(x2d, k, alpha)
 
 
-@_not_converted
-def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, *, mask=None):
+@list_operator
+def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, axis: int = -1, *, mask=None):
     """Soft quantiles F⁻¹(τ·n) (the inverse LapSum at the level τ·n).
 
     In the hard limit α → 0 they equal `np.quantile(x, τ, method='averaged_inverted_cdf')`
@@ -594,7 +585,7 @@ def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, *, mask=None):
     3.0
     """
     taus, scalar = _checks.check_quantiles(quantiles)
-    x2d, view, valid = _prepare(x, mask, "ASCENDING")
+    x2d, view, valid = _prepare(x, "ASCENDING")
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
     count = (tf.cast(tf.fill(tf.shape(x2d)[:1], tf.shape(x2d)[-1]), dtype) if valid is None
@@ -625,12 +616,10 @@ def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, *, mask=None):
         return t, grad
 
     out = solve(x2d, alpha_t)
-    if scalar:
-        return _shapes.from_batch(out[:, 0], view, keep_axis=False)
-    return _to_output(out, view)
+    return ListResult(out[:, 0] if scalar else out, "per_list")
 
 
-@_not_converted
+@list_operator
 def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *,
                               mask=None):
     """Soft permutation matrix P[k, j] = Lap_α(t_{k+1} − r_j) − Lap_α(t_k − r_j), with
@@ -659,7 +648,7 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
-    x2d, view, valid = _prepare(x, mask, direction)
+    x2d, view, valid = _prepare(x, direction)
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
     # 'DESCENDING' ranks −x ascending: position 0 of the ascending order of −x is the
@@ -697,6 +686,4 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
         rows = _masking.valid_prefix(tf.cast(lst.count, tf.int32), n)
         keep = tf.logical_and(rows[:, :, None], valid[:, None, :])
         perm = tf.where(keep, perm, tf.zeros_like(perm))
-    out = tf.reshape(perm, tf.concat([view.moved_shape[:-1], [n, n]], axis=0))
-    out.set_shape(view.static_moved_shape[:-1].concatenate([view.static_n, view.static_n]))
-    return tf.cast(out, view.output_dtype)
+    return ListResult(perm, "square")

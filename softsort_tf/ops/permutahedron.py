@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _checks, _shapes
+from softsort_tf import _checks
+from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = ["permutahedron_rank", "permutahedron_sort"]
 
 REGULARIZATIONS = ("l2", "kl")
 
-_not_converted = tf.autograph.experimental.do_not_convert
 
 
 def _check_regularization(regularization):
@@ -182,20 +182,20 @@ def _rho(x2d):
 # ---------------------------------------------------------------------------------
 # Operators.
 # ---------------------------------------------------------------------------------
-def _prepare(x, regularization, regularization_strength, direction, mask):
-    _check_mask(mask)
+def _prepare(lists: Lists, regularization, regularization_strength, direction):
+    _check_mask(lists.mask)
     regularization = _check_regularization(regularization)
     strength = _checks.check_positive("regularization_strength", regularization_strength)
     direction = _checks.check_direction(direction)
-    x2d, view = _shapes.to_batch(x, -1)
+    x2d, view = lists.values, lists.view
     if direction == "DESCENDING":
         x2d = -x2d
     return x2d, view, regularization == "kl", strength
 
 
-@_not_converted
+@list_operator
 def permutahedron_rank(x, regularization: str = "l2", regularization_strength: float = 1.0,
-                       direction: str = "ASCENDING", *, mask=None):
+                       direction: str = "ASCENDING", axis: int = -1, *, mask=None):
     """Soft ranks by projection onto the permutahedron (paper §3, eqs. (6)–(7)).
 
     'l2': r = P_Q(θ/ε, ρ), the Euclidean projection of θ/ε onto the permutahedron of
@@ -220,8 +220,7 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
     >>> r.numpy()
     array([[3., 1., 2.]], dtype=float32)
     """
-    x2d, view, kl, strength = _prepare(x, regularization, regularization_strength,
-                                       direction, mask)
+    x2d, view, kl, strength = _prepare(x, regularization, regularization_strength, direction)
 
     @tf.custom_gradient
     def rank(x2d):
@@ -244,12 +243,12 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
 
         return out, grad
 
-    return _shapes.from_batch(rank(x2d), view)
+    return ListResult(rank(x2d), "elementwise")
 
 
-@_not_converted
+@list_operator
 def permutahedron_sort(x, regularization: str = "l2", regularization_strength: float = 1.0,
-                       direction: str = "ASCENDING", *, mask=None):
+                       direction: str = "ASCENDING", axis: int = -1, *, mask=None):
     """Soft sort by projection onto the permutahedron (paper §3, eq. (5)).
 
     The projection of ρ/ε onto the permutahedron of the values, read as sorted values:
@@ -271,8 +270,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     >>> permutahedron_sort([[5.0, 1.0, 2.0]], regularization_strength=0.1).numpy()
     array([[1., 2., 5.]], dtype=float32)
     """
-    x2d, view, kl, strength = _prepare(x, regularization, regularization_strength,
-                                       direction, mask)
+    x2d, view, kl, strength = _prepare(x, regularization, regularization_strength, direction)
 
     @tf.custom_gradient
     def sort(x2d):
@@ -305,7 +303,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     out = sort(x2d)
     if view is not None and direction_is_descending(direction):
         out = -out
-    return _shapes.from_batch(out, view)
+    return ListResult(out, "sorted")
 
 
 def direction_is_descending(direction: str) -> bool:
