@@ -522,7 +522,7 @@ def test_soft_helpers_are_weighted_averages_and_broadcast_over_samples():
 # ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("call, match", [
     (lambda: ss.soft_sort_matrix([1.0, 2.0], tau=0.0), "tau"),
-    (lambda: ss.soft_sort_matrix([1.0, 2.0], power=-1.0), "power"),
+    (lambda: ss.soft_sort_matrix([1.0, 2.0], distance_power=-1.0), "distance_power"),
     (lambda: ss.neural_sort_matrix([1.0, 2.0], tau=float("nan")), "tau"),
     (lambda: ss.neural_sort_matrix([1.0, 2.0], direction="UP"), "direction"),
     (lambda: ss.soft_sort_matrix([1.0, 2.0], hard="yes"), "hard"),
