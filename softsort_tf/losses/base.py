@@ -118,17 +118,3 @@ class SinkhornLoss(LossFunctionWrapper):
         if options is not None:
             config.update(options.get_config())
         return config
-
-
-# Transitional: the base and mask reader that losses/regression.py imports until it
-# moves to `SinkhornLoss` and `softsort_tf._keras.get_keras_mask`; removed then.
-class _SinkhornLoss(keras.losses.Loss):
-    def __init__(self, *, options=None, reduction, name, dtype, **kwargs):
-        super().__init__(name=name, reduction=reduction, dtype=full_precision_dtype(dtype))
-        self.options = SinkhornOptions.resolve(options, **kwargs)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), **self.options.get_config()}
-
-
-keras_mask = get_keras_mask
