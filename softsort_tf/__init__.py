@@ -51,6 +51,14 @@ from softsort_tf.ops.kendall import (
     soft_kendall_tau,
     weighted_kendall_kernel,
 )
+from softsort_tf.ops.lapsum import (
+    lapsum_permutation_matrix,
+    lapsum_quantile,
+    lapsum_rank,
+    lapsum_sort,
+    lapsum_topk_mask,
+)
+from softsort_tf.ops.permutahedron import permutahedron_rank, permutahedron_sort
 from softsort_tf.ops.permutation import (
     hard_permutation_matrix,
     neural_sort_matrix,
@@ -81,7 +89,15 @@ from softsort_tf.ops.sinkhorn import (
     sinkhorn_sort,
     sinkhorn_topk_mask,
 )
-from softsort_tf.ops.soft import soft_rank
+from softsort_tf.ops.soft import (
+    METHODS,
+    Method,
+    get_method,
+    soft_quantile,
+    soft_rank,
+    soft_sort,
+    soft_topk,
+)
 from softsort_tf.ops.squash import squash_values
 from softsort_tf.ops.transport import SinkhornConvergenceWarning, SinkhornInfo
 from softsort_tf.options import ImplicitDiff, SinkhornOptions
@@ -114,4 +130,7 @@ __all__ = [
     "KendallEmbedding", "KendallTau", "KendallTauLoss", "discordant_pairs",
     "kendall_embedding", "kendall_kernel", "kendall_tau", "mallows_kernel",
     "soft_kendall_tau", "weighted_kendall_kernel",
+    "METHODS", "Method", "get_method", "soft_quantile", "soft_sort", "soft_topk",
+    "lapsum_permutation_matrix", "lapsum_quantile", "lapsum_rank", "lapsum_sort",
+    "lapsum_topk_mask", "permutahedron_rank", "permutahedron_sort",
 ]

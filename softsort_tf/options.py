@@ -211,12 +211,3 @@ class SinkhornOptions:
             return self.initializer
         return "sorted" if self.implicit_diff is not None else "zeros"
 
-
-class OptionFieldsMixin:
-    """Transitional: reads the fields of `self.options` as attributes; to be removed
-    when layers and losses read `self.options` directly."""
-
-    def __getattr__(self, name):
-        if name != "options" and name in SinkhornOptions.field_names():
-            return getattr(self.options, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -173,6 +173,29 @@ def _block_vjp(vector, s, block, lse_s, kl: bool):
     return per_entry / tf.reshape(tf.gather(counts, tf.reshape(ids, [-1])), [b, n])
 
 
+def _per_block(t, block, reduce: str, scale=1.0):
+    """The block statistic of t / `scale` (`t` `[b, n]`) at every entry: 'mean', 'max',
+    or 'centred' (t/scale − its LSE over the block, computed as (t − max)/scale −
+    log Σ exp(· − max), without the cancellation of large t/scale)."""
+    b, n = tf.shape(t)[0], tf.shape(t)[1]
+    ids = tf.reshape(block + tf.range(b)[:, None] * n, [-1])
+    flat = tf.reshape(t, [-1])
+
+    def spread(segment_values):
+        return tf.reshape(tf.gather(segment_values, ids), [b, n])
+
+    if reduce == "mean":
+        sums = tf.math.unsorted_segment_sum(flat, ids, b * n)
+        counts = tf.math.unsorted_segment_sum(tf.ones_like(flat), ids, b * n)
+        return spread(sums) / spread(counts) / scale
+    top = spread(tf.math.unsorted_segment_max(flat, ids, b * n))
+    if reduce == "max":
+        return top / scale
+    shifted = (t - top) / scale
+    sums = tf.math.unsorted_segment_sum(tf.reshape(tf.exp(shifted), [-1]), ids, b * n)
+    return shifted - tf.math.log(spread(sums))
+
+
 def _rho(x2d):
     """ρ = (n, ..., 1) for every row, `[b, n]`."""
     n = tf.shape(x2d)[-1]
@@ -229,8 +252,13 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
         s = tf.gather(z, order, batch_dims=1)
         rho = _rho(x2d)
         w = tf.math.log(rho) if kl else rho
-        v, block, lse_s = _isotonic(s, w, kl)
-        primal_sorted = s - v
+        _, block, lse_s = _isotonic(s, w, kl)
+        # s − v with v = (block statistic of s) − (that of w), written without the
+        # cancellation of s − v when |s| = |θ/ε| is large.
+        if kl:
+            primal_sorted = _per_block(s, block, "centred") - _per_block(w, block, "centred") + w
+        else:
+            primal_sorted = s - _per_block(s, block, "mean") + _per_block(w, block, "mean")
         inv = tf.argsort(order, axis=-1, stable=True)
         primal = tf.gather(primal_sorted, inv, batch_dims=1)
         out = tf.exp(primal) if kl else primal
@@ -277,9 +305,8 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
         neg = -x2d
         order = tf.argsort(neg, axis=-1, direction="DESCENDING", stable=True)
         sw = tf.gather(neg, order, batch_dims=1)              # −θ sorted decreasingly
-        rho = _rho(x2d) / strength
-        v, block, _ = _isotonic(rho, sw, kl)
-        out = v - rho
+        rho_raw = _rho(x2d)
+        _, block, _ = _isotonic(rho_raw / strength, sw, kl)
         lse_w = None
         if kl:
             ids = block + tf.range(tf.shape(block)[0])[:, None] * tf.shape(block)[1]
@@ -291,6 +318,12 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
                                                 tf.reshape(ids, [-1]), tf.size(ids))
             lse_w = lse_w + tf.math.log(tf.reshape(tf.gather(sums, tf.reshape(ids, [-1])),
                                                    tf.shape(sw)))
+            # v − ρ/ε with v = LSE_B(ρ/ε) − LSE_B(w), without cancellation at small ε.
+            out = -_per_block(rho_raw, block, "centred", strength) - lse_w
+        else:
+            # v − ρ/ε with v = mean_B(ρ/ε) − mean_B(w).
+            out = ((_per_block(rho_raw, block, "mean") - rho_raw) / strength
+                   - _per_block(sw, block, "mean"))
 
         def grad(dy):
             # ∂v_B/∂w_i = −1/|B| (l2) or −softmax(w_B)_i (kl), and w = −θ sorted.

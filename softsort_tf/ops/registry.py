@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from softsort_tf import _masking
+from softsort_tf.ops.lapsum import DEFAULT_ALPHA, lapsum_permutation_matrix
 from softsort_tf.ops.permutation import (
     DEFAULT_TAU,
     check_hard,
@@ -37,7 +37,7 @@ class PermutationOperator:
       name: its key in `PERMUTATION_OPERATORS` (the `method` argument elsewhere).
       matrix_fn: `matrix_fn(scores, *, direction, hard, mask, **kwargs)` → P̂ `[..., n, n]`
         (`mask`: see softsort_tf._masking; a ragged input gives a ragged output).
-      temperature: the name of its temperature argument ('tau' or 'epsilon').
+      temperature: the name of its temperature argument ('tau', 'epsilon' or 'alpha').
       default_temperature: the default of that argument.
       doubly_stochastic: whether the columns of P̂ sum to 1 too.
       reference: where it comes from.
@@ -57,26 +57,25 @@ class PermutationOperator:
         return self.matrix_fn(scores, direction=direction, hard=hard, **kwargs)
 
 
-def _sinkhorn_matrix(scores, *, direction: str = "DESCENDING", hard: bool = False,
-                     mask=None, **kwargs):
-    """`sinkhorn_permutation_matrix` along the last axis, with the straight-through option
-    (a ragged input is padded here, so both parts see the same dense lists and mask)."""
-    hard = check_hard(hard)
-    if "axis" in kwargs or "return_info" in kwargs:
-        raise ValueError("`axis` and `return_info` are not supported here: scores are "
-                         "sorted along their last axis; call "
-                         "`sinkhorn_permutation_matrix` directly for them.")
-    if _masking.is_ragged(scores):
-        return _masking.map_lists(
-            lambda lists, aligned, group: lists.to_square(_sinkhorn_matrix(
-                lists.dense, direction=direction, hard=hard, mask=lists.mask, **kwargs)),
-            scores, mask, name="scores")
-    if mask is not None:
-        kwargs["mask"] = mask
-    perm = sinkhorn_permutation_matrix(scores, direction=direction, **kwargs)
-    if hard:
-        perm = straight_through(hard_permutation_matrix(scores, direction, mask=mask), perm)
-    return perm
+def _with_straight_through(matrix_fn):
+    """A matrix function of the table with the `hard` (straight-through) option added
+    around an operator that has none (ragged inputs included)."""
+
+    def matrix(scores, *, direction: str = "DESCENDING", hard: bool = False, mask=None,
+               **kwargs):
+        hard = check_hard(hard)
+        if "axis" in kwargs or "return_info" in kwargs:
+            raise ValueError("`axis` and `return_info` are not supported here: scores are "
+                             "sorted along their last axis; call the operator directly.")
+        perm = matrix_fn(scores, direction=direction, mask=mask, **kwargs)
+        if not hard:
+            return perm
+        exact = hard_permutation_matrix(scores, direction, mask=mask)
+        if isinstance(perm, tf.RaggedTensor):
+            return perm.with_flat_values(straight_through(exact.flat_values, perm.flat_values))
+        return straight_through(exact, perm)
+
+    return matrix
 
 
 PERMUTATION_OPERATORS: dict[str, PermutationOperator] = {
@@ -85,8 +84,11 @@ PERMUTATION_OPERATORS: dict[str, PermutationOperator] = {
                             "Prillo & Eisenschlos (2020), eq. 4"),
         PermutationOperator("neuralsort", neural_sort_matrix, "tau", DEFAULT_TAU, False,
                             "Grover et al. (2019)"),
-        PermutationOperator("sinkhorn", _sinkhorn_matrix, "epsilon", DEFAULT_EPSILON, True,
-                            "Cuturi, Teboul & Vert (2019)"),
+        PermutationOperator("sinkhorn", _with_straight_through(sinkhorn_permutation_matrix),
+                            "epsilon", DEFAULT_EPSILON, True, "Cuturi, Teboul & Vert (2019)"),
+        PermutationOperator("lapsum", _with_straight_through(lapsum_permutation_matrix),
+                            "alpha", DEFAULT_ALPHA, True,
+                            "Struski, Bednarczyk, Podolak & Tabor (2025)"),
     )
 }
 METHODS = tuple(PERMUTATION_OPERATORS)
@@ -108,14 +110,15 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
     Args:
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
         output is ragged `[batch, (n), (n)]`).
-      method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`) or
-        'sinkhorn' (`softsort_tf.sinkhorn_permutation_matrix`).
+      method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`),
+        'sinkhorn' (`sinkhorn_permutation_matrix`) or 'lapsum'
+        (`lapsum_permutation_matrix`).
       direction: 'DESCENDING' (default) or 'ASCENDING'.
-      hard: straight-through (see `soft_sort_matrix`); for 'sinkhorn' it adds the
-        straight-through estimator around the Sinkhorn plan.
+      hard: straight-through (see `soft_sort_matrix`): the exact permutation in the
+        forward pass, the gradient of the relaxation in the backward pass.
       **kwargs: the operator's own arguments: `tau`, `distance_power` (SoftSort);
-        `tau` (NeuralSort); `options` or fields of `SinkhornOptions` such as `epsilon`
-        (Sinkhorn).
+        `tau` (NeuralSort); `options`, `squash`, `targets` or fields of
+        `SinkhornOptions` such as `epsilon` (Sinkhorn); `alpha` (LapSum).
       mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid block
         of P̂ is the matrix of the unpadded list (exactly for SoftSort/NeuralSort, up
         to the solver's threshold for Sinkhorn), rows of sorted positions >= n_valid

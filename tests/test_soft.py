@@ -1,0 +1,140 @@
+"""The front door `soft_rank` / `soft_sort` / `soft_topk` / `soft_quantile` and its table."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+
+import softsort_tf as ss
+
+# A temperature at which every family is within 1e-3 of the hard operation on the data
+# below (standard normal values, n = 7: neighbours at least 0.02 apart).
+SHARP = {"sinkhorn": 1e-5, "lapsum": 1e-4, "permutahedron": 1e-4, "softsort": 1e-4,
+         "neuralsort": 1e-4}
+MASKABLE = [m for m in ss.METHODS if m != "permutahedron"]
+
+
+def _data(shape=(3, 7), seed=0):
+    rng = np.random.default_rng(seed)
+    while True:
+        x = rng.normal(size=shape)
+        gaps = np.diff(np.sort(x, axis=-1), axis=-1)
+        if gaps.min() > 0.02:
+            return x.astype(np.float32)
+
+
+def _hard_topk(x, k, direction):
+    order = np.argsort(-x if direction == "DESCENDING" else x, axis=-1, kind="stable")
+    out = np.zeros_like(x)
+    np.put_along_axis(out, order[..., :k], 1.0, axis=-1)
+    return out
+
+
+def test_table_names_each_temperature_argument_of_its_operations():
+    import inspect
+    for name, family in ss.METHODS.items():
+        assert family.name == name and family.default_temperature > 0 and family.meaning
+        assert set(family.operations) <= {"rank", "sort", "topk", "quantile"}
+        operator = {"sinkhorn": ss.sinkhorn_rank, "lapsum": ss.lapsum_rank,
+                    "permutahedron": ss.permutahedron_rank, "softsort": ss.soft_sort_matrix,
+                    "neuralsort": ss.neural_sort_matrix}[name]
+        names = set(inspect.signature(operator).parameters)
+        if name == "sinkhorn":
+            names |= set(ss.SinkhornOptions.field_names())
+        assert family.temperature in names
+
+
+@pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
+@pytest.mark.parametrize("method", sorted(ss.METHODS))
+def test_every_method_reaches_the_hard_operations(method, direction):
+    x = _data()
+    t = SHARP[method]
+    ranks = scipy.stats.rankdata(-x if direction == "DESCENDING" else x, axis=-1)
+    got = ss.soft_rank(x, method, direction, temperature=t).numpy()
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, ranks, atol=1e-3)
+    sort = np.sort(x, axis=-1)
+    sort = sort[..., ::-1] if direction == "DESCENDING" else sort
+    np.testing.assert_allclose(ss.soft_sort(x, method, direction, temperature=t).numpy(), sort,
+                               atol=1e-3)
+    family = ss.METHODS[method]
+    if "topk" in family.operations:
+        np.testing.assert_allclose(ss.soft_topk(x, 3, method, direction, temperature=t).numpy(),
+                                   _hard_topk(x, 3, direction), atol=1e-3)
+    if "quantile" in family.operations:
+        levels = [0.2, 0.5, 0.9]
+        source = -x if direction == "DESCENDING" else x
+        expected = np.quantile(source, levels, axis=-1, method="averaged_inverted_cdf").T
+        expected = -expected if direction == "DESCENDING" else expected
+        got = ss.soft_quantile(x, levels, method, direction, temperature=t).numpy()
+        np.testing.assert_allclose(got, expected, atol=1e-3)
+
+
+@pytest.mark.parametrize("method", sorted(ss.METHODS))
+def test_any_axis_equals_the_last_axis(method):
+    x = _data((3, 7, 2))
+    moved = np.moveaxis(x, 1, -1)
+    kw = dict(temperature=0.3)
+    np.testing.assert_allclose(ss.soft_rank(x, method, axis=1, **kw).numpy(),
+                               np.moveaxis(ss.soft_rank(moved, method, **kw).numpy(), -1, 1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ss.soft_sort(x, method, axis=1, **kw).numpy(),
+                               np.moveaxis(ss.soft_sort(moved, method, **kw).numpy(), -1, 1),
+                               rtol=1e-5, atol=1e-5)
+    if "quantile" in ss.METHODS[method].operations:
+        got = ss.soft_quantile(x, [0.3, 0.6], method, axis=1, **kw).numpy()
+        ref = ss.soft_quantile(moved, [0.3, 0.6], method, **kw).numpy()
+        np.testing.assert_allclose(got, np.moveaxis(ref, -1, 1), rtol=1e-5, atol=1e-5)
+        assert ss.soft_quantile(x, 0.5, method, axis=1, **kw).shape == (3, 2)
+
+
+@pytest.mark.parametrize("method", MASKABLE)
+def test_masks_and_ragged_lists_equal_the_unpadded_lists(method):
+    x = _data((2, 7))
+    mask = np.array([[True] * 7, [True] * 4 + [False] * 3])
+    kw = dict(temperature=0.3)
+    padded = np.where(mask, x, np.nan).astype(np.float32)
+    ranks = ss.soft_rank(padded, method, mask=mask, **kw).numpy()
+    assert np.all(np.isfinite(ranks))
+    alone = ss.soft_rank(x[1:, :4], method, **kw).numpy()
+    np.testing.assert_allclose(ranks[1, :4], alone[0], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(ranks[1, 4:], 0.0)
+    ragged = tf.ragged.constant([x[0].tolist(), x[1, :4].tolist()])
+    out = ss.soft_rank(ragged, method, **kw)
+    assert isinstance(out, tf.RaggedTensor)
+    np.testing.assert_allclose(out[1].numpy(), alone[0], rtol=1e-5, atol=1e-4)
+    if "topk" in ss.METHODS[method].operations:
+        top = ss.soft_topk(padded, 2, method, mask=mask, **kw).numpy()
+        np.testing.assert_allclose(top[1, 4:], 0.0)
+        np.testing.assert_allclose(top[1, :4], ss.soft_topk(x[1:, :4], 2, method, **kw)[0],
+                                   rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", sorted(ss.METHODS))
+def test_gradients_are_finite_and_xla_equals_eager_for_unknown_n(method):
+    x = tf.constant(_data((2, 7)))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(ss.soft_rank(x, method, temperature=0.5) * tf.range(7.0))
+    grad = tape.gradient(loss, x).numpy()
+    assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 0
+    fn = tf.function(lambda v: ss.soft_sort(v, method, temperature=0.5),
+                     input_signature=[tf.TensorSpec([None, None])], jit_compile=True)
+    np.testing.assert_allclose(fn(x).numpy(), ss.soft_sort(x, method, temperature=0.5).numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_bad_calls_name_the_argument():
+    x = _data()
+    with pytest.raises(ValueError, match="`method` must be one of"):
+        ss.soft_rank(x, "bubble")
+    with pytest.raises(ValueError, match="does not define a soft quantile"):
+        ss.soft_quantile(x, 0.5, "softsort")
+    with pytest.raises(ValueError, match="does not define a soft topk"):
+        ss.soft_topk(x, 2, "permutahedron")
+    with pytest.raises(ValueError, match="set the same argument"):
+        ss.soft_rank(x, "lapsum", temperature=0.1, alpha=0.2)
+    with pytest.raises(ValueError, match="`temperature`"):
+        ss.soft_rank(x, "sinkhorn", temperature=-1.0)
+    with pytest.raises(ValueError, match="`mask`"):
+        ss.soft_rank(x, "permutahedron", mask=np.ones_like(x, bool))
