@@ -248,3 +248,73 @@ def test_model_fit_learns_to_sort(layer):
     assert before["exact_permutation_accuracy"] < 0.2
     assert after["exact_permutation_accuracy"] > 0.9
     assert after["elementwise_permutation_accuracy"] > 0.95
+
+
+@pytest.mark.parametrize("method", ["softsort", "neuralsort", "sinkhorn"])
+def test_log_matrices_are_the_log_of_the_matrices_with_minus_inf_at_padding(method):
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=(4, 6)).astype(np.float32)
+    mask = np.ones((4, 6), bool)
+    mask[1, 4:] = False
+    p = ss.permutation_matrix(s, method, mask=mask).numpy()
+    log_p = ss.permutation_matrix(s, method, mask=mask, log=True).numpy()
+    np.testing.assert_allclose(np.exp(log_p), p, atol=1e-6)
+    assert np.all(np.isneginf(log_p[1, 4:, :])) and np.all(np.isneginf(log_p[1, :, 4:]))
+    assert np.all(np.isfinite(log_p[0]))
+    xla = tf.function(lambda v: ss.permutation_matrix(v, method, log=True), jit_compile=True,
+                      input_signature=[tf.TensorSpec([None, None])])
+    np.testing.assert_allclose(xla(s).numpy(), ss.permutation_matrix(s, method, log=True),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="`log=True`"):
+        ss.permutation_matrix(s, method, hard=True, log=True)
+
+
+def test_log_matrix_is_refused_by_a_family_without_one():
+    with pytest.raises(ValueError, match="no log-domain matrix"):
+        ss.permutation_matrix([[1.0, 2.0]], "lapsum", log=True)
+
+
+def test_cross_entropy_from_log_is_exact_and_equals_the_floored_one_away_from_the_floor():
+    rng = np.random.default_rng(4)
+    s = rng.normal(size=(8, 5)).astype(np.float32)
+    y = np.stack([rng.permutation(5) for _ in range(8)])
+    log_p = ss.permutation_matrix(s, "softsort", tau=3.0, log=True)
+    exact = -np.take_along_axis(log_p.numpy(), y[:, :, None], axis=-1)[..., 0].mean(-1)
+    got = ss.permutation_cross_entropy(y, log_p, from_log=True).numpy()
+    np.testing.assert_allclose(got, exact, rtol=1e-6)
+    floored = ss.permutation_cross_entropy(y, tf.exp(log_p)).numpy()
+    np.testing.assert_allclose(got, floored, rtol=1e-4)  # P̂ ≫ δ at τ = 3
+    matrix = tf.one_hot(y, 5)
+    np.testing.assert_allclose(ss.permutation_cross_entropy(matrix, log_p, from_log=True),
+                               got, rtol=1e-6)
+    loss = ss.PermutationCrossEntropy(from_log=True)
+    assert ss.PermutationCrossEntropy.from_config(loss.get_config()).get_config() == \
+        loss.get_config()
+    # Padded orderings: the padded rows of log P̂ hold −inf; the loss stays finite.
+    mask = np.ones((8, 5), bool)
+    mask[0, 3:] = False
+    y_pad = y.copy()
+    y_pad[0] = [*np.argsort(-s[0, :3], kind="stable"), -1, -1]
+    log_pad = ss.permutation_matrix(s, "softsort", tau=3.0, log=True, mask=mask)
+    assert np.all(np.isfinite(ss.permutation_cross_entropy(y_pad, log_pad, from_log=True)))
+
+
+def test_sinkhorn_cross_entropy_from_log_keeps_the_gradient_of_wrong_rows():
+    """At ε = 0.005 the Sinkhorn plan of a few squashed scores is nearly hard: with the
+    probability floor, most wrongly ordered rows of an untrained model get a gradient
+    scaled by P̂/δ ≈ 0 and teach nothing; computed from log P̂ every wrong row keeps one."""
+    rng = np.random.default_rng(0)
+    s = tf.constant(rng.normal(size=(200, 3)).astype(np.float32) * 3)
+    y = np.stack([rng.permutation(3) for _ in range(200)])
+    wrong = np.any(np.argsort(-s.numpy(), axis=-1, kind="stable") != y, axis=-1)
+    norms = {}
+    for log in (False, True):
+        with tf.GradientTape() as tape:
+            tape.watch(s)
+            p = ss.permutation_matrix(s, "sinkhorn", epsilon=0.005, log=log)
+            loss = ss.permutation_cross_entropy(y, p, from_log=log)
+        grad = tape.gradient(loss, s).numpy()
+        assert np.all(np.isfinite(grad))
+        norms[log] = np.linalg.norm(grad, axis=-1)[wrong]
+    assert np.mean(norms[False] < 1e-4) > 0.3  # the floor's vanishing gradients
+    assert np.mean(norms[True] < 1e-4) == 0.0

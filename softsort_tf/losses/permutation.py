@@ -16,7 +16,8 @@ DEFAULT_PROBABILITY_FLOOR = 1e-7
 @tf.autograph.experimental.do_not_convert
 def permutation_cross_entropy(y_true, y_pred,
                               probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
-                              y_true_format: str = "auto", *, mask=None):
+                              y_true_format: str = "auto", *, mask=None,
+                              from_log: bool = False):
     """Row-wise cross-entropy between the true permutation and P̂.
 
     For each position i, −Σ_j Y[i, j] log p̃[i, j] with the true permutation matrix Y
@@ -33,6 +34,10 @@ def permutation_cross_entropy(y_true, y_pred,
       y_pred: P̂ `[..., (S,) n, n]`.
       probability_floor: the probability floor δ in (0, 1) (default 1e-7).
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
+      from_log: `y_pred` is log P̂ (e.g. `permutation_matrix(..., log=True)`): the
+        row loss is −log P̂[i, y_i] exactly, without the floor, so a row whose true
+        entry is far below δ keeps a gradient of full size (with the floor, its
+        gradient is scaled by about P̂/δ).
       mask: optional boolean `[..., n]` of the valid items: the rows of sorted
         positions >= n_valid and the padded columns are ignored. Orderings may also
         mark padding with negative entries after the n_valid indices (no `mask`
@@ -55,10 +60,26 @@ def permutation_cross_entropy(y_true, y_pred,
     0.3466
     """
     floor = _checks.check_in_open_interval("probability_floor", probability_floor, 0.0, 1.0)
+    from_log = _checks.check_bool("from_log", from_log)
     y_true, y_pred, is_matrix, num_sample_axes, rows_valid = read_targets(
         y_true, y_pred, y_true_format, mask)
     dtype = _shapes.compute_dtype(y_pred.dtype)
     p = tf.cast(y_pred, dtype)
+    if from_log:
+        if is_matrix:
+            target = tf.cast(y_true, dtype)
+            if mask is not None:
+                columns = tf.cast(mask, tf.bool)[..., None, :]
+                for _ in range(num_sample_axes):
+                    columns = columns[..., None, :, :]
+                target = tf.where(columns, target, tf.zeros([], dtype))
+            picked = tf.where(target > 0, target * p, tf.zeros_like(p))
+            rows = -tf.reduce_sum(picked, axis=-1)
+        else:
+            rows = -pick(p, y_true)
+        # Padded rows (ignored by the mean) may hold −inf: keep them finite.
+        rows = tf.where(tf.math.is_finite(rows), rows, tf.zeros_like(rows))
+        return per_example_mean(rows, num_sample_axes, rows_valid)
     if is_matrix:
         target = tf.cast(y_true, dtype)
         if mask is not None:  # padded columns: no target mass (whatever y_true holds)
@@ -87,6 +108,7 @@ class PermutationCrossEntropy(LossFunctionWrapper):
         log(δ + (1 − δ)·P̂), so each row costs at most −log δ.
       y_true_format: 'auto' (default), 'indices' (orderings `[batch, n]`, position i
         holding the index of the i-th item) or 'matrix' (`[batch, n, n]`).
+      from_log: `y_pred` is log P̂ (see `permutation_cross_entropy`).
       reduction: Keras reduction (default 'sum_over_batch_size').
       name: loss name.
       dtype: dtype of the loss computation (default: Keras floatx); float16 and
@@ -101,9 +123,11 @@ class PermutationCrossEntropy(LossFunctionWrapper):
 
     def __init__(self, probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
                  y_true_format: str = "auto", reduction: str = "sum_over_batch_size",
-                 name: str = "permutation_cross_entropy", dtype=None):
+                 name: str = "permutation_cross_entropy", dtype=None, *,
+                 from_log: bool = False):
         super().__init__(
             permutation_cross_entropy, reduction=reduction, name=name, dtype=dtype,
             probability_floor=_checks.check_in_open_interval(
                 "probability_floor", probability_floor, 0.0, 1.0),
-            y_true_format=check_format(y_true_format))
+            y_true_format=check_format(y_true_format),
+            from_log=_checks.check_bool("from_log", from_log))

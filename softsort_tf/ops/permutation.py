@@ -81,6 +81,16 @@ DEFAULT_DISTANCE_POWER = 1.0
 # ---------------------------------------------------------------------------------
 # Shared plumbing.
 # ---------------------------------------------------------------------------------
+def check_log(log, hard: bool = False) -> bool:
+    """Validates `log` (log P̂ instead of P̂), which excludes `hard`."""
+    if not isinstance(log, (bool, np.bool_)):
+        raise ValueError(f"`log` must be a bool, got {log!r}.")
+    if log and hard:
+        raise ValueError("`log=True` returns log P̂ of the relaxation; it cannot be combined "
+                         "with `hard=True` (straight-through).")
+    return bool(log)
+
+
 def check_hard(hard) -> bool:
     if not isinstance(hard, (bool, np.bool_)):
         raise ValueError(f"`hard` must be a bool, got {hard!r}.")
@@ -201,11 +211,12 @@ def _matrix(lists: Lists, core, direction: str) -> ListResult:
     return ListResult(core(d, lists.mask), "square")
 
 
-def _relaxed(lists: Lists, core, direction: str, hard: bool) -> ListResult:
+def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False) -> ListResult:
     """`_matrix` of a relaxation `core(d, valid)` (DESCENDING `[batch, n]` → `[batch, n,
     n]`), with the straight-through option."""
     direction = _checks.check_direction(direction)
     hard = check_hard(hard)
+    check_log(log, hard)
 
     def relaxed_core(d, valid):
         perm = core(d, valid)
@@ -229,7 +240,7 @@ def _in_xla_context() -> bool:
         return False
 
 
-def _soft_sort_rows(top, s, power: float, tau: float, valid=None):
+def _soft_sort_rows(top, s, power: float, tau: float, valid=None, log: bool = False):
     """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p / τ) for `[batch, n]` `top`, `s`.
 
     The differences are taken before any scaling, so scores near the float range or
@@ -271,7 +282,17 @@ def _soft_sort_rows(top, s, power: float, tau: float, valid=None):
             cost = pair_cost(d, tf.zeros([], d.dtype), power)
         if not by_scale:
             cost = cost * cost_factor
-        if valid is not None:
+        if log:
+            # log P̂ = −cost − logsumexp(−cost) over the valid columns; −inf elsewhere.
+            logits = -cost
+            if valid is not None:
+                logits = tf.where(valid[:, None, :], logits, tf.constant(-np.inf, s.dtype))
+            log_perm = tf.nn.log_softmax(logits, axis=-1)
+            if valid is not None:
+                rows_valid = _sorted_positions_valid(valid)[:, :, None]
+                log_perm = tf.where(rows_valid, log_perm, tf.constant(-np.inf, s.dtype))
+            perm = tf.exp(log_perm)
+        elif valid is not None:
             # Valid row i contains s_[i] among the valid columns: its largest logit is 0.
             perm = _masked_normalise(tf.exp(-cost), valid)
         elif xla:
@@ -284,8 +305,13 @@ def _soft_sort_rows(top, s, power: float, tau: float, valid=None):
             perm = tf.nn.softmax(-cost, axis=-1)
 
         def grad(upstream):
-            # ∂L/∂logits of a row-wise softmax; its rows sum to 0.
-            h = perm * (upstream - tf.reduce_sum(upstream * perm, axis=-1, keepdims=True))
+            if log:
+                # ∂L/∂logits of a row-wise log-softmax (upstream 0 where log P̂ = −inf).
+                upstream = tf.where(perm > 0, upstream, tf.zeros_like(upstream))
+                h = upstream - perm * tf.reduce_sum(upstream, axis=-1, keepdims=True)
+            else:
+                # ∂L/∂logits of a row-wise softmax; its rows sum to 0.
+                h = perm * (upstream - tf.reduce_sum(upstream * perm, axis=-1, keepdims=True))
             factor = diff_factor * cost_factor
             if power == 1.0:
                 # logits = −|d|, d = t_i − s_j: ∂L/∂d = −σ h with σ = sign(d) read as
@@ -307,24 +333,26 @@ def _soft_sort_rows(top, s, power: float, tau: float, valid=None):
             d_grad = -tf.math.multiply_no_nan(slope, h)
             return tf.reduce_sum(d_grad, axis=-1), -tf.reduce_sum(d_grad, axis=-2)
 
-        return perm, grad
+        return (log_perm if log else perm), grad
 
     return rows(top, s)
 
 
-def _soft_sort_core(s, tau: float, power: float, valid=None):
+def _soft_sort_core(s, tau: float, power: float, valid=None, log: bool = False):
     """SoftSort on `[batch, n]` scores, DESCENDING: softmax_j(−|s_[i] − s_j|^p / τ);
     with `valid`, over the valid entries alone (see `_soft_sort_rows`)."""
     if valid is None:
-        return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power, tau)
+        return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power, tau,
+                               log=log)
     top = tf.gather(s, _descending_order(tf.stop_gradient(s), valid), batch_dims=1)
-    return _soft_sort_rows(top, s, power, tau, valid)
+    return _soft_sort_rows(top, s, power, tau, valid, log=log)
 
 
 @list_operator
 def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
                      distance_power: float = DEFAULT_DISTANCE_POWER,
-                     direction: str = "DESCENDING", hard: bool = False, *, mask=None):
+                     direction: str = "DESCENDING", hard: bool = False, *, mask=None,
+                     log: bool = False):
     """SoftSort relaxed permutation matrix (Prillo & Eisenschlos, 2020, eq. 4).
 
     P̂[i, :] = softmax(−|s_[i] − s|^p / τ), with s_[i] the i-th score in `direction`
@@ -348,6 +376,9 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
         scores (NaN and ±inf included) get zero gradient. A `tf.RaggedTensor`
         `[batch, (n)]` input gives a ragged `[batch, (n), (n)]` output. See
         softsort_tf._masking.
+      log: return log P̂, computed in the log domain (a log-softmax: entries far below
+        the smallest float stay finite; −inf where P̂ is 0 by padding), for
+        `permutation_cross_entropy(..., from_log=True)`. Excludes `hard`.
 
     Returns:
       P̂ `[..., n, n]` in the dtype of `scores`: non-negative, rows sum to 1 (rows of
@@ -363,8 +394,8 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
     """
     tau = _checks.check_positive("tau", tau)
     power = _checks.check_positive("distance_power", distance_power)
-    return _relaxed(scores, lambda s, valid: _soft_sort_core(s, tau, power, valid),
-                    direction, hard)
+    return _relaxed(scores, lambda s, valid: _soft_sort_core(s, tau, power, valid, log),
+                    direction, hard, log)
 
 
 def _abs_row_sums(s, weights=None):
@@ -400,7 +431,7 @@ def _abs_row_sums(s, weights=None):
     return row_sums(s)
 
 
-def _neural_sort_core(s, tau: float, valid=None):
+def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
     """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory.
 
     The logits are linear in s: they are computed for s / M, with M the power of two
@@ -441,6 +472,13 @@ def _neural_sort_core(s, tau: float, valid=None):
     largest_float = float(info.max)
     inv_tau = tf.constant(min(1.0 / tau, largest_float), dtype)
     factor = tf.minimum(scale * inv_tau, largest_float)  # inf (overflow) → largest float
+    if log:
+        scaled = logits * factor[:, :, None]
+        if valid is None:
+            return tf.nn.log_softmax(scaled, axis=-1)
+        minus_inf = tf.constant(-np.inf, dtype)
+        log_perm = tf.nn.log_softmax(tf.where(valid[:, None, :], scaled, minus_inf), axis=-1)
+        return tf.where(_sorted_positions_valid(valid)[:, :, None], log_perm, minus_inf)
     if valid is None:
         logits = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
         return tf.nn.softmax(logits * factor[:, :, None], axis=-1)
@@ -455,7 +493,7 @@ def _neural_sort_core(s, tau: float, valid=None):
 
 @list_operator
 def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCENDING",
-                       hard: bool = False, *, mask=None):
+                       hard: bool = False, *, mask=None, log: bool = False):
     """NeuralSort relaxed permutation matrix (Grover et al., 2019).
 
     P̂[i, :] = softmax(((n + 1 − 2i)·s − A_s·1) / τ), i = 1..n, with
@@ -471,6 +509,7 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
         As τ → 0, P̂ tends to the exact permutation matrix.
       direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
       hard: straight-through (see `soft_sort_matrix`).
+      log: return log P̂, computed in the log domain (see `soft_sort_matrix`).
       mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row
         i = 1..n_valid is softmax(((n_valid + 1 − 2i)·s − A_s·w) / τ) over the valid
         entries, A_s·w summing over the valid entries only, so the valid block is P̂
@@ -489,4 +528,5 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
            [1., 0., 0.]], dtype=float32)
     """
     tau = _checks.check_positive("tau", tau)
-    return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid), direction, hard)
+    return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid, log), direction,
+                    hard, log)

@@ -41,6 +41,8 @@ class PermutationOperator:
       default_temperature: the default of that argument.
       doubly_stochastic: whether the columns of P̂ sum to 1 too.
       reference: where it comes from.
+      log_domain: whether `matrix(..., log=True)` returns log P̂ computed in the log
+        domain (for `permutation_cross_entropy(..., from_log=True)`).
     """
 
     name: str
@@ -49,9 +51,14 @@ class PermutationOperator:
     default_temperature: float
     doubly_stochastic: bool
     reference: str
+    log_domain: bool = False
 
     def matrix(self, scores, *, direction: str = "DESCENDING", hard: bool = False,
                mask=None, **kwargs) -> tf.Tensor:
+        if kwargs.get("log") and not self.log_domain:
+            raise ValueError(f"method={self.name!r} has no log-domain matrix (`log=True`); "
+                             f"the methods that have one are "
+                             f"{[m for m, op in PERMUTATION_OPERATORS.items() if op.log_domain]}.")
         if mask is not None:
             kwargs["mask"] = mask
         return self.matrix_fn(scores, direction=direction, hard=hard, **kwargs)
@@ -67,6 +74,8 @@ def _with_straight_through(matrix_fn):
         if "axis" in kwargs or "return_info" in kwargs:
             raise ValueError("`axis` and `return_info` are not supported here: scores are "
                              "sorted along their last axis; call the operator directly.")
+        if hard and kwargs.get("log"):
+            raise ValueError("`log=True` cannot be combined with `hard=True`.")
         perm = matrix_fn(scores, direction=direction, mask=mask, **kwargs)
         if not hard:
             return perm
@@ -81,11 +90,12 @@ def _with_straight_through(matrix_fn):
 PERMUTATION_OPERATORS: dict[str, PermutationOperator] = {
     op.name: op for op in (
         PermutationOperator("softsort", soft_sort_matrix, "tau", DEFAULT_TAU, False,
-                            "Prillo & Eisenschlos (2020), eq. 4"),
+                            "Prillo & Eisenschlos (2020), eq. 4", log_domain=True),
         PermutationOperator("neuralsort", neural_sort_matrix, "tau", DEFAULT_TAU, False,
-                            "Grover et al. (2019)"),
+                            "Grover et al. (2019)", log_domain=True),
         PermutationOperator("sinkhorn", _with_straight_through(sinkhorn_permutation_matrix),
-                            "epsilon", DEFAULT_EPSILON, True, "Cuturi, Teboul & Vert (2019)"),
+                            "epsilon", DEFAULT_EPSILON, True, "Cuturi, Teboul & Vert (2019)",
+                            log_domain=True),
         PermutationOperator("lapsum", _with_straight_through(lapsum_permutation_matrix),
                             "alpha", DEFAULT_ALPHA, True,
                             "Struski, Bednarczyk, Podolak & Tabor (2025)"),
@@ -116,6 +126,8 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
       direction: 'DESCENDING' (default) or 'ASCENDING'.
       hard: straight-through (see `soft_sort_matrix`): the exact permutation in the
         forward pass, the gradient of the relaxation in the backward pass.
+      log: (keyword, for the operators with `log_domain`) return log P̂ computed in the
+        log domain, for `permutation_cross_entropy(..., from_log=True)`.
       **kwargs: the operator's own arguments: `tau`, `distance_power` (SoftSort);
         `tau` (NeuralSort); `options`, `squash`, `targets` or fields of
         `SinkhornOptions` such as `epsilon` (Sinkhorn); `alpha` (LapSum).

@@ -99,6 +99,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
+from softsort_tf.ops.permutation import check_log
 from softsort_tf.ops.transport import (
     NEGLIGIBLE_MASS,
     TargetMeasure,
@@ -516,8 +517,9 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
 
 @sinkhorn_operator
 def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCENDING", *,
-                                mask=None, squash="logistic", targets: str = "regular",
-                                check_numerics: bool = False, return_info: bool = False,
+                                mask=None, log: bool = False, squash="logistic",
+                                targets: str = "regular", check_numerics: bool = False,
+                                return_info: bool = False,
                                 options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Doubly-stochastic relaxed permutation matrix P̂ = n Pᵀ (n × n transport plan).
 
@@ -530,6 +532,9 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
 
     Args:
       scores: `[..., n]` real tensor.
+      log: return log P̂ = log n + (f ⊕ g − C)ᵀ/ε, read off the solver's potentials
+        (entries far below the smallest float stay finite; −inf where P̂ is 0 by
+        padding), for `permutation_cross_entropy(..., from_log=True)`.
 {common}
 
     Returns:
@@ -542,12 +547,18 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
+    check_log(log)
     t = _solve(scores, TargetMeasure.one_per_entry(), direction, squash, targets, options,
                option_kwargs)
-    perm = t.count[:, None, None] * tf.linalg.matrix_transpose(t.plan)  # [batch, n, n]
+    if log:  # log P̂ = log n + (f + g − C)ᵀ/ε, from the potentials
+        count = tf.maximum(t.count, 1.0)
+        perm = tf.math.log(count)[:, None, None] + tf.linalg.matrix_transpose(
+            t.result.log_plan())
+    else:
+        perm = t.count[:, None, None] * tf.linalg.matrix_transpose(t.plan)  # [batch, n, n]
     if t.mask is not None:
         # Rows: sorted positions >= n_valid are 0; columns: padded entries are 0.
         rows = _masking.valid_prefix(tf.cast(t.count, tf.int32), tf.shape(perm)[-1])
         keep = tf.logical_and(rows[:, :, None], t.mask[:, None, :])
-        perm = _masking.fill_padded(perm, keep)
+        perm = _masking.fill_padded(perm, keep, -np.inf if log else 0.0)
     return ListResult(perm, "square", info=t.info())
