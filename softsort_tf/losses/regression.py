@@ -20,10 +20,10 @@ from softsort_tf._keras import get_keras_mask
 from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf.ops.errors import align, regression_errors
 from softsort_tf.ops.transport import TargetMeasure, Transport
 from softsort_tf.ops.wrapper import ListResult, list_operator
 from softsort_tf.options import SinkhornOptions
-from softsort_tf.solvers.cost import pair_cost
 
 _PACKAGE = "softsort_tf"
 DEFAULT_QUANTILE_WIDTH = 0.1
@@ -92,42 +92,6 @@ def quantile_bins(quantile: float, width: float | None = None) -> tuple[np.ndarr
     if width is None:
         width = min(DEFAULT_QUANTILE_WIDTH, quantile, 1.0 - quantile)
     return sinkhorn_ops.quantile_target_weights(quantile, width)
-
-
-def _align(y_true, y_pred):
-    """Squeezes a trailing axis of size 1 so that y_true and y_pred have equal rank."""
-    rank_t, rank_p = y_true.shape.rank, y_pred.shape.rank
-    if rank_t == rank_p + 1 and y_true.shape[-1] == 1:
-        y_true = y_true[..., 0]
-    elif rank_p == rank_t + 1 and y_pred.shape[-1] == 1:
-        y_pred = y_pred[..., 0]
-    return y_true, y_pred
-
-
-def regression_errors(y_true, y_pred, power: float = 1.0):
-    """Per-example errors e_i = mean over the non-batch axes of |y_i − ŷ_i|^power.
-
-    Args:
-      y_true: `[batch]` or `[batch, ...]` targets (a trailing axis of size 1 on either
-        side is squeezed to match the other).
-      y_pred: predictions of the same shape.
-      power: exponent > 0 (1: absolute errors, 2: squared errors); gradients are
-        finite where y = ŷ for any power.
-
-    Returns:
-      `[batch]` errors in the dtype of `y_pred` (float).
-    """
-    y_pred = tf.convert_to_tensor(y_pred)
-    if not y_pred.dtype.is_floating:
-        y_pred = tf.cast(y_pred, tf.float32)
-    y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
-    y_true, y_pred = _align(y_true, y_pred)
-    if y_pred.shape.rank is None or y_pred.shape.rank < 1:
-        raise ValueError(f"`y_pred` must have a batch axis, got shape {y_pred.shape}.")
-    err = pair_cost(y_true, y_pred, power)
-    if err.shape.rank > 1:
-        err = tf.reduce_mean(err, axis=list(range(1, err.shape.rank)))
-    return err
 
 
 @list_operator
@@ -255,7 +219,7 @@ def _residuals(y_true, y_pred):
     if not y_pred.dtype.is_floating:
         y_pred = tf.cast(y_pred, tf.float32)
     y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
-    y_true, y_pred = _align(y_true, y_pred)
+    y_true, y_pred = align(y_true, y_pred)
     if y_pred.shape.rank == 2 and y_pred.shape[-1] == 1:
         y_true, y_pred = y_true[:, 0], y_pred[:, 0]
     if y_pred.shape.rank != 1:

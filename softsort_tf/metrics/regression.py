@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
-
 import keras
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.losses.regression import regression_errors
 from softsort_tf.ops import hard_stats
+from softsort_tf.ops.errors import regression_errors
 
 _PACKAGE = "softsort_tf"
 
@@ -19,7 +17,7 @@ class _BatchErrorMetric(keras.metrics.Metric):
 
     Args:
       error_power: exponent of the per-example error |y − ŷ|^error_power (mean over
-        non-batch axes); `power` is its deprecated name.
+        non-batch axes).
       name, dtype: as in `keras.metrics.Metric`.
 
     `sample_weight` gives the masses of the examples in each batch statistic: finite
@@ -33,12 +31,8 @@ class _BatchErrorMetric(keras.metrics.Metric):
     without `drop_remainder`), also under XLA.
     """
 
-    def __init__(self, error_power: float, name: str, dtype=None, power: float | None = None):
+    def __init__(self, error_power: float, name: str, dtype=None):
         super().__init__(name=name, dtype=dtype)
-        if power is not None:
-            warnings.warn("The error exponent `power` is now `error_power`.",
-                          DeprecationWarning, stacklevel=3)
-            error_power = power
         self.error_power = _checks.check_positive("error_power", error_power)
         self._direction = "down"
         self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
@@ -92,7 +86,7 @@ class QuantileError(_BatchErrorMetric):
 
     Args:
       quantile: τ in (0, 1) (default 0.5: the median error).
-      error_power: error exponent (default 1); `power` is its deprecated name.
+      error_power: error exponent (default 1).
       width: None (default) for the exact quantile, or the window mass t.
       name, dtype: as in `keras.metrics.Metric`.
 
@@ -104,9 +98,8 @@ class QuantileError(_BatchErrorMetric):
     """
 
     def __init__(self, quantile: float = 0.5, error_power: float = 1.0,
-                 width: float | None = None, name: str = "quantile_error", dtype=None, *,
-                 power: float | None = None):
-        super().__init__(error_power=error_power, name=name, dtype=dtype, power=power)
+                 width: float | None = None, name: str = "quantile_error", dtype=None):
+        super().__init__(error_power=error_power, name=name, dtype=dtype)
         self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
         self.width = None if width is None else _checks.check_positive("width", width)
         if self.width is not None:
@@ -138,7 +131,7 @@ class TrimmedError(_BatchErrorMetric):
     Args:
       start_quantile: s in [0, 1) (default 0).
       end_quantile: e in (s, 1] (default 0.5).
-      error_power: error exponent (default 1); `power` is its deprecated name.
+      error_power: error exponent (default 1).
       name, dtype: as in `keras.metrics.Metric`.
 
     Example:
@@ -149,9 +142,8 @@ class TrimmedError(_BatchErrorMetric):
     """
 
     def __init__(self, start_quantile: float = 0.0, end_quantile: float = 0.5,
-                 error_power: float = 1.0, name: str = "trimmed_error", dtype=None, *,
-                 power: float | None = None):
-        super().__init__(error_power=error_power, name=name, dtype=dtype, power=power)
+                 error_power: float = 1.0, name: str = "trimmed_error", dtype=None):
+        super().__init__(error_power=error_power, name=name, dtype=dtype)
         self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
             start_quantile, end_quantile, "start_quantile", "end_quantile")
 
