@@ -143,3 +143,17 @@ def test_property_every_scale_gives_exact_ranks_and_bounded_monotone_sorts(dtype
     tol = 1e-5 * span
     assert np.all(np.diff(s[0]) >= -tol)
     assert s.min() >= x.min() - tol and s.max() <= x.max() + tol
+
+
+def test_robust_squash_limit_on_rows_mostly_of_huge_values_and_the_remedy():
+    """The documented limit of squash='robust': when most of a row is orders of
+    magnitude larger than the rest, the small entries tie; LapSum (no squashing)
+    resolves them."""
+    x = np.array([[3.0e38, 3.1e38, 3.2e38, 1.0, -5.0, 2.5e38, 0.5]], np.float32)
+    hard = scipy.stats.rankdata(x, axis=-1)
+    robust = ss.sinkhorn_rank(x, squash="robust", epsilon=1e-4).numpy()
+    small = robust[0, [3, 4, 6]]
+    assert small.max() - small.min() < 0.5  # the small entries tie (the limit)
+    lapsum = ss.soft_rank(x, "lapsum", temperature=0.01).numpy()
+    assert np.all(np.isfinite(lapsum))
+    np.testing.assert_allclose(lapsum, hard, atol=0.05)

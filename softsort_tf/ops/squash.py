@@ -18,6 +18,18 @@ Algorithm 2, g̃(x) = g((x − mean) / std)).
   ranks tie. Use 'robust' when rows have outliers, heavy tails or values spanning
   many orders of magnitude (it resolves the bulk as long as fewer than half of a
   row's entries are outliers). Median and MAD are weighted by the input weights.
+  Its limit: entries are told apart by their distance to the row's median in units
+  of the MAD. When more than half of a row is orders of magnitude larger than the
+  rest, the median and the MAD are those of the large entries, every small entry sits
+  at the same huge distance from the median (to float64 precision), and the small
+  entries tie: `[3.0e38, 3.1e38, 3.2e38, 1.0, -5.0, 2.5e38, 0.5]` ranks its three
+  small values alike at any ε. No squash into [0, 1] can avoid this at small ε: two
+  squashed entries are resolved when they differ by much more than ε·(n − 1)/2 (the
+  cost of swapping them on the regular grid), and [0, 1] holds few such gaps. For
+  rows like these use `soft_rank(x, method='lapsum')` (no squashing; its `alpha` is
+  in the units of the scores: entries farther apart than α are resolved whatever
+  the rest of the row), or transform the inputs so that the scales you care about
+  become comparable distances (e.g. `tf.math.asinh(x)`).
 - `None`: inputs are used as given (use for values already in [0, 1]).
 
 Every squash is computed without overflow or loss of range: float32 inputs are
