@@ -33,7 +33,11 @@ HARNESS_DISTRIBUTIONS = ("tensorflow-datasets", "keras-tuner", "absl-py", "sciki
 HARNESS_IMPORTS = ("tensorflow_datasets", "keras_tuner", "sklearn")
 CORE_DISTRIBUTIONS = ("tensorflow", "keras", "numpy")
 # Benchmarks of an internal piece itself (not of the public API): (file, module) pairs.
-INTERNAL_BENCHMARKS = {("scripts/bench_sinkhorn.py", "softsort_tf.solvers.sinkhorn")}
+INTERNAL_BENCHMARKS = {
+    ("scripts/bench_sinkhorn.py", "softsort_tf.solvers.sinkhorn"),  # the solver loop
+    ("scripts/bench_permutahedron_draft.py", "softsort_tf.ops.lapsum"),
+    ("scripts/bench_permutahedron_draft.py", "softsort_tf.ops.permutahedron"),
+}
 
 
 def _requirement_names(text: str) -> list[str]:
