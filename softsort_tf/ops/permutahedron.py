@@ -97,9 +97,12 @@ def _pav_loop(a0, c0, kl: bool):
         return tf.tensor_scatter_nd_update(t, idx, tf.where(where, val, cur))
 
     def merge_needed(top, ba, bc):
+        # Neighbouring blocks of equal value are pooled too: the blocks are then the
+        # maximal runs on which v is constant (the convention of the reference
+        # implementations), which fixes the Jacobian at such points.
         last = _value(at(ba, top - 1), at(bc, top - 1), kl)
         prev = _value(at(ba, top - 2), at(bc, top - 2), kl)
-        return tf.logical_and(top >= 2, prev < last)
+        return tf.logical_and(top >= 2, prev <= last)
 
     def outer_body(i, top, ba, bc, start):
         everyone = tf.ones([b], tf.bool)
