@@ -1,0 +1,699 @@
+"""Permutations as inputs: the SUQUAN benchmark and Kendall-kernel SVMs.
+
+The experiment of the talk "permutations as inputs" (`vert_permutations_slides`,
+"Experiments: CIFAR-10"; Le Morvan & Vert 2017, "Supervised quantile normalisation"):
+the 45 one-vs-one binary problems of a 10-class image set, a linear logistic
+regression on the p pixels of each image, with the pixels
+
+- `raw`: as they are (grey levels in [0, 1]);
+- `uniform`, `gaussian`, `median`: quantile-normalised onto a fixed target quantile
+  function f: the uniform quantiles (j − ½)/m, the standard normal quantiles
+  Φ⁻¹((j − ½)/m), or the element-wise median of the training images' own quantile
+  functions;
+- `suquan`: quantile-normalised onto an f learned jointly with the linear model
+  (SUQUAN), started at the median f.
+
+Quantile normalisation Ψ_f(x) = Π_σ(x) f keeps the order of the pixels of x and
+replaces their values by those of f ("keep the order of x, change the values to f").
+f has m levels (default m = p, one per rank, as in the talk); level j covers the ranks
+in [(j − 1)p/m, jp/m). Ties, which are many in MNIST (about 80 % of the pixels of a
+digit are 0), are handled as the transport does: the t pixels tied at ranks
+[lo, lo + t) share that mass interval and all take the mean of f over it,
+
+    Ψ_f(x)_i = (G(hi_i / p) − G(lo_i / p)) / ((hi_i − lo_i) / p),   G(u) = ∫₀ᵘ f,
+
+lo_i = #{k: x_k < x_i}, hi_i = #{k: x_k ≤ x_i} (without ties: Ψ_f(x)_i = f at the rank
+of x_i). This is the ε → 0 limit of `softsort_tf.SinkhornQuantileNormalization` (the
+entropic transport of the pixels onto m equal bins tends to the monotone coupling, and
+a tied block is spread evenly over its bins), computed exactly: for raw-pixel inputs
+the ranks do not depend on the parameters, so the hard operator is differentiable in f
+and needs no relaxation. The learned f uses that layer's parameterisation
+(`target_values()` with `learn_range=False`): f = cumsum(softmax(h)), increasing from
+above 0 to 1 at every step of training; the linear model then fixes the scale.
+
+Training (ours; the talk gives no budget): every method trains, at once, one model per
+L2 strength λ of `l2_grid` (loss: mean logistic loss + λ‖w‖²) by full-batch Adam for
+`steps` steps from w = 0; every `eval_every` steps the validation accuracy is read, and
+the (λ, step) with the best validation accuracy (then the lowest validation loss) is
+kept. The test set is the standard test set restricted to the pair; reported: test
+accuracy and AUC.
+
+Kendall kernels (Jiao & Vert 2015; talk: "kernel trick useful with few samples in
+large dimensions"): an SVM (`sklearn.svm.SVC(kernel='precomputed')`) on the Gram matrix
+of Kendall's τ-b between the pixel vectors (`softsort_tf.kendall_kernel`; τ-b counts a
+pair of pixels tied in an image, such as two background pixels, as neither concordant
+nor discordant and normalises by the untied pairs), against a linear SVM and an L2
+logistic regression on the raw pixels, at small training sizes. To compute one Gram
+matrix for all 45 problems, each digit gets a fixed pool of training images and of
+test images; the problem (a, b) at size s uses the first s/2 pool images of each
+digit, so the sizes are nested. The SVM's C (and the logistic regression's C) is
+chosen by stratified cross-validation on the training images alone.
+
+`run(config)` writes one JSON file per problem as it finishes (`pairs/a_b.json`,
+`kernel/pairs/a_b.json`, the Gram blocks in `kernel/gram/`): a restarted run skips the
+finished problems and blocks. `results.json` (rewritten after each problem) holds the
+mean ± standard error over the finished problems of every method, and the per-problem
+numbers. `scripts/train_suquan.py` is the binary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import softsort_tf as ss
+from softsort_tf.experiments import training
+
+__all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "SuquanConfig",
+           "fixed_quantile_function", "gram_blocks", "load_images", "pair_data",
+           "quantile_functions", "quantile_normalize", "rank_intervals", "run",
+           "suquan_targets", "summarize", "train_linear_models"]
+
+METHODS = ("raw", "uniform", "gaussian", "median", "suquan")
+KERNEL_METHODS = ("kendall_svm", "linear_svm", "logistic")
+PAIRS = tuple(itertools.combinations(range(10), 2))
+DATASETS = ("npz", "digits", "mnist", "cifar10")
+DEFAULT_MNIST_NPZ = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    os.pardir, "shared", "data", "mnist.npz")
+_C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
+_FLOOR = 1e-4  # smallest step of a learned f, in units of its range / m (see suquan_targets)
+
+
+@dataclasses.dataclass
+class SuquanConfig:
+    """Everything a run depends on (the binary's flags; see the module docstring)."""
+
+    output_dir: str = "/tmp/softsort_tf_suquan"
+    dataset: str = "npz"
+    mnist_npz: str = DEFAULT_MNIST_NPZ
+    validation_size: int = 5000
+    pairs: tuple = ()  # (a, b) problems; empty: all 45
+    methods: tuple = METHODS
+    train_size: int = 1000
+    val_size: int = 1000
+    num_levels: int | None = None  # m; None: one level per pixel
+    l2_grid: tuple = (1e-5, 1e-4, 1e-3, 1e-2)
+    steps: int = 300
+    eval_every: int = 25
+    learning_rate: float = 0.02
+    kernel_sizes: tuple = (50, 100, 200)
+    kernel_test_per_class: int = 50
+    kernel_block: int = 100
+    cv_folds: int = 5
+    seed: int = 0
+    stop_after_pairs: int | None = None
+    verbose: int = 1
+
+    def finalize(self) -> SuquanConfig:
+        """Validates the fields (ValueError naming the field); returns self."""
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}.")
+        self.pairs = tuple(tuple(int(c) for c in p) for p in (self.pairs or PAIRS))
+        for a, b in self.pairs:
+            if not (0 <= a < b <= 9):
+                raise ValueError(f"pairs must be (a, b) with 0 <= a < b <= 9, got {(a, b)}.")
+        self.methods = tuple(self.methods)
+        for m in self.methods:
+            if m not in METHODS:
+                raise ValueError(f"methods must be among {METHODS}, got {m!r}.")
+        for name in ("train_size", "val_size", "steps", "eval_every", "kernel_test_per_class",
+                     "kernel_block", "validation_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
+        if self.cv_folds < 2:
+            raise ValueError(f"cv_folds must be >= 2, got {self.cv_folds}.")
+        if self.num_levels is not None and self.num_levels < 1:
+            raise ValueError(f"num_levels must be a positive int or None, got "
+                             f"{self.num_levels}.")
+        self.l2_grid = tuple(float(v) for v in self.l2_grid)
+        if not self.l2_grid or min(self.l2_grid) < 0:
+            raise ValueError(f"l2_grid must be non-empty values >= 0, got {self.l2_grid}.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        self.kernel_sizes = tuple(sorted(int(s) for s in self.kernel_sizes))
+        for s in self.kernel_sizes:
+            if s < 2 * self.cv_folds or s % 2:
+                raise ValueError(f"kernel_sizes must be even and >= 2 * cv_folds "
+                                 f"({2 * self.cv_folds}), got {s}.")
+        return self
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_images(config: SuquanConfig):
+    """`(x_train, y_train, x_val, y_val, x_test, y_test)`: flattened grey images
+    `[N, p]` float32 in [0, 1] (colour images converted to grey levels,
+    0.299 R + 0.587 G + 0.114 B) and int labels; the last `validation_size` training
+    images are the validation part (scikit-learn digits: their fixed split)."""
+    from softsort_tf.datasets import images  # noqa: PLC0415
+
+    if config.dataset == "npz" and not os.path.exists(config.mnist_npz):
+        raise ValueError(f"mnist_npz: no file {config.mnist_npz!r} (an npz with x_train, "
+                         "y_train, x_test, y_test); pass --mnist_npz, or --dataset=digits "
+                         "(offline, scikit-learn) or --dataset=mnist / cifar10 "
+                         "(tensorflow-datasets).")
+    s = images.load_image_splits(config.dataset, npz_path=config.mnist_npz,
+                                 validation_size=config.validation_size)
+
+    def flat(x):
+        if x.shape[-1] == 3:
+            x = x @ np.array([0.299, 0.587, 0.114], np.float32)
+        return np.asarray(x, np.float32).reshape(len(x), -1)
+
+    return (flat(s.x_train), s.y_train, flat(s.x_val), s.y_val, flat(s.x_test), s.y_test)
+
+
+@dataclasses.dataclass
+class PairData:
+    """One binary problem: label 1 for digit b, 0 for digit a."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def _subset(x, y, a, b, size, rng):
+    idx = np.flatnonzero((y == a) | (y == b))
+    if size is not None and size < len(idx):
+        idx = np.sort(rng.choice(idx, size, replace=False))
+    return x[idx], (y[idx] == b).astype(np.float32)
+
+
+def pair_data(data, a: int, b: int, train_size: int, val_size: int, seed: int) -> PairData:
+    """The problem (a, b): a random sample of `train_size` training and `val_size`
+    validation images of the two classes (seeded by `seed` and the pair), all their
+    test images."""
+    x_train, y_train, x_val, y_val, x_test, y_test = data
+    rng = np.random.default_rng([seed, a, b])
+    return PairData(*_subset(x_train, y_train, a, b, train_size, rng),
+                    *_subset(x_val, y_val, a, b, val_size, rng),
+                    *_subset(x_test, y_test, a, b, None, rng))
+
+
+# ------------------------------------------------------------ quantile normalisation
+
+
+def rank_intervals(x) -> tuple[np.ndarray, np.ndarray]:
+    """`(lo, hi)`, int32 `[N, p]`: lo_i = #{k: x_k < x_i}, hi_i = #{k: x_k ≤ x_i} per
+    row; the t entries of a tie block share the ranks [lo, lo + t) (the mid-rank of
+    `softsort_tf.rankdata` is (lo + hi + 1)/2)."""
+    x = np.asarray(x)
+    n = x.shape[1]
+    order = np.argsort(x, axis=1, kind="stable")
+    s = np.take_along_axis(x, order, axis=1)
+    change = s[:, 1:] != s[:, :-1]
+    positions = np.broadcast_to(np.arange(n), s.shape)
+    starts = np.ones(s.shape, bool)
+    starts[:, 1:] = change
+    start = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
+    ends = np.ones(s.shape, bool)
+    ends[:, :-1] = change
+    end = np.minimum.accumulate(np.where(ends, positions + 1, n)[:, ::-1], axis=1)[:, ::-1]
+    lo, hi = np.empty_like(order), np.empty_like(order)
+    np.put_along_axis(lo, order, start, axis=1)
+    np.put_along_axis(hi, order, end, axis=1)
+    return lo.astype(np.int32), hi.astype(np.int32)
+
+
+class _Interpolation:
+    """Precomputed reading of G(c/p) = ∫₀^{c/p} f off the cumulative sums of f, for the
+    rank counts c of `rank_intervals` (f a step function of m levels)."""
+
+    def __init__(self, lo, hi, m: int):
+        p = lo.shape[1]
+        self.m = m
+        t_lo, t_hi = lo.astype(np.float64) * m / p, hi.astype(np.float64) * m / p
+        self.j_lo = np.floor(t_lo).astype(np.int32)  # in [0, m]
+        self.j_hi = np.floor(t_hi).astype(np.int32)
+        self.frac_lo = (t_lo - self.j_lo).astype(np.float32)
+        self.frac_hi = (t_hi - self.j_hi).astype(np.float32)
+        self.inv_width = (1.0 / (t_hi - t_lo)).astype(np.float32)  # levels have width 1/m
+        self.exact = not (self.frac_lo.any() or self.frac_hi.any())  # e.g. m = p
+
+    def apply(self, f):
+        """Ψ_f for f `[m]` or `[K, m]` (TensorFlow, differentiable in f): `[N, p]` or
+        `[K, N, p]`."""
+        f = tf.convert_to_tensor(f, tf.float32)
+        c = tf.concat([tf.zeros_like(f[..., :1]), tf.cumsum(f, axis=-1)], axis=-1)
+        if self.exact:
+            return (tf.gather(c, self.j_hi, axis=-1)
+                    - tf.gather(c, self.j_lo, axis=-1)) * self.inv_width
+        step = tf.concat([f, f[..., -1:]], axis=-1)  # slope of G on [j/m, (j+1)/m)
+
+        def g(j, frac):
+            return tf.gather(c, j, axis=-1) + frac * tf.gather(step, j, axis=-1)
+
+        return (g(self.j_hi, self.frac_hi) - g(self.j_lo, self.frac_lo)) * self.inv_width
+
+
+def quantile_normalize(x, f):
+    """Quantile normalisation Ψ_f(x) of the rows of x onto the m levels of f, ties
+    sharing the mean of f over their ranks (module docstring); the ε → 0 limit of
+    `softsort_tf.sinkhorn_quantile_normalization`.
+
+    Args:
+      x: `[N, p]` array.
+      f: `[m]` target values (any order is read sorted, as the library does).
+
+    Returns:
+      `[N, p]` float32 numpy array.
+
+    Example:
+    >>> quantile_normalize([[0.3, 0.0, 0.0, 0.9]], [1.0, 2.0, 3.0, 4.0]).tolist()
+    [[3.0, 1.5, 1.5, 4.0]]
+    """
+    x = np.asarray(x, np.float32)
+    f = np.sort(np.asarray(f, np.float32))
+    lo, hi = rank_intervals(x)
+    return _Interpolation(lo, hi, len(f)).apply(f).numpy()
+
+
+def quantile_functions(x, m: int) -> np.ndarray:
+    """Each row's own quantile function at m levels: the mean of its sorted values over
+    the ranks [(j − 1)p/m, jp/m) of level j; `[N, m]` (the sorted rows when m = p)."""
+    s = np.sort(np.asarray(x, np.float64), axis=1)
+    p = s.shape[1]
+    c = np.concatenate([np.zeros((len(s), 1)), np.cumsum(s, axis=1)], axis=1)
+    edges = np.arange(m + 1) * p / m
+    left = np.floor(edges).astype(int)
+    frac = edges - left
+
+    def integral(k):  # ∫ of the sorted values up to position edges[k]
+        nxt = s[:, np.minimum(left[k], p - 1)]
+        return c[:, left[k]] + frac[k] * nxt
+
+    total = np.stack([integral(k) for k in range(m + 1)], axis=1)
+    return (np.diff(total, axis=1) * m / p).astype(np.float32)
+
+
+def fixed_quantile_function(method: str, m: int, x_train=None) -> np.ndarray:
+    """The target f of a fixed normalisation: 'uniform' (j − ½)/m, 'gaussian'
+    Φ⁻¹((j − ½)/m), 'median' (element-wise median of the training rows' quantile
+    functions, needs `x_train`)."""
+    levels = (np.arange(m) + 0.5) / m
+    if method == "uniform":
+        return levels.astype(np.float32)
+    if method == "gaussian":
+        from scipy.special import ndtri  # noqa: PLC0415
+
+        return ndtri(levels).astype(np.float32)
+    if method == "median":
+        return np.median(quantile_functions(x_train, m), axis=0).astype(np.float32)
+    raise ValueError(f"method must be 'uniform', 'gaussian' or 'median', got {method!r}.")
+
+
+def suquan_targets(f_init, count: int = 1) -> list:
+    """`count` built `softsort_tf.SinkhornQuantileNormalization(learn_range=False)`
+    layers whose trainable targets start at `f_init` rescaled to [0, 1]: f =
+    cumsum(softmax(h)) with softmax(h) the steps of the rescaled f (flat steps get
+    `_FLOOR` times the mean step, so that every step stays positive)."""
+    f = np.sort(np.asarray(f_init, np.float64))
+    m = len(f)
+    span = f[-1] - f[0]
+    f = (f - f[0]) / span if span > 0 else np.linspace(0.0, 1.0, m)
+    steps = np.maximum(np.diff(np.concatenate([[0.0], f])), _FLOOR / m)
+    logits = np.log(steps / steps.sum()).astype(np.float32)
+    layers = []
+    for _ in range(count):
+        layer = ss.SinkhornQuantileNormalization(num_targets=m, learn_range=False)
+        layer.build((None, m))
+        layer.logits.assign(logits)
+        layers.append(layer)
+    return layers
+
+
+# -------------------------------------------------------------------------- training
+
+
+def _adam(params, grads, state, lr, t, beta1=0.9, beta2=0.999, eps=1e-8):
+    for p, g, (mom, vel) in zip(params, grads, state, strict=True):
+        mom.assign(beta1 * mom + (1 - beta1) * g)
+        vel.assign(beta2 * vel + (1 - beta2) * g * g)
+        m_hat = mom / (1 - beta1 ** t)
+        v_hat = vel / (1 - beta2 ** t)
+        p.assign_sub(lr * m_hat / (tf.sqrt(v_hat) + eps))
+
+
+def _logistic(scores, y):
+    """Mean logistic loss per model, scores `[K, N]`, labels `[N]` in {0, 1}."""
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.broadcast_to(y, tf.shape(scores)), logits=scores), axis=-1)
+
+
+def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: int,
+                        eval_every: int, learning_rate: float, targets=None) -> dict:
+    """Trains one logistic regression per L2 strength, together, by full-batch Adam.
+
+    Args:
+      features: `[N, p]` fixed features, or, with `targets`, an `_Interpolation` of the
+        training images (features Ψ_f(x) with f learned).
+      y_train, y_val: labels in {0, 1}.
+      val_features: as `features`, for the validation images.
+      l2_grid: K L2 strengths λ (loss: mean logistic loss + λ‖w‖²).
+      steps, eval_every, learning_rate: the budget (module docstring).
+      targets: None (fixed features) or K `SinkhornQuantileNormalization` layers whose
+        `target_values()` are the learned f of each model.
+
+    Returns:
+      A dict: `l2`, `step`, `val_accuracy`, `val_loss` of the chosen (λ, step), and
+      `predict(features)`: scores of the chosen model (with `targets`: takes an
+      `_Interpolation`), and `f` (the chosen learned f, or None).
+    """
+    num = len(l2_grid)
+    learn_f = targets is not None
+    p = (features.j_lo if learn_f else features).shape[1]
+    prior = float(np.clip(np.mean(y_train), 1e-3, 1 - 1e-3))
+    w = tf.Variable(tf.zeros([num, p]))
+    b = tf.Variable(tf.fill([num], float(np.log(prior / (1 - prior)))))
+    params = [w, b] + ([layer.logits for layer in targets] if learn_f else [])
+    state = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in params]
+    lam = tf.constant(l2_grid, tf.float32)
+    y_tr = tf.constant(y_train, tf.float32)
+
+    def current_f():
+        return tf.stack([layer.target_values() for layer in targets]) if learn_f else None
+
+    def scores(feats, f):
+        if learn_f:
+            return tf.einsum("kp,knp->kn", w, feats.apply(f)) + b[:, None]
+        return tf.linalg.matmul(w, feats, transpose_b=True) + b[:, None]
+
+    x_tr = features if learn_f else tf.constant(features, tf.float32)
+
+    @tf.function(jit_compile=True)
+    def train_chunk(start, count):
+        for i in tf.range(count):
+            with tf.GradientTape() as tape:
+                f = current_f()
+                loss = tf.reduce_sum(_logistic(scores(x_tr, f), y_tr)
+                                     + lam * tf.reduce_sum(w * w, axis=1))
+            grads = tape.gradient(loss, params)
+            _adam(params, grads, state, learning_rate, tf.cast(start + i + 1, tf.float32))
+
+    x_va = val_features if learn_f else tf.constant(val_features, tf.float32)
+    y_va = tf.constant(y_val, tf.float32)
+    best = None
+    done = 0
+    while done < steps:
+        count = min(eval_every, steps - done)
+        train_chunk(tf.constant(done), tf.constant(count))
+        done += count
+        f = current_f()
+        s = scores(x_va, f)
+        acc = tf.reduce_mean(tf.cast((s > 0) == (y_va[None] > 0.5), tf.float32), axis=1).numpy()
+        vloss = _logistic(s, y_va).numpy()
+        for k in range(num):
+            key = (acc[k], -vloss[k])
+            if best is None or key > best[0]:
+                best = (key, k, done, w[k].numpy(), float(b[k].numpy()),
+                        None if f is None else f[k].numpy())
+    (acc_k, neg_loss), k, step, w_k, b_k, f_k = best
+
+    def predict(feats):
+        if learn_f:
+            return (feats.apply(f_k) @ w_k[:, None])[:, 0].numpy() + b_k
+        return np.asarray(feats, np.float32) @ w_k + b_k
+
+    return {"l2": float(l2_grid[k]), "step": int(step), "val_accuracy": float(acc_k),
+            "val_loss": float(-neg_loss), "predict": predict,
+            "f": None if f_k is None else f_k.astype(np.float32)}
+
+
+def _metrics(y, scores) -> dict:
+    from sklearn.metrics import roc_auc_score  # noqa: PLC0415
+
+    return {"test_accuracy": float(np.mean((scores > 0) == (y > 0.5))),
+            "test_auc": float(roc_auc_score(y, scores))}
+
+
+def _run_pair(config: SuquanConfig, pair: PairData) -> dict:
+    """Trains and tests every method of `config.methods` on one problem."""
+    p = pair.x_train.shape[1]
+    m = config.num_levels or p
+    out = {"num_train": len(pair.y_train), "num_val": len(pair.y_val),
+           "num_test": len(pair.y_test), "num_levels": m, "methods": {}}
+    kwargs = dict(l2_grid=config.l2_grid, steps=config.steps, eval_every=config.eval_every,
+                  learning_rate=config.learning_rate)
+    split_intervals = {}
+
+    def intervals(name):
+        if name not in split_intervals:
+            x = getattr(pair, f"x_{name}")
+            split_intervals[name] = _Interpolation(*rank_intervals(x), m)
+        return split_intervals[name]
+
+    f_median = fixed_quantile_function("median", m, pair.x_train)
+    for method in config.methods:
+        start = time.time()
+        f = None
+        if method == "suquan":
+            layers = suquan_targets(f_median, len(config.l2_grid))
+            fit = train_linear_models(intervals("train"), pair.y_train, intervals("val"),
+                                      pair.y_val, targets=layers, **kwargs)
+            scores = fit["predict"](intervals("test"))
+            f = fit["f"]
+        else:
+            if method == "raw":
+                feats = {s: getattr(pair, f"x_{s}") for s in ("train", "val", "test")}
+            else:
+                f = (f_median if method == "median" else fixed_quantile_function(method, m))
+                feats = {s: intervals(s).apply(f).numpy() for s in ("train", "val", "test")}
+            fit = train_linear_models(feats["train"], pair.y_train, feats["val"], pair.y_val,
+                                      **kwargs)
+            scores = fit["predict"](feats["test"])
+        out["methods"][method] = {
+            **_metrics(pair.y_test, scores), "val_accuracy": fit["val_accuracy"],
+            "l2": fit["l2"], "step": fit["step"], "seconds": time.time() - start,
+            "f": None if f is None else np.asarray(f, np.float32).round(5).tolist()}
+    return out
+
+
+# ------------------------------------------------------------------- kernel methods
+
+
+def _kernel_pools(data, config: SuquanConfig):
+    """Per-digit pools, as indices and labels `(train, train labels, test, test
+    labels)`: the first max(kernel_sizes)/2 training images of a seeded permutation of
+    each digit, and its first `kernel_test_per_class` test images."""
+    x_train, y_train, _, _, x_test, y_test = data
+    rng = np.random.default_rng([config.seed, 12345])
+    per_class = config.kernel_sizes[-1] // 2
+    train_idx, test_idx = [], []
+    for c in range(10):
+        train_idx.append(rng.permutation(np.flatnonzero(y_train == c))[:per_class])
+        test_idx.append(rng.permutation(np.flatnonzero(y_test == c))[
+            :config.kernel_test_per_class])
+    for c, idx in enumerate(train_idx):
+        if len(idx) < per_class:
+            raise ValueError(f"kernel_sizes: digit {c} has {len(idx)} training images, "
+                             f"fewer than max(kernel_sizes)/2 = {per_class}.")
+    return (np.concatenate(train_idx), np.repeat(np.arange(10), per_class),
+            np.concatenate(test_idx), np.concatenate(
+                [np.full(len(i), c) for c, i in enumerate(test_idx)]))
+
+
+def gram_blocks(x, y, folder: str, block: int, symmetric: bool, log=None) -> np.ndarray:
+    """The Kendall Gram matrix `softsort_tf.kendall_kernel(x, y)` computed by blocks of
+    `block` × `block` rows, each saved to `folder` as it finishes (a restarted run
+    reads the finished blocks); `symmetric` (y is x): the lower blocks are mirrored."""
+    os.makedirs(folder, exist_ok=True)
+    gram = np.zeros((len(x), len(y)), np.float32)
+    starts_x, starts_y = range(0, len(x), block), range(0, len(y), block)
+    for i in starts_x:
+        for j in starts_y:
+            if symmetric and j < i:
+                gram[i:i + block, j:j + block] = gram[j:j + block, i:i + block].T
+                continue
+            path = os.path.join(folder, f"block_{i}_{j}.npy")
+            if os.path.exists(path):
+                k = np.load(path)
+            else:
+                start = time.time()
+                k = ss.kendall_kernel(x[i:i + block], y[j:j + block],
+                                      method="pairwise").numpy()
+                np.save(path + ".tmp.npy", k)
+                os.replace(path + ".tmp.npy", path)
+                if log:
+                    log(f"Kendall Gram block ({i}, {j}) of {folder}: "
+                        f"{time.time() - start:.1f} s")
+            gram[i:i + block, j:j + block] = k
+    return gram
+
+
+def _cv_choice(make, gram_or_x, y, folds: int, seed: int, precomputed: bool):
+    from sklearn.model_selection import StratifiedKFold  # noqa: PLC0415
+
+    cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    best = None
+    for c in _C_GRID:
+        correct = 0
+        for tr, va in cv.split(np.zeros(len(y)), y):
+            if precomputed:
+                model = make(c).fit(gram_or_x[np.ix_(tr, tr)], y[tr])
+                pred = model.predict(gram_or_x[np.ix_(va, tr)])
+            else:
+                model = make(c).fit(gram_or_x[tr], y[tr])
+                pred = model.predict(gram_or_x[va])
+            correct += int(np.sum(pred == y[va]))
+        if best is None or correct > best[0]:
+            best = (correct, c)
+    return best[1], best[0] / len(y)
+
+
+def _kernel_pair(a, b, pools, grams, config: SuquanConfig) -> dict:
+    """The kernel methods on problem (a, b) at every size of `config.kernel_sizes`."""
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415
+    from sklearn.svm import SVC  # noqa: PLC0415
+
+    train_x, train_labels, test_x, test_labels = pools
+    gram_train, gram_test = grams
+    per_class = config.kernel_sizes[-1] // 2
+    test = np.flatnonzero((test_labels == a) | (test_labels == b))
+    y_test = (test_labels[test] == b).astype(int)
+    out = {}
+    for size in config.kernel_sizes:
+        half = size // 2
+        train = np.concatenate([a * per_class + np.arange(half), b * per_class + np.arange(half)])
+        y = (train_labels[train] == b).astype(int)
+        res = {}
+        kendall_tr = gram_train[np.ix_(train, train)].astype(np.float64)
+        kendall_te = gram_test[np.ix_(test, train)].astype(np.float64)
+        x_tr, x_te = train_x[train].astype(np.float64), test_x[test].astype(np.float64)
+        linear_tr, linear_te = x_tr @ x_tr.T, x_te @ x_tr.T
+        for name, k_tr, k_te in (("kendall_svm", kendall_tr, kendall_te),
+                                 ("linear_svm", linear_tr, linear_te)):
+            c, cv_acc = _cv_choice(lambda c: SVC(C=c, kernel="precomputed"), k_tr, y,
+                                   config.cv_folds, config.seed, True)
+            model = SVC(C=c, kernel="precomputed").fit(k_tr, y)
+            res[name] = {**_metrics(y_test, model.decision_function(k_te)), "C": c,
+                         "cv_accuracy": cv_acc}
+
+        def logistic(c):
+            return LogisticRegression(C=c, max_iter=2000)
+
+        c, cv_acc = _cv_choice(logistic, x_tr, y, config.cv_folds, config.seed, False)
+        model = logistic(c).fit(x_tr, y)
+        res["logistic"] = {**_metrics(y_test, model.decision_function(x_te)), "C": c,
+                           "cv_accuracy": cv_acc}
+        out[str(size)] = res
+    out["num_test"] = int(len(test))
+    return out
+
+
+# --------------------------------------------------------------------- aggregation
+
+
+def _mean_se(values) -> dict:
+    v = np.asarray(values, np.float64)
+    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+    return {"mean": float(v.mean()), "se": se, "count": int(len(v))}
+
+
+def summarize(per_pair: dict, kernel_per_pair: dict) -> dict:
+    """Mean ± standard error (sample std / √problems) over the finished problems of the
+    test accuracy and AUC of every method (and kernel method at every size)."""
+    summary = {"linear": {}, "kernel": {}}
+    methods = sorted({m for r in per_pair.values() for m in r["methods"]},
+                     key=lambda m: METHODS.index(m))
+    for method in methods:
+        rows = [r["methods"][method] for r in per_pair.values() if method in r["methods"]]
+        summary["linear"][method] = {k: _mean_se([r[k] for r in rows])
+                                     for k in ("test_accuracy", "test_auc")}
+    sizes = sorted({s for r in kernel_per_pair.values() for s in r if s != "num_test"}, key=int)
+    for size in sizes:
+        for method in KERNEL_METHODS:
+            rows = [r[size][method] for r in kernel_per_pair.values() if size in r]
+            summary["kernel"][f"{method}@{size}"] = {
+                k: _mean_se([r[k] for r in rows]) for k in ("test_accuracy", "test_auc")}
+    return summary
+
+
+def _read_folder(folder: str) -> dict:
+    out = {}
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".json"):
+                with open(os.path.join(folder, name)) as f:
+                    out[name[:-5]] = json.load(f)
+    return out
+
+
+def _write_results(config, start, sessions_seconds, complete):
+    per_pair = _read_folder(os.path.join(config.output_dir, "pairs"))
+    kernel = _read_folder(os.path.join(config.output_dir, "kernel", "pairs"))
+    training.write_json(os.path.join(config.output_dir, "results.json"), {
+        "config": dataclasses.asdict(config), "machine": training.machine_info(),
+        "complete": complete, "wall_seconds": sessions_seconds + time.time() - start,
+        "summary": summarize(per_pair, kernel), "pairs": per_pair, "kernel_pairs": kernel})
+
+
+def run(config: SuquanConfig) -> dict:
+    """Runs (or resumes) the benchmark; returns the contents of `results.json`."""
+    config.finalize()
+    log = print if config.verbose else (lambda *_: None)
+    start = time.time()
+    with training.output_directory(config.output_dir):
+        results_path = os.path.join(config.output_dir, "results.json")
+        sessions_seconds = 0.0
+        if os.path.exists(results_path):
+            with open(results_path) as f:
+                sessions_seconds = float(json.load(f).get("wall_seconds", 0.0))
+        data = load_images(config)
+        pairs_dir = os.path.join(config.output_dir, "pairs")
+        kernel_dir = os.path.join(config.output_dir, "kernel")
+        os.makedirs(pairs_dir, exist_ok=True)
+        finished = 0
+
+        def stop():
+            return config.stop_after_pairs is not None and finished >= config.stop_after_pairs
+
+        for a, b in config.pairs:
+            path = os.path.join(pairs_dir, f"{a}_{b}.json")
+            if os.path.exists(path) or stop():
+                continue
+            result = _run_pair(config, pair_data(data, a, b, config.train_size,
+                                                 config.val_size, config.seed))
+            training.write_json(path, result)
+            finished += 1
+            _write_results(config, start, sessions_seconds, False)
+            log(f"pair {a}-{b}: " + ", ".join(
+                f"{m} {r['test_accuracy']:.4f}" for m, r in result["methods"].items()))
+        if config.kernel_sizes and not stop():
+            train_idx, train_labels, test_idx, test_labels = _kernel_pools(data, config)
+            train_x, test_x = data[0][train_idx], data[4][test_idx]
+            gram_train = gram_blocks(train_x, train_x, os.path.join(kernel_dir, "gram", "train"),
+                                     config.kernel_block, True, log)
+            gram_test = gram_blocks(test_x, train_x, os.path.join(kernel_dir, "gram", "test"),
+                                    config.kernel_block, False, log)
+            grams = (gram_train, gram_test)
+            pools = (train_x, train_labels, test_x, test_labels)
+            os.makedirs(os.path.join(kernel_dir, "pairs"), exist_ok=True)
+            for a, b in config.pairs:
+                path = os.path.join(kernel_dir, "pairs", f"{a}_{b}.json")
+                if os.path.exists(path):
+                    continue
+                result = _kernel_pair(a, b, pools, grams, config)
+                training.write_json(path, result)
+                log(f"kernel pair {a}-{b}: " + ", ".join(
+                    f"{m}@{s} {result[s][m]['test_accuracy']:.3f}"
+                    for s in map(str, config.kernel_sizes) for m in KERNEL_METHODS))
+        complete = (all(os.path.exists(os.path.join(pairs_dir, f"{a}_{b}.json"))
+                        for a, b in config.pairs)
+                    and (not config.kernel_sizes or all(
+                        os.path.exists(os.path.join(kernel_dir, "pairs", f"{a}_{b}.json"))
+                        for a, b in config.pairs)))
+        _write_results(config, start, sessions_seconds, complete)
+        with open(results_path) as f:
+            return json.load(f)
