@@ -227,3 +227,24 @@ def test_median_evaluation_metrics_and_bad_configs():
     assert (config.tau, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
     config = ExperimentConfig(task="median").finalize()
     assert (config.learning_rate, config.batch_size, config.steps_per_epoch) == (1e-3, 5, 2750)
+
+
+@pytest.mark.parametrize("method", ["sinkhorn", "softsort", "lapsum"])
+def test_sorting_loss_is_computed_from_log_p_for_the_log_domain_operators(method):
+    """The sorting model outputs log P̂ and the loss reads it without the probability
+    floor for the operators with a log-domain matrix (a nearly hard Sinkhorn P̂ then
+    keeps the gradient of its wrongly ordered rows); LapSum keeps P̂ and the floor."""
+    config = ExperimentConfig(task="sort", method=method, n=3, dataset="embedded",
+                              epsilon=5e-3).finalize()
+    assert config.alpha == config.tau == experiment.default_tau(3)
+    model = experiment.build_model(config)
+    log_domain = method != "lapsum"
+    assert model.log is log_domain
+    assert model.loss.get_config()["from_log"] is log_domain
+    images = tf.random.stateless_uniform([4, 3, 112, 28, 1], [1, 2])
+    out = model({"images": images, "step": tf.zeros([4], tf.int64)}).numpy()
+    rows = np.exp(out).sum(-1) if log_domain else out.sum(-1)
+    np.testing.assert_allclose(rows, 1.0, atol=1e-4)
+    off = ExperimentConfig(task="sort", method=method, n=3, dataset="embedded",
+                           log_cross_entropy=False).finalize()
+    assert experiment.build_model(off).loss.get_config()["from_log"] is False

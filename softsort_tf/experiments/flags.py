@@ -141,18 +141,23 @@ def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | N
 
 
 def define_relaxation_flags() -> None:
-    """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`,
-    `stochastic`, `num_samples`."""
+    """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`, `alpha`,
+    `log_cross_entropy`, `stochastic`, `num_samples`."""
     flags.DEFINE_enum("method", _DEFAULTS.method, METHODS, "Relaxed sorting operator.")
     flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw scores; "
                        "default 1024 for n <= 7, else 128 (SoftSort paper).")
     flags.DEFINE_float("epsilon", _DEFAULTS.epsilon,
                        "Sinkhorn regularisation (Cuturi et al.: 0.005).")
+    flags.DEFINE_float("alpha", None, "LapSum's Laplace scale on raw scores; default that "
+                       "of --tau.")
+    flags.DEFINE_bool("log_cross_entropy", _DEFAULTS.log_cross_entropy,
+                      "Sorting loss from log P-hat (SoftSort, NeuralSort, Sinkhorn), "
+                      "without the probability floor.")
     flags.DEFINE_bool("stochastic", _DEFAULTS.stochastic,
                       "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce).")
     flags.DEFINE_integer("num_samples", _DEFAULTS.num_samples,
                          "Gumbel samples per sequence (stochastic).")
-    _validate("tau", "epsilon", "num_samples")
+    _validate("tau", "epsilon", "alpha", "num_samples")
 
 
 def define_large_mnist_flags(task: str | None) -> None:

@@ -72,6 +72,8 @@ class ExperimentConfig:
     n: int = 5
     tau: float | None = None
     epsilon: float = 5e-3
+    alpha: float | None = None
+    log_cross_entropy: bool = True
     learning_rate: float | None = None
     batch_size: int | None = None
     epochs: int = 100
@@ -115,6 +117,8 @@ class ExperimentConfig:
             self.learning_rate = 0.005 if sort else 0.001
         if self.tau is None:
             self.tau = default_tau(self.n)
+        if self.alpha is None:
+            self.alpha = default_tau(self.n)
         if self.steps_per_epoch is None:
             self.steps_per_epoch = NUM_TRAIN_DIGITS // (large_mnist.DIGITS_PER_NUMBER
                                                         * self.batch_size)
@@ -177,13 +181,22 @@ def learning_rate_schedule(config: ExperimentConfig):
     return keras.optimizers.schedules.CosineDecay(config.learning_rate, decay_steps=total)
 
 
+def log_cross_entropy(config: ExperimentConfig) -> bool:
+    """Whether the sorting loss is computed from log P̂ (`log_cross_entropy`, for the
+    operators with a log-domain matrix; LapSum's P̂ goes through the probability floor)."""
+    return (config.task == "sort" and config.log_cross_entropy
+            and softsort_tf.get_permutation_operator(config.method).log_domain)
+
+
 def _compile(model: keras.Model, config: ExperimentConfig) -> None:
     optimizer = keras.optimizers.Adam(learning_rate_schedule(config))
     jit = config.jit_compile and config.strategy == "default"
     if config.task == "sort":
         # Labels are orderings `[batch, (S,) n]` (Keras casts them to float): say so.
         targets = "indices"
-        model.compile(optimizer, loss=softsort_tf.PermutationCrossEntropy(y_true_format=targets),
+        loss = softsort_tf.PermutationCrossEntropy(y_true_format=targets,
+                                                   from_log=log_cross_entropy(config))
+        model.compile(optimizer, loss=loss,
                       metrics=[softsort_tf.ExactPermutationAccuracy(
                                    name="exact_accuracy", y_true_format=targets),
                                softsort_tf.ElementwisePermutationAccuracy(
@@ -261,7 +274,8 @@ def build_model(config: ExperimentConfig) -> keras.Model:
     model_cls = models.PermutationLearner if config.task == "sort" else models.MedianRegressor
     model = model_cls(config.method, tau=config.tau, epsilon=config.epsilon,
                       stochastic=config.stochastic, num_samples=config.num_samples,
-                      seed=config.seed, cnn_dtype=config.precision)
+                      seed=config.seed, cnn_dtype=config.precision, alpha=config.alpha,
+                      log=log_cross_entropy(config))
     model.build()
     _compile(model, config)
     return model

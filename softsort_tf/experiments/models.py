@@ -60,16 +60,17 @@ def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
     return tf.reshape(cnn(flat, training=training), (-1, n))
 
 
-def temperature_kwargs(method: str, *, tau: float, epsilon: float) -> dict:
+def temperature_kwargs(method: str, *, tau: float, epsilon: float, alpha: float) -> dict:
     """The temperature argument of the operator `method` of `ss.PERMUTATION_OPERATORS`:
-    `{"epsilon": epsilon}` for Sinkhorn, `{"tau": tau}` for SoftSort and NeuralSort.
+    `{"epsilon": epsilon}` for Sinkhorn, `{"alpha": alpha}` for LapSum, `{"tau": tau}`
+    for SoftSort and NeuralSort.
 
     Example:
-    >>> temperature_kwargs("sinkhorn", tau=1.0, epsilon=0.01)
+    >>> temperature_kwargs("sinkhorn", tau=1.0, epsilon=0.01, alpha=1.0)
     {'epsilon': 0.01}
     """
     name = ss.get_permutation_operator(method).temperature
-    return {name: epsilon if name == "epsilon" else tau}
+    return {name: {"tau": tau, "epsilon": epsilon, "alpha": alpha}[name]}
 
 
 def _noise_seed(seed: int, step) -> tf.Tensor:
@@ -90,21 +91,31 @@ class _LargeMnistModel(keras.Model):
 
     def __init__(self, method: str = "softsort", tau: float = 1024.0, epsilon: float = 5e-3,
                  stochastic: bool = False, num_samples: int = 1, seed: int = 0,
-                 cnn_dtype: str = "float32", **kwargs):
+                 cnn_dtype: str = "float32", alpha: float = 1024.0, log: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.cnn_dtype = cnn_dtype
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-        if tau <= 0 or epsilon <= 0:
-            raise ValueError(f"tau and epsilon must be > 0, got tau={tau}, epsilon={epsilon}.")
+        if tau <= 0 or epsilon <= 0 or alpha <= 0:
+            raise ValueError(f"tau, epsilon and alpha must be > 0, got tau={tau}, "
+                             f"epsilon={epsilon}, alpha={alpha}.")
         if int(num_samples) != num_samples or num_samples < 1:
             raise ValueError(f"num_samples must be a positive int, got {num_samples}.")
+        if log and not ss.get_permutation_operator(method).log_domain:
+            raise ValueError(f"log=True needs an operator with a log-domain matrix; "
+                             f"{method!r} has none.")
         self.method, self.tau, self.epsilon = method, float(tau), float(epsilon)
+        self.alpha, self.log = float(alpha), bool(log)
         self.stochastic, self.num_samples, self.seed = bool(stochastic), int(num_samples), seed
 
-    def _permutation(self, scores, inputs, training) -> tf.Tensor:
-        """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training."""
-        kwargs = temperature_kwargs(self.method, tau=self.tau, epsilon=self.epsilon)
+    def _permutation(self, scores, inputs, training, log: bool = False) -> tf.Tensor:
+        """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training
+        (log P̂ with `log`)."""
+        kwargs = temperature_kwargs(self.method, tau=self.tau, epsilon=self.epsilon,
+                                    alpha=self.alpha)
+        if log:
+            kwargs["log"] = True
         if self.stochastic and bool(training):
             seed = _noise_seed(self.seed, inputs["step"][0])
             return ss.stochastic_permutation_matrix(scores, self.num_samples, seed,
@@ -120,7 +131,7 @@ class _LargeMnistModel(keras.Model):
         return {**super().get_config(), "method": self.method, "tau": self.tau,
                 "epsilon": self.epsilon, "stochastic": self.stochastic,
                 "num_samples": self.num_samples, "seed": self.seed,
-                "cnn_dtype": self.cnn_dtype}
+                "cnn_dtype": self.cnn_dtype, "alpha": self.alpha, "log": self.log}
 
 
 @keras.saving.register_keras_serializable(package="softsort_tf")
@@ -128,9 +139,14 @@ class PermutationLearner(_LargeMnistModel):
     """Learns to sort large-MNIST sequences: CNN scores -> relaxed permutation P̂.
 
     Args:
-      method: `'softsort'`, `'neuralsort'` or `'sinkhorn'`.
+      method: a key of `ss.PERMUTATION_OPERATORS` ('softsort', 'neuralsort',
+        'sinkhorn', 'lapsum').
       tau: SoftSort / NeuralSort temperature on the raw CNN scores.
       epsilon: Sinkhorn regularisation.
+      alpha: LapSum's Laplace scale on the raw CNN scores.
+      log: return log P̂ (computed in the log domain; for operators with
+        `log_domain`), for `PermutationCrossEntropy(from_log=True)`: a nearly hard
+        P̂ then keeps the gradient of its wrongly ordered rows.
       stochastic: Gumbel-perturbed scores during training (reparameterised
         Plackett–Luce); evaluation is always deterministic.
       num_samples: Gumbel samples per sequence in training.
@@ -138,8 +154,8 @@ class PermutationLearner(_LargeMnistModel):
       cnn_dtype: dtype policy of the CNN's hidden layers (`build_cnn`); the scores, P̂
         and the loss are float32.
 
-    Call returns P̂ `[batch, n, n]` (row i = the i-th largest number), or
-    `[batch, num_samples, n, n]` when training a stochastic model.
+    Call returns P̂ `[batch, n, n]` (row i = the i-th largest number; log P̂ with
+    `log`), or `[batch, num_samples, n, n]` when training a stochastic model.
 
     Example:
     >>> model = PermutationLearner("softsort", tau=1024.0)
@@ -148,9 +164,10 @@ class PermutationLearner(_LargeMnistModel):
     """
 
     def __init__(self, method="softsort", tau=1024.0, epsilon=5e-3, stochastic=False,
-                 num_samples=1, seed=0, cnn_dtype="float32", **kwargs):
+                 num_samples=1, seed=0, cnn_dtype="float32", alpha=1024.0, log=False,
+                 **kwargs):
         super().__init__(method, tau, epsilon, stochastic, num_samples, seed, cnn_dtype,
-                         **kwargs)
+                         alpha, log, **kwargs)
         self.scorer = build_cnn("scorer", cnn_dtype)
 
     def _cnns(self):
@@ -158,7 +175,7 @@ class PermutationLearner(_LargeMnistModel):
 
     def call(self, inputs, training=None):
         scores = _per_image(self.scorer, inputs["images"], training)
-        return self._permutation(scores, inputs, training)
+        return self._permutation(scores, inputs, training, log=self.log)
 
 
 @keras.saving.register_keras_serializable(package="softsort_tf")
@@ -182,9 +199,10 @@ class MedianRegressor(_LargeMnistModel):
     """
 
     def __init__(self, method="softsort", tau=1024.0, epsilon=5e-3, stochastic=False,
-                 num_samples=1, seed=0, cnn_dtype="float32", **kwargs):
+                 num_samples=1, seed=0, cnn_dtype="float32", alpha=1024.0, **kwargs):
+        kwargs.pop("log", None)  # the median row is read off P̂ itself
         super().__init__(method, tau, epsilon, stochastic, num_samples, seed, cnn_dtype,
-                         **kwargs)
+                         alpha, False, **kwargs)
         self.scorer = build_cnn("scorer", cnn_dtype)
         self.regressor = build_cnn("regressor", cnn_dtype)
 

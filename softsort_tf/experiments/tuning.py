@@ -39,9 +39,9 @@ from softsort_tf.experiments import large_mnist, models, training
 __all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "range_is_valid", "search"]
 
 TUNERS = ("random", "bayesian", "hyperband")
-# Operators whose temperature is τ (the others, Sinkhorn, take ε).
-TEMPERATURE_METHODS = tuple(name for name, op in ss.PERMUTATION_OPERATORS.items()
-                            if op.temperature == "tau")
+# The temperature argument of each operator (`tau`, `epsilon` or `alpha`): a config
+# field and a range of `SearchSpace` of the same name.
+TEMPERATURES = {name: op.temperature for name, op in ss.PERMUTATION_OPERATORS.items()}
 
 
 def _check_range(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
@@ -71,12 +71,14 @@ class SearchSpace:
       methods: the operators to choose from (one: the method is fixed).
       tau: (low, high) of the SoftSort / NeuralSort temperature.
       epsilon: (low, high) of the Sinkhorn ε.
+      alpha: (low, high) of LapSum's Laplace scale (raw CNN scores, like τ).
       learning_rate: (low, high) of Adam's learning rate.
     """
 
     methods: tuple[str, ...] = ("softsort",)
     tau: tuple[float, float] = (16.0, 4096.0)
     epsilon: tuple[float, float] = (1e-3, 1e-1)
+    alpha: tuple[float, float] = (16.0, 4096.0)
     learning_rate: tuple[float, float] = (1e-4, 1e-2)
 
     def validate(self) -> SearchSpace:
@@ -86,6 +88,7 @@ class SearchSpace:
         self.methods = tuple(dict.fromkeys(self.methods))
         self.tau = _check_range("tau", self.tau)
         self.epsilon = _check_range("epsilon", self.epsilon)
+        self.alpha = _check_range("alpha", self.alpha)
         self.learning_rate = _check_range("learning_rate", self.learning_rate)
         return self
 
@@ -116,19 +119,15 @@ class LargeMnistHyperModel(kt.HyperModel):
             method = hp.Choice("method", list(space.methods))
         else:
             method = hp.Fixed("method", space.methods[0])
-        tau, epsilon = self.config.tau, self.config.epsilon
-        temperature_methods = [m for m in space.methods if m in TEMPERATURE_METHODS]
-        if temperature_methods:
-            with hp.conditional_scope("method", temperature_methods):
-                if method in TEMPERATURE_METHODS:
-                    tau = hp.Float("tau", *space.tau, sampling="log")
-        if "sinkhorn" in space.methods:
-            with hp.conditional_scope("method", ["sinkhorn"]):
-                if method == "sinkhorn":
-                    epsilon = hp.Float("epsilon", *space.epsilon, sampling="log")
+        temperatures = {}
+        for name in dict.fromkeys(TEMPERATURES[m] for m in space.methods):
+            users = [m for m in space.methods if TEMPERATURES[m] == name]
+            with hp.conditional_scope("method", users):
+                if method in users:
+                    temperatures[name] = hp.Float(name, *getattr(space, name), sampling="log")
         learning_rate = hp.Float("learning_rate", *space.learning_rate, sampling="log")
-        return dataclasses.replace(self.config, method=method, tau=tau, epsilon=epsilon,
-                                   learning_rate=learning_rate)
+        return dataclasses.replace(self.config, method=method, learning_rate=learning_rate,
+                                   **temperatures)
 
     def build(self, hp: kt.HyperParameters) -> keras.Model:
         return large_mnist.build_model(self.trial_config(hp))
