@@ -42,9 +42,9 @@ Conventions shared by all operators:
   targets sit on the paper's regular grid y_j = (j − 1)/(m − 1) (`targets='regular'`,
   the default, as ott-jax), whatever the bin masses. `targets='centres'` puts them at
   the centres of the target bins instead, y_j = b̄_j − b_j / 2 (for uniform b,
-  y_j = (j − 1/2) / m): same hard limits and read-outs, the same values within 1 %
-  for bins of equal mass, and much blurrier quantiles and top-k at the same ε (see
-  `softsort_tf.options` and docs/benchmarks.md).
+  y_j = (j − 1/2) / m): same hard limits and read-outs, nearly the same values for
+  bins of equal mass, and blurrier quantiles and top-k at the same ε
+  (docs/options.md).
 - `direction='DESCENDING'` operates on −x (and maps values back), so rank 1 goes to
   the largest entry and sorted values decrease.
 - The solver configuration is one `SinkhornOptions` (`options=`, or its fields as
@@ -73,23 +73,21 @@ Conventions shared by all operators:
   carry a negligible mass (`transport.NEGLIGIBLE_MASS`, 1e-20 of a valid entry) and sit
   at `transport.PADDING_POSITION` (2, outside [0, 1]), decoupled from the valid ones:
   the iterations of a padded list follow those of the unpadded one, so its valid
-  results match those of the unpadded list to rounding (measured ≤ 1e-15 in float64),
-  converged or not.
+  results match those of the unpadded list to rounding, converged or not.
 - Unknown list length n (`tf.function` with `None` dimensions, Keras `Input((None,))`):
   every operator works, also under XLA (`jit_compile=True`, which compiles once per
   concrete shape). Arguments that must be below n (`topk`, `k`) are checked at run time
   by `tf.debugging` assertions; XLA drops assertions, so there a `k` >= n gives NaN
   results instead of an error. When the number of targets is unknown at trace time
-  (the default m = n with unknown n), `implicit_solver='auto'` still picks the
+  (the default m = n with unknown n), `ImplicitDiff(solver='auto')` still picks the
   backward solve by m (dense float64 for m <= 64, conjugate gradients above) when the
   backward runs (a `tf.cond` in the implicit backward; it compiles under XLA).
   Ragged inputs are padded by ops that XLA does not compile (`RaggedTensorToTensor`):
   call the operators on `(dense, mask)` inside `jit_compile=True` functions.
 - Reproducibility between identical calls: forward values and implicit gradients are
-  bit-identical (eager and `tf.function`). Gradients with `implicit=False` are
-  bit-identical between eager calls, but under `tf.function` the backpropagation
-  through the loop varies in the last bits from call to call (measured: up to 1.5 ulp
-  of the largest gradient entry in float32; the tests allow 4), also with
+  bit-identical (eager and `tf.function`). Unrolled gradients (`implicit_diff=None`)
+  are bit-identical between eager calls; under `tf.function` the backpropagation
+  through the loop may vary in the last bits from call to call, also with
   `tf.config.experimental.enable_op_determinism()`.
 """
 

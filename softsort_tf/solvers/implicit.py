@@ -79,13 +79,9 @@ def _vjp(cost, f, g, epsilon, df, dg, *, use_dense: bool, cg_max_iterations: int
     out_dtype = cost.dtype
     if use_dense and out_dtype != tf.float64:
         # Few targets (ranks of short rows, top-k masks, quantiles) make the system
-        # nearly singular once the plan is nearly hard: a float32 plan and right-hand
-        # side then gave gradients of rounding noise (measured: ranks of 10 entries at
-        # ε = 1e-4 off by 19 where the float64 gradient is at most 3.3) that also
-        # differed between eager, graph and XLA. The whole dense backward is computed
-        # in float64 (O(n·m + m³) with m ≤ 64, a small cost); the CG path for many
-        # targets stays in float32, where measured errors are ~1e-4 of the gradient's
-        # scale.
+        # nearly singular once the plan is nearly hard, and a float32 solve returns
+        # rounding noise: the dense backward is computed in float64 (O(n·m + m³) with
+        # m ≤ 64, a small cost); the CG path for many targets stays in float32.
         cost, f, g, df, dg = (tf.cast(t, tf.float64) for t in (cost, f, g, df, dg))
     eps = tf.cast(epsilon, cost.dtype)
     plan = tf.exp((f[:, :, None] + g[:, None, :] - cost) / eps)

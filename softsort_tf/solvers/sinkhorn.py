@@ -12,9 +12,9 @@ f, g, found by the stabilised log-domain updates of the paper's eq. (3):
     f_i ← ε log a_i − ε logsumexp_j((g_j − C_ij) / ε)
     g_j ← ε log b_j − ε logsumexp_i((f_i − C_ij) / ε)
 
-Speed-ups, each switchable and measured in `scripts/bench_sinkhorn.py`:
+Speed-ups, each switchable (`scripts/bench_sinkhorn.py` measures them):
 
-- warm start: g is initialised with the dual potential of the *exact* (ε = 0) 1-D
+- the sorted initializer (`initializer='sorted'`): g is initialised with the dual potential of the *exact* (ε = 0) 1-D
   problem, computed from a sort and a binary search in O((n + m) log n)
   (complementary slackness along the north-west-corner staircase of Proposition 1
   gives g_{j+1} − g_j = c(x*, y_{j+1}) − c(x*, y_j), where x* is the input
@@ -27,8 +27,6 @@ Speed-ups, each switchable and measured in `scripts/bench_sinkhorn.py`:
   free and `check_every` (iterations between two checks, default 1) only decides how
   many iterations run between stopping decisions.
 
-`scripts/bench_sinkhorn.py` measures each device (docs/benchmarks.md): at B = 32,
-n = 300, ε = 1e-2 the warm start cuts the iterations from about 95 to 12.
 
 Rows of the batch stop independently: once a row's L1 marginal error is below
 `threshold` its potentials are frozen, so its result does not depend on the rest of
