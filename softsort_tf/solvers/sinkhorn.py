@@ -14,11 +14,11 @@ f, g, found by the stabilised log-domain updates of the paper's eq. (3):
 
 Speed-ups, each switchable (`scripts/bench_sinkhorn.py` measures them):
 
-- the sorted initializer (`initializer='sorted'`): g is initialised with the dual potential of the *exact* (ε = 0) 1-D
-  problem, computed from a sort and a binary search in O((n + m) log n)
-  (complementary slackness along the north-west-corner staircase of Proposition 1
-  gives g_{j+1} − g_j = c(x*, y_{j+1}) − c(x*, y_j), where x* is the input
-  straddling the boundary between target bins j and j + 1);
+- the sorted initializer (`initializer='sorted'`): g is initialised with the dual
+  potential of the *exact* (ε = 0) 1-D problem, computed from a sort and a binary
+  search in O((n + m) log n) (complementary slackness along the north-west-corner
+  staircase of Proposition 1 gives g_{j+1} − g_j = c(x*, y_{j+1}) − c(x*, y_j),
+  where x* is the input straddling the boundary between target bins j and j + 1);
 - ε annealing (`epsilon_start`, `epsilon_decay`): ε_t = max(ε, ε_start · decay^t);
 - single-pass updates: each half-step is one pass of exp over the n×m kernel (the
   log-sum-exp is shifted by the potential it replaces, see `_half_step`), with
