@@ -53,13 +53,10 @@ Conventions shared by all operators:
 - Axis, masks, ragged inputs, dynamic shapes, dtypes and `return_info` are handled
   once for every operator by `softsort_tf.ops.wrapper.list_operator`: an operator here
   is its target measure and its read-out.
-- ε (`epsilon`, default 1e-2) is in units of the cost on [0, 1]. With p = 2 and n
-  inputs spread over [0, 1], neighbours differ in cost by about 2/n²; the result is
-  close to the hard one when ε ≪ 2/n², and each soft rank blurs over roughly
-  n·√(ε/2) neighbours otherwise (≈ 21 neighbours for n = 300, ε = 1e-2; 0.35 for
-  n = 5). Smaller ε is sharper but needs more iterations and gives smaller
-  gradients. ε must be at least 32 machine epsilons of the compute dtype (3.8e-6 in
-  float32, 7.1e-15 in float64; `transport.min_epsilon`): below, the potentials
+- ε (`epsilon`, default 1e-2) is in units of the cost on [0, 1]; how far it blurs a
+  soft rank is stated with `SinkhornOptions.epsilon` (docs/options.md). ε must be at
+  least 32 machine epsilons of the compute dtype (3.8e-6 in float32, 7.1e-15 in
+  float64; `transport.min_epsilon`): below, the potentials
   (≈ cost / ε) are rounded too coarsely to converge, and a `ValueError` says so.
 - `threshold` (default 1e-3) is the L1 marginal error at which a row stops;
   `max_iterations` (default 1000, rounded up to a multiple of `check_every`) bounds

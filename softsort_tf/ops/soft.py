@@ -130,8 +130,8 @@ def _keywords(fn):
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("sinkhorn", "epsilon", DEFAULT_EPSILON,
-           "entropic regularisation ε, in units of the cost on [0, 1] after squashing: a "
-           "soft rank blurs over about n·√(ε/2) neighbours",
+           "entropic regularisation ε, in units of the cost on [0, 1] after squashing "
+           "(how far a soft rank blurs: `SinkhornOptions.epsilon`)",
            dict(rank=_keywords(sinkhorn_ops.sinkhorn_rank),
                 sort=_keywords(sinkhorn_ops.sinkhorn_sort),
                 topk=_sinkhorn_topk, quantile=_sinkhorn_quantile),
