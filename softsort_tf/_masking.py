@@ -311,7 +311,8 @@ class RaggedLists:
 
     Attributes:
       source: the ragged input.
-      dense: `[lists, longest]` values (padding 0).
+      dense: `[lists, longest]` values (padding 0; `[lists, 1]` when every list is
+        empty, so that operators see at least one (padded) entry).
       mask: bool `[lists, longest]`, True at the entries of the lists.
       lengths: `[lists]` int64 list lengths.
     """
@@ -334,6 +335,9 @@ class RaggedLists:
         if mask is not None:
             user = lists.with_flat_values(tf.cast(mask.flat_values, tf.bool))
             present = tf.logical_and(present, user.to_tensor(default_value=False))
+        if dense.shape[-1] == 0:  # only empty lists (known when tracing): one padded entry
+            dense = tf.zeros(tf.stack([tf.shape(dense)[0], 1]), dense.dtype)
+            present = tf.zeros(tf.shape(dense), tf.bool)
         return cls(source=x, dense=dense, mask=present, lengths=lists.row_lengths())
 
     def _outer(self, inner):

@@ -141,3 +141,18 @@ def test_ranking_losses_and_metrics_on_groups_of_ragged_lists(name, monkeypatch)
     np.testing.assert_allclose(grouped, padded, atol=1e-5, err_msg=name)
     if padded_grad is not None:
         np.testing.assert_allclose(grouped_grad, padded_grad, atol=1e-5, err_msg=name)
+
+
+def test_ranking_losses_on_eager_ragged_batches_with_groups_of_empty_lists():
+    """A length group made only of empty lists (eager mode) gives those lists loss 0;
+    the other lists' losses are those of the batch without the empty lists."""
+    y = tf.ragged.constant([[], [1.0, 0.0, 2.0], [], [0.0, 1.0]])
+    s = tf.ragged.constant([[], [0.1, 0.2, 0.3], [], [0.5, 0.4]])
+    y_full = tf.ragged.constant([[1.0, 0.0, 2.0], [0.0, 1.0]])
+    s_full = tf.ragged.constant([[0.1, 0.2, 0.3], [0.5, 0.4]])
+    for loss in (ss.SoftNDCGLoss(reduction="none"),
+                 ss.ListwisePermutationLoss(reduction="none")):
+        got = loss(y, s).numpy()
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got[[0, 2]], 0.0)
+        np.testing.assert_allclose(got[[1, 3]], loss(y_full, s_full).numpy(), rtol=1e-6)

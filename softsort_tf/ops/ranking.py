@@ -102,8 +102,8 @@ def per_list_over_groups(fn: Callable) -> Callable:
 
         def run(lists, aligned, group):
             del group
-            bound.arguments.update(y_true=aligned[0].to_tensor(default_value=-1),
-                                   y_pred=lists.dense, mask=lists.mask)
+            labels = aligned[0].to_tensor(default_value=-1, shape=tf.shape(lists.dense))
+            bound.arguments.update(y_true=labels, y_pred=lists.dense, mask=lists.mask)
             return fn(*bound.args, **bound.kwargs)
 
         return _masking.map_lists(run, y_pred, bound.arguments.get("mask"),

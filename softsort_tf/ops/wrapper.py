@@ -199,11 +199,7 @@ def list_operator(body):
 
             def run(ragged_lists, aligned, group):
                 del aligned, group
-                dense, valid = ragged_lists.dense, ragged_lists.mask
-                if dense.shape[-1] == 0:  # a group of empty lists: one padded entry each
-                    dense = tf.zeros(tf.stack([tf.shape(dense)[0], 1]), dense.dtype)
-                    valid = tf.zeros(tf.shape(dense), tf.bool)
-                result, _ = compute(dense, -1, valid)
+                result, _ = compute(ragged_lists.dense, -1, ragged_lists.mask)
                 out = _ragged_output(result, ragged_lists)
                 if not return_info:
                     return out
