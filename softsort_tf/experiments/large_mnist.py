@@ -215,7 +215,14 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
     Median: `mse` on values scaled to [0, 1) (value / 10⁴; reported ×1e-4 like the
     papers, so a constant predictor scores ≈ 356.8 at n = 5), `r2` = 1 − MSE / Var(true
     medians) and Spearman's rank correlation between predicted and true medians.
+
+    Under a multi-worker strategy every worker evaluates the whole `dataset` and gets
+    the metrics of one worker: sorting through `model.evaluate` (the metric states are
+    summed over workers, `training.adapt_to_strategy`), the median from the
+    predictions, which every worker computes for all sequences (its R² and Spearman
+    need all of them).
     """
+    training.adapt_to_strategy(model)
     if task == "sort":
         logs = model.evaluate(dataset, verbose=0, return_dict=True)
         return {"exact_accuracy": float(logs["exact_accuracy"]),
@@ -247,7 +254,9 @@ def make_datasets(config: ExperimentConfig):
     The training stream is endless and deterministic given `config.seed`; starting it at
     `start_step` gives the batches a resumed run would have seen. Validation and test
     sequences depend on `config.eval_seed` only, so runs and trials are compared on the
-    same sequences.
+    same sequences. The batches are global batches of `config.batch_size` sequences:
+    under a multi-worker strategy every worker builds the same stream and
+    `training.fit_resumable` gives each worker its slice of every batch.
     """
     splits = large_mnist.load_digit_splits(config.dataset, config.mnist_npz,
                                            config.digits_per_class)
@@ -297,6 +306,10 @@ def _run(config: ExperimentConfig) -> dict:
     wall_start = time.time()
     strategy = prepare_runtime(config)
     chief = training.is_chief(strategy)
+    num_workers = training.worker_index(strategy)[1]
+    if config.batch_size % num_workers:
+        raise ValueError(f"batch_size (the global batch) must be a multiple of the "
+                         f"{num_workers} workers, got {config.batch_size}.")
 
     train_dataset, val_ds, test_ds = make_datasets(config)
     with strategy.scope():

@@ -11,6 +11,27 @@
 
 `output_directory` creates a run's folder and removes it again if the run fails before
 writing anything; `write_json` writes results atomically.
+
+Multi-worker training (`make_strategy('multi_worker')`, `tf.distribute.
+MultiWorkerMirroredStrategy`, cluster from `TF_CONFIG`), as `fit_resumable` runs it:
+- data: every worker builds the same stream of *global* batches and keeps its own
+  contiguous slice of each (`split_batches`: worker i of W takes rows
+  [i·B/W, (i+1)·B/W) of a batch of B), so W workers step on exactly the batches one
+  worker would, and `batch_size` always means the global batch;
+- gradients: Keras averages the per-replica losses (each the reduction over the
+  replica's own slice), so a loss that is a mean over examples or lists steps as on
+  one worker; a batch statistic (the trimmed / least-quantile regression losses) is
+  taken over each replica's slice and averaged over replicas;
+- evaluation: every worker evaluates the whole validation / test set (`unsharded`)
+  and Keras sums the metric states over the workers, so the metrics are those of one
+  worker; the results are written by the chief (worker 0) only;
+- checkpoints: every worker backs up its state after each epoch, the chief in
+  `output_dir/backup`, worker i > 0 in `output_dir/worker-i/backup` (on one machine or
+  a shared file system the folders do not collide); a restarted cluster resumes, on
+  every worker, after the last epoch all workers backed up;
+- Keras 3's `fit` / `evaluate` do not run under a multi-worker strategy as they are;
+  `adapt_to_strategy` makes them run (it is applied by `fit_resumable`, and is what
+  a user's own model needs).
 """
 
 from __future__ import annotations
@@ -33,9 +54,10 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "StopAfterEpochs",
-           "TimeBudgetStop", "best_epoch", "fit_resumable", "machine_info", "make_strategy",
-           "output_directory", "prepare_runtime", "read_history", "set_cpu_devices",
-           "should_stop_early", "write_json"]
+           "TimeBudgetStop", "adapt_to_strategy", "best_epoch", "fit_resumable", "is_chief",
+           "is_multi_worker", "machine_info", "make_strategy", "output_directory",
+           "prepare_runtime", "read_history", "set_cpu_devices", "should_stop_early",
+           "split_batches", "unsharded", "worker_index", "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -50,9 +72,13 @@ def set_cpu_devices(count: int) -> None:
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
 
 
+_MULTI_WORKER: dict = {}
+
+
 def make_strategy(name: str) -> tf.distribute.Strategy:
     """`'default'` (one device), `'mirrored'` (all local GPUs, else all logical CPUs) or
-    `'multi_worker'` (`MultiWorkerMirroredStrategy`, cluster from `TF_CONFIG`)."""
+    `'multi_worker'` (`MultiWorkerMirroredStrategy`, cluster from `TF_CONFIG`; created
+    once per process, later calls return the same strategy)."""
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
@@ -60,7 +86,10 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        # Collective ops are configured once per process: one strategy per process.
+        if _MULTI_WORKER.get("strategy") is None:
+            _MULTI_WORKER["strategy"] = tf.distribute.MultiWorkerMirroredStrategy()
+        return _MULTI_WORKER["strategy"]
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
 
 
@@ -88,6 +117,160 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "chief" or (
         resolver.task_type == "worker" and resolver.task_id == 0
         and "chief" not in resolver.cluster_spec().as_dict())
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy | None) -> bool:
+    """Whether `strategy` is a `MultiWorkerMirroredStrategy` over more than one worker."""
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and strategy.extended._in_multi_worker_mode())  # no public accessor
+
+
+def worker_index(strategy: tf.distribute.Strategy | None) -> tuple[int, int]:
+    """`(index, num_workers)` of this process in its cluster: `(0, 1)` unless
+    `strategy` is multi-worker; the chief (or worker 0 when there is no chief) is 0,
+    then the workers in order (the input pipeline order of `tf.distribute`)."""
+    if not is_multi_worker(strategy):
+        return 0, 1
+    resolver = strategy.cluster_resolver
+    cluster = resolver.cluster_spec().as_dict()
+    chiefs = len(cluster.get("chief", []))
+    num_workers = chiefs + len(cluster.get("worker", []))
+    if resolver.task_type == "chief":
+        return 0, num_workers
+    return chiefs + int(resolver.task_id), num_workers
+
+
+def unsharded(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` with `tf.distribute` auto-sharding off: every worker reads all of it.
+
+    Used for evaluation: each worker evaluates the whole set and the metric states
+    (sums and counts) are added over the workers, which gives the metrics of one worker.
+    """
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
+
+
+def split_batches(dataset: tf.data.Dataset, num_workers: int, index: int) -> tf.data.Dataset:
+    """Worker `index`'s share of every batch of `dataset` (auto-sharding off).
+
+    Every worker builds the same stream of global batches; worker i of W keeps rows
+    `[i·B // W, (i+1)·B // W)` of each batch of B rows (every element of the batch's
+    structure is sliced along axis 0), so together the workers step on each global
+    batch exactly once. The stream must be the same on every worker (deterministic,
+    e.g. seeded shuffles).
+
+    Args:
+      dataset: batches whose every component has the batch axis first (dense or ragged).
+      num_workers: W ≥ 1.
+      index: this worker's index in [0, W).
+
+    Returns:
+      The dataset of slices (`dataset` itself, sharding off, when W = 1).
+
+    Example:
+    >>> ds = tf.data.Dataset.range(8).batch(4)
+    >>> [b.numpy().tolist() for b in split_batches(ds, 2, 1)]
+    [[2, 3], [6, 7]]
+    """
+    if int(num_workers) != num_workers or num_workers < 1:
+        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}.")
+    if int(index) != index or not 0 <= index < num_workers:
+        raise ValueError(f"index must be an int in [0, {num_workers}), got {index!r}.")
+    if num_workers == 1:
+        return unsharded(dataset)
+
+    def take_slice(*batch):
+        first = tf.nest.flatten(batch)[0]
+        rows = tf.shape(first, out_type=tf.int64)[0] if not isinstance(
+            first, tf.RaggedTensor) else first.nrows()
+        start, stop = rows * index // num_workers, rows * (index + 1) // num_workers
+        sliced = tf.nest.map_structure(lambda t: t[start:stop], batch)
+        return sliced if len(sliced) > 1 else sliced[0]
+
+    return unsharded(dataset.map(take_slice))
+
+
+def adapt_to_strategy(model: keras.Model) -> keras.Model:
+    """Makes Keras 3's `fit` / `evaluate` of `model` run under a multi-worker strategy.
+
+    The model must have been created (and compiled) in the scope of a
+    `tf.distribute.MultiWorkerMirroredStrategy` with several workers; under any other
+    strategy the model is returned unchanged. With Keras 3.15 / TF 2.21, `fit` and
+    `evaluate` fail there before the first step (reducing the first distributed batch
+    over workers to build the model, and averaging the step's scalar logs over axis 0).
+    This sets, on `model` only:
+    - the first-batch build to use this worker's local batch;
+    - `train_step` / `test_step` to return their logs with a leading axis of 1, which
+      Keras' average over workers then removes;
+    - `fit` to split each batch of a `tf.data.Dataset` `x` over the workers
+      (`split_batches`: the dataset holds global batches, as on one worker) and to
+      evaluate `validation_data` unsharded, and `evaluate` to read a
+      `tf.data.Dataset` unsharded (`unsharded`: every worker evaluates all of it, the
+      metrics are summed over workers and equal those of one worker).
+
+    Call it once, after `compile` and before the first `fit` / `evaluate`.
+
+    Example (on every worker of the cluster of `TF_CONFIG`):
+
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+            model.compile("sgd", loss=ss.SoftTrimmedRegressionLoss(0.0, 0.8))
+        adapt_to_strategy(model).fit(global_batches, epochs=2, steps_per_epoch=10)
+
+    Returns:
+      `model`.
+    """
+    strategy = model.distribute_strategy
+    if not is_multi_worker(strategy) or getattr(model, "_softsort_adapted", False):
+        return model
+    index, num_workers = worker_index(strategy)
+
+    def local(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.experimental_local_results(value)[0]
+        return value
+
+    def symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(local, next(batches))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    def with_leading_axis(step):
+        def step_fn(data):
+            return tf.nest.map_structure(lambda v: tf.expand_dims(v, 0), step(data))
+        return step_fn
+
+    fit, evaluate = model.fit, model.evaluate
+
+    def fit_fn(x=None, *args, validation_data=None, **kwargs):
+        if isinstance(x, tf.data.Dataset):
+            x = split_batches(x, num_workers, index)
+        if isinstance(validation_data, tf.data.Dataset):
+            validation_data = unsharded(validation_data)
+        return fit(x, *args, validation_data=validation_data, **kwargs)
+
+    def evaluate_fn(x=None, *args, **kwargs):
+        if isinstance(x, tf.data.Dataset):
+            x = unsharded(x)
+        return evaluate(x, *args, **kwargs)
+
+    model._maybe_symbolic_build = symbolic_build
+    model.train_step = with_leading_axis(model.train_step)
+    model.test_step = with_leading_axis(model.test_step)
+    model.fit, model.evaluate = fit_fn, evaluate_fn
+    model._softsort_adapted = True
+    return model
+
+
+def _all_workers_min(strategy: tf.distribute.Strategy, value: int) -> int:
+    """The smallest of the workers' `value`s (a collective: every worker must call it)."""
+    per_replica = strategy.run(lambda: tf.constant([value], tf.int64))
+    return int(tf.reduce_min(strategy.gather(per_replica, axis=0)))
 
 
 def machine_info() -> dict:
@@ -209,7 +392,11 @@ class TimeBudgetStop(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.spent += float((logs or {}).get("epoch_seconds", 0.0))
-        if self.spent >= self.seconds:
+        stop = self.spent >= self.seconds
+        strategy = self.model.distribute_strategy
+        if is_multi_worker(strategy):  # the workers' clocks differ: stop when one does
+            stop = not _all_workers_min(strategy, int(not stop))
+        if stop:
             self.model.stop_training = True
 
 
@@ -280,9 +467,10 @@ class FitResult:
     out_of_time: bool = False
 
 
-def _backed_up_epoch(backup_dir: str) -> int:
-    """Epochs completed according to `BackupAndRestore`'s metadata in `backup_dir`."""
-    path = os.path.join(backup_dir, "training_metadata.json")
+def _backed_up_epoch(backup_dir: str, suffix: str = "") -> int:
+    """Epochs completed according to `BackupAndRestore`'s metadata in `backup_dir`
+    (`suffix='.bkp'`: its previous backup)."""
+    path = os.path.join(backup_dir, "training_metadata.json" + suffix)
     if not os.path.exists(path):
         return 0
     with open(path) as f:
@@ -310,6 +498,35 @@ def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset
 
 
+def _agree_on_resume_epoch(strategy: tf.distribute.Strategy, backup_dir: str) -> int:
+    """The epoch every worker resumes after: the last one all workers backed up.
+
+    A worker stopped between the end of an epoch and its backup is one epoch behind the
+    others; those roll back to their previous backup (kept by `BackupAndRestore(
+    double_checkpoint=True)`).
+
+    Raises:
+      ValueError: if a worker's backups do not reach back to the agreed epoch (e.g. one
+        worker restarted with an empty output folder).
+    """
+    mine = _backed_up_epoch(backup_dir)
+    agreed = _all_workers_min(strategy, mine)
+    if agreed == mine:
+        return mine
+    weights = os.path.join(backup_dir, "latest.weights.h5")
+    metadata = os.path.join(backup_dir, "training_metadata.json")
+    previous = _backed_up_epoch(backup_dir, suffix=".bkp")
+    if previous != agreed or not os.path.exists(weights + ".bkp"):
+        raise ValueError(
+            f"this worker backed up epoch {mine} in {backup_dir} but another worker's last "
+            f"backup is epoch {agreed}; restart every worker with the folders of the "
+            "interrupted run (or remove them all to start afresh).")
+    shutil.copyfile(weights + ".bkp", weights)
+    shutil.copyfile(metadata + ".bkp", metadata)
+    print(f"Rolling back to epoch {agreed}, the last epoch every worker backed up.")
+    return agreed
+
+
 def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.data.Dataset],
                   validation_dataset: tf.data.Dataset, *, epochs: int, steps_per_epoch: int,
                   output_dir: str, monitor: str, mode: str, writer: bool = True,
@@ -325,6 +542,13 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
     epoch on `monitor`), `checkpoints/fresh_start.json` (`on_fresh_start`'s dict),
     `history.csv` (`CSVLogger`), `tensorboard/`.
 
+    Under a multi-worker strategy (the model's) the model is adapted
+    (`adapt_to_strategy`): each worker trains on its slice of every global batch of
+    `make_train_dataset`, every worker evaluates the whole validation set, and worker
+    i > 0 keeps its files in `output_dir/worker-i/` (module docstring). A restarted
+    cluster resumes after the last epoch all workers backed up, and the stopping rules
+    decide the same on every worker.
+
     Args:
       model: a built, compiled model (created under the strategy's scope).
       make_train_dataset: `start_step -> dataset` of training batches from that step on.
@@ -334,8 +558,8 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
       steps_per_epoch: training steps per epoch.
       output_dir: the run's folder.
       monitor, mode: the validation metric choosing the best epoch; mode 'max' or 'min'.
-      writer: whether this process writes the run's files (False on non-chief workers,
-        which write to a throw-away folder).
+      writer: whether this process writes the run's files in `output_dir` (False on
+        non-chief workers, which keep their backups in `output_dir/worker-i/`).
       stop_after_epochs: stop (as an interruption would) once this many epochs are
         completed; for tests of resume. None never stops.
       verbose: passed to `fit` (1: progress bar, 2: one line per epoch).
@@ -358,8 +582,12 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}.")
     validation_dataset = with_known_length(validation_dataset)
+    strategy = model.distribute_strategy
+    multi_worker = is_multi_worker(strategy)
+    if multi_worker:
+        adapt_to_strategy(model)
     if not writer:
-        output_dir = os.path.join(output_dir, f"worker-tmp-{os.getpid()}")
+        output_dir = os.path.join(output_dir, f"worker-{worker_index(strategy)[0]}")
     backup_dir = os.path.join(output_dir, "backup")
     ckpt_dir = os.path.join(output_dir, "checkpoints")
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -367,7 +595,8 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
     best_path = os.path.join(ckpt_dir, "best.weights.h5")
     extra_path = os.path.join(ckpt_dir, "fresh_start.json")
 
-    initial_epoch = _backed_up_epoch(backup_dir)
+    initial_epoch = (_agree_on_resume_epoch(strategy, backup_dir) if multi_worker
+                     else _backed_up_epoch(backup_dir))
     if initial_epoch:
         print(f"Resuming after epoch {initial_epoch} from {backup_dir}.")
     elif on_fresh_start is not None:
@@ -376,16 +605,20 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
     best_before, best_so_far = best_epoch(history_before.get(monitor, []), mode)
     spent_before = float(sum(history_before.get("epoch_seconds", [])))
     start = time.time()
-    if (initial_epoch < min(epochs, stop_after_epochs or epochs)
-            and not should_stop_early(initial_epoch, best_before, patience)
-            and not _out_of_time(spent_before, max_train_seconds)):
+    train = (initial_epoch < min(epochs, stop_after_epochs or epochs)
+             and not should_stop_early(initial_epoch, best_before, patience)
+             and not _out_of_time(spent_before, max_train_seconds))
+    if multi_worker:  # the workers' clocks differ: train only if every worker would
+        train = bool(_all_workers_min(strategy, int(train)))
+    if train:
         bookkeeping = [
             EpochTimer(),
             keras.callbacks.CSVLogger(history_path, append=True),
             keras.callbacks.ModelCheckpoint(best_path, monitor=monitor, mode=mode,
                                             save_best_only=True, save_weights_only=True,
                                             initial_value_threshold=best_so_far),
-            keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False),
+            keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False,
+                                             double_checkpoint=multi_worker),
         ]
         if stop_after_epochs is not None:
             bookkeeping.append(StopAfterEpochs(stop_after_epochs))
