@@ -46,6 +46,7 @@ flags.DEFINE_integer("steps", _D.steps, "Full-batch Adam steps.", lower_bound=1)
 flags.DEFINE_integer("eval_every", _D.eval_every, "Steps between validation checks (the "
                      "best step on validation is kept).", lower_bound=1)
 flags.DEFINE_float("learning_rate", _D.learning_rate, "Adam learning rate.", lower_bound=0.0)
+flags.DEFINE_bool("jit_compile", _D.jit_compile, "XLA-compile the training steps.")
 flags.DEFINE_list("kernel_sizes", [str(v) for v in _D.kernel_sizes],
                   "Training sizes of the kernel methods (even; empty: skip them).")
 flags.DEFINE_integer("kernel_test_per_class", _D.kernel_test_per_class,

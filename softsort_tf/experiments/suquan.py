@@ -104,6 +104,7 @@ class SuquanConfig:
     steps: int = 300
     eval_every: int = 25
     learning_rate: float = 0.02
+    jit_compile: bool = True
     kernel_sizes: tuple = (50, 100, 200)
     kernel_test_per_class: int = 50
     kernel_block: int = 100
@@ -353,7 +354,8 @@ def _logistic(scores, y):
 
 
 def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: int,
-                        eval_every: int, learning_rate: float, targets=None) -> dict:
+                        eval_every: int, learning_rate: float, targets=None,
+                        jit_compile: bool = True) -> dict:
     """Trains one logistic regression per L2 strength, together, by full-batch Adam.
 
     Args:
@@ -365,6 +367,7 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
       steps, eval_every, learning_rate: the budget (module docstring).
       targets: None (fixed features) or K `SinkhornQuantileNormalization` layers whose
         `target_values()` are the learned f of each model.
+      jit_compile: XLA-compile the training steps (faster for large problems).
 
     Returns:
       A dict: `l2`, `step`, `val_accuracy`, `val_loss` of the chosen (λ, step), and
@@ -392,7 +395,7 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
 
     x_tr = features if learn_f else tf.constant(features, tf.float32)
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=jit_compile)
     def train_chunk(start, count):
         for i in tf.range(count):
             with tf.GradientTape() as tape:
@@ -445,7 +448,7 @@ def _run_pair(config: SuquanConfig, pair: PairData) -> dict:
     out = {"num_train": len(pair.y_train), "num_val": len(pair.y_val),
            "num_test": len(pair.y_test), "num_levels": m, "methods": {}}
     kwargs = dict(l2_grid=config.l2_grid, steps=config.steps, eval_every=config.eval_every,
-                  learning_rate=config.learning_rate)
+                  learning_rate=config.learning_rate, jit_compile=config.jit_compile)
     split_intervals = {}
 
     def intervals(name):
