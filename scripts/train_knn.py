@@ -20,7 +20,7 @@ from softsort_tf.experiments import knn
 _D = knn.KnnConfig()
 experiment_flags.define_run_flags(epochs=_D.epochs, steps_per_epoch=_D.steps_per_epoch,
                                   learning_rate=_D.learning_rate,
-                                  defaults_help={"learning_rate": "SGD, momentum 0.9",
+                                  defaults_help={"learning_rate": "SGD with momentum 0.9",
                                                  "batch_size": "unused: see num_queries"})
 experiment_flags.define_relaxation_flags()
 # Keras runs the kNN model without XLA under op determinism (several times slower).

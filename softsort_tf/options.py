@@ -90,8 +90,8 @@ class SinkhornOptions:
         are squashed into [0, 1]). Default 1e-2. With p = 2 and n inputs spread over
         [0, 1], a soft rank blurs over about n·√(ε/2) neighbours: smaller is sharper,
         but needs more iterations and gives smaller gradients. None means the
-        default of the caller (1e-2 for every operator; `SoftTopKLoss` picks ε from
-        k and n).
+        default of the caller (1e-2 for every operator; `SoftTopKLoss` uses
+        0.3/L² for L classes).
       power: exponent p > 1 of the transport cost |x̃ − y|^p (default 2, the paper's).
       threshold: a row stops when the L1 error of its input marginal is below it
         (default 1e-3). Gradient checks against finite differences need a tighter

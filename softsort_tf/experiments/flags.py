@@ -125,7 +125,7 @@ def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | N
                          help_text("steps_per_epoch", "Training steps per epoch"))
     flags.DEFINE_integer("batch_size", batch_size, help_text("batch_size", "Batch size"))
     flags.DEFINE_float("learning_rate", learning_rate,
-                       help_text("learning_rate", "Adam learning rate"))
+                       help_text("learning_rate", "Learning rate of the optimiser"))
     flags.DEFINE_enum("strategy", _DEFAULTS.strategy, STRATEGIES, "tf.distribute strategy.")
     flags.DEFINE_integer("num_cpu_devices", _DEFAULTS.num_cpu_devices,
                          "Split the CPU into this many logical devices (0: leave as is), "
@@ -144,8 +144,9 @@ def define_relaxation_flags() -> None:
     """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`, `alpha`,
     `log_cross_entropy`, `stochastic`, `num_samples`."""
     flags.DEFINE_enum("method", _DEFAULTS.method, METHODS, "Relaxed sorting operator.")
-    flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw scores; "
-                       "default 1024 for n <= 7, else 128 (SoftSort paper).")
+    flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw scores; default: "
+                       "the binary's (large-MNIST: 1024 for n <= 7, else 128, SoftSort "
+                       "paper; kNN: 0.1).")
     flags.DEFINE_float("epsilon", _DEFAULTS.epsilon,
                        "Sinkhorn regularisation (Cuturi et al.: 0.005).")
     flags.DEFINE_float("alpha", None, "LapSum's Laplace scale on raw scores; default that "
@@ -207,8 +208,8 @@ def define_speed_flags() -> None:
     flags.DEFINE_bool("save_every_epoch", _DEFAULTS.save_every_epoch,
                       "Keep every epoch's weights (scripts/time_to_accuracy.py).")
     flags.DEFINE_bool("jit_compile", _DEFAULTS.jit_compile,
-                      "XLA-compile the train step (measured slower for this CNN on CPU; "
-                      "ignored under --deterministic_ops, which Keras runs without XLA).")
+                      "XLA-compile the train step (ignored under --deterministic_ops, "
+                      "which Keras runs without XLA).")
     _validate("warmup_steps", "patience", "max_train_minutes")
 
 
