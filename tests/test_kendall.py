@@ -329,7 +329,7 @@ def test_metric_streaming_padding_and_no_nan():
     labels[2] = 1.0  # tied targets: skipped
     labels[3, 1:] = -1.0  # one valid item: skipped
     labels[4, [0, 3]] = -1.0
-    metric = KendallTau()
+    metric = KendallTau(negative_labels_are_padding=True)
     metric.update_state(labels[:3], scores[:3], sample_weight=[1.0, 2.0, 5.0])
     metric.update_state(labels[3:], scores[3:])
     valid = labels[4] >= 0
@@ -337,19 +337,22 @@ def test_metric_streaming_padding_and_no_nan():
               scipy_tau(labels[4][valid], scores[4][valid])]
     expected = (values[0] + 2 * values[1] + values[2]) / 4
     assert_finite_close(float(metric.result()), expected, atol=1e-6)
-    empty = KendallTau()
+    empty = KendallTau(negative_labels_are_padding=True)
     assert float(empty.result()) == 0.0
     empty.update_state(-np.ones((2, 4)), np.zeros((2, 4)))
     empty.update_state(np.zeros((0, 4)), np.zeros((0, 4)))
     assert float(empty.result()) == 0.0
     clone = KendallTau.from_config(metric.get_config())
-    assert clone.negative_labels_are_padding and clone.method == "auto"
+    assert clone.get_config() == metric.get_config()
+    assert clone.fn_kwargs == dict(axis=-1, negative_labels_are_padding=True, method="auto")
 
 
 def test_loss_config_mixed_precision_and_values():
     loss = KendallTauLoss(smooth_scale=0.3, negative_labels_are_padding=False)
     clone = KendallTauLoss.from_config(loss.get_config())
-    assert (clone.smooth_scale, clone.negative_labels_are_padding) == (0.3, False)
+    assert clone.get_config() == loss.get_config()
+    assert (clone.fn_kwargs["smooth_scale"], clone.fn_kwargs["negative_labels_are_padding"]) == (
+        0.3, False)
     rng = np.random.default_rng(14)
     t, p = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
     per_list = KendallTauLoss(smooth_scale=0.3, reduction=None,

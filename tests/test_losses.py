@@ -685,6 +685,10 @@ LOSS_FACTORIES = {
                                                                  squash="atan"),
     "trimmed": lambda: ss.SoftTrimmedRegressionLoss(0.1, 0.7, threshold=1e-4, implicit_diff=None),
     "spearman": lambda: ss.SpearmanLoss(axis=-1, epsilon=2e-2, max_iterations=500),
+    "spearman_permutahedron": lambda: ss.SpearmanLoss(
+        method="permutahedron", temperature=0.5, method_kwargs={"regularization": "kl"}),
+    "top_k_lapsum": lambda: ss.SoftTopKLoss(2, from_sparse=True, method="lapsum",
+                                            temperature=0.2),
     "quantile_regression": lambda: ss.SoftQuantileRegressionLoss(
         0.2, width=0.05, epsilon=0.05, squash="atan", targets="centres"),
     "pinball": lambda: ss.PinballLoss(0.3, reduction="sum"),
@@ -694,7 +698,7 @@ LOSS_FACTORIES = {
 def _example_data(name, rng):
     if name.startswith("top_k"):
         return rng.randint(4, size=8), 4
-    if name == "spearman":
+    if name.startswith("spearman"):
         return rng.randn(8, 4).astype(np.float32), 4
     return rng.randn(8, 1).astype(np.float32), 1
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+import softsort_tf as ss
 from softsort_tf._keras import get_keras_mask
 from softsort_tf.losses.ranking import (
     ListwisePermutationLoss,
@@ -94,7 +95,8 @@ def test_metrics_stream_with_sample_weights_and_ignore_padded_scores():
     for metric, ref in ((NDCGMetric(k=5), np_ndcg), (MRRMetric(), np_mrr)):
         metric.update_state(labels[:10], scores[:10], sample_weight=sw[:10])
         metric.update_state(labels[10:], scores[10:], sample_weight=sw[10:])
-        ref_vals = np.array([ref(lab, s, metric.k) for lab, s in zip(labels, scores, strict=True)])
+        k = metric.fn_kwargs["k"]
+        ref_vals = np.array([ref(lab, s, k) for lab, s in zip(labels, scores, strict=True)])
         w = ref_vals[:, 1] * sw
         np.testing.assert_allclose(float(metric.result()), (ref_vals[:, 0] @ w) / w.sum(),
                                    rtol=1e-6)
@@ -187,6 +189,11 @@ LOSSES = [
                                                              temperature=0.3)),
     ("spearman", lambda y, s: 1.0 - soft_spearman_correlation(
         y, s, negative_labels_are_padding=True, epsilon=0.05, **TIGHT)),
+    ("ndcg-lapsum", lambda y, s: 1.0 - soft_ndcg(y, s, method="lapsum", temperature=0.3)),
+    ("spearman-lapsum", lambda y, s: 1.0 - soft_spearman_correlation(
+        y, s, negative_labels_are_padding=True, method="lapsum", temperature=0.3)),
+    ("spearman-softsort", lambda y, s: 1.0 - soft_spearman_correlation(
+        y, s, negative_labels_are_padding=True, method="softsort", temperature=0.3)),
 ]
 
 
@@ -216,7 +223,7 @@ def test_padding_changes_no_value_and_no_gradient(name, fn, seed, n, extra):
     p_value, p_grad = _value_and_grad(fn, padded_labels[:, perm], padded_scores[:, perm])
     inverse = np.argsort(perm)
     p_grad = p_grad[:, inverse]
-    tol = 1e-6 if "sinkhorn" in name or name == "spearman" else 1e-10
+    tol = 1e-6 if "sinkhorn" in name or "lapsum" in name or name == "spearman" else 1e-10
     np.testing.assert_allclose(p_value, value, rtol=tol, atol=tol)
     np.testing.assert_allclose(p_grad[:, :n], grad, rtol=1e-4 if tol > 1e-9 else 1e-8,
                                atol=tol)
@@ -226,7 +233,7 @@ def test_padding_changes_no_value_and_no_gradient(name, fn, seed, n, extra):
 # ---------------------------------------------------------------------------------
 # The losses.
 # ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [m for m in ss.METHODS if m != "permutahedron"])
 def test_soft_ndcg_tends_to_hard_ndcg(method):
     rng = np.random.default_rng(3)
     labels, _ = random_padded(rng, 6, 10)
@@ -321,6 +328,9 @@ DYNAMIC_LOSSES = {
     "perm-neuralsort": lambda: ListwisePermutationLoss(),
     "perm-softsort": lambda: ListwisePermutationLoss(method="softsort"),
     "spearman": lambda: SpearmanLoss(negative_labels_are_padding=True, threshold=1e-7),
+    "ndcg-lapsum": lambda: SoftNDCGLoss(method="lapsum", temperature=0.1),
+    "spearman-neuralsort": lambda: SpearmanLoss(method="neuralsort",
+                                                negative_labels_are_padding=True),
 }
 
 
@@ -411,6 +421,176 @@ def test_keras_item_masks_are_the_padding_of_the_list_losses():
         model.compile(loss=loss)
         assert model.evaluate(x, labels, verbose=0) == pytest.approx(float(reference()),
                                                                      rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------
+# Any family of the front door (`method=`).
+# ---------------------------------------------------------------------------------
+FAMILY_ARGUMENTS = {  # (temperature, method_kwargs) of each family in these tests
+    "sinkhorn": (0.05, None), "lapsum": (0.3, None),
+    "permutahedron": (0.3, {"regularization": "kl"}),
+    "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None)}
+
+
+def _np_pearson(u, v):
+    u, v = u - u.mean(axis=-1, keepdims=True), v - v.mean(axis=-1, keepdims=True)
+    return (u * v).sum(-1) / np.sqrt((u * u).sum(-1) * (v * v).sum(-1))
+
+
+@pytest.mark.parametrize("method", sorted(FAMILY_ARGUMENTS))
+def test_rank_losses_of_every_family_are_their_front_door_ranks(method):
+    """Each loss equals its formula (float64 numpy) on the ranks `soft_rank(method)`
+    returns; gradients are finite; the config round trip gives the same loss."""
+    temperature, method_kwargs = FAMILY_ARGUMENTS[method]
+    front = dict(temperature=temperature, **(method_kwargs or {}))
+    args = dict(method=method, temperature=temperature, method_kwargs=method_kwargs,
+                reduction="none", dtype="float64")
+    rng = np.random.default_rng(21)
+    targets, scores = rng.normal(size=(4, 7)), rng.normal(size=(4, 7))
+    labels = rng.integers(0, 4, size=(4, 7)).astype(np.float64)
+    labels[:, 0] = 3.0
+    classes = np.array([0, 3, 6, 2])
+    ascending = soft_rank(scores, method, **front).numpy()
+    descending = soft_rank(scores, method, "DESCENDING", **front).numpy()
+    gains = 2.0 ** labels - 1.0
+    ideal = np.array([np_dcg(np.sort(lab)[::-1]) for lab in labels])
+    picked = ascending[np.arange(4), classes]
+    losses = {
+        "spearman": (SpearmanLoss(**args), targets, 1.0 - _np_pearson(
+            ascending, stats.rankdata(targets, axis=-1))),
+        "ndcg": (SoftNDCGLoss(negative_labels_are_padding=False, **args), labels,
+                 1.0 - (gains / np.log2(1.0 + descending)).sum(-1) / ideal),
+        "top_k_rank": (ss.SoftTopKLoss(2, from_sparse=True, **args), classes,
+                       np.maximum(0.0, 7 - 2 + 1 - picked)),
+        "top_k_cdf": (ss.SoftTopKLoss(2, "cdf", True, **args), classes,
+                      np.maximum(0.0, 1.0 - 2 / 7 - picked / 7)),
+    }
+    x = tf.constant(scores)
+    for name, (loss, y, expected) in losses.items():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = loss(y, x)
+        assert np.all(np.isfinite(value.numpy())), name
+        np.testing.assert_allclose(value.numpy(), expected, rtol=1e-6, atol=1e-9,
+                                   err_msg=name)
+        assert np.all(np.isfinite(tape.gradient(value, x).numpy())), name
+        config = loss.get_config()
+        assert config["method"] == method
+        clone = keras.losses.deserialize(keras.losses.serialize(loss))
+        assert type(clone) is type(loss) and clone.get_config() == config
+        np.testing.assert_allclose(clone(y, x).numpy(), value.numpy(), atol=1e-5)  # float32
+
+
+@pytest.mark.parametrize("method", ["lapsum", "softsort"])
+def test_rank_losses_of_other_families_take_masks_keras_masks_and_ragged_lists(method):
+    rng = np.random.default_rng(22)
+    labels, scores = random_padded(rng, 3, 6, np.float32, ties=False)
+    labels[:, 0] = 2.0
+    valid = labels >= 0
+    lengths = valid.sum(-1)
+    ragged_labels = tf.RaggedTensor.from_tensor(labels, lengths=lengths)
+    ragged_scores = tf.RaggedTensor.from_tensor(scores, lengths=lengths)
+    for loss in (SoftNDCGLoss(method, 0.3), SpearmanLoss(method=method, temperature=0.3),
+                 ss.SoftTopKLoss(1, from_sparse=True, method=method, temperature=0.3)):
+        if isinstance(loss, ss.SoftTopKLoss):
+            classes = np.zeros(3, np.int64)
+            expected = ss.soft_top_k_loss(classes, scores, 1, from_sparse=True, mask=valid,
+                                          method=method, temperature=0.3)
+            y = classes
+        else:
+            y = labels
+            expected = loss.fn(labels, scores, mask=valid, **loss.fn_kwargs)
+            np.testing.assert_allclose(float(loss(ragged_labels, ragged_scores)),
+                                       float(tf.reduce_mean(expected)), rtol=1e-5)
+        masked = keras.layers.Masking(-99.0)(np.where(valid, scores, -99.0)[..., None])
+        masked_scores = _SqueezeKeepingMask()(masked)
+        value = loss(y, masked_scores)
+        assert np.isfinite(float(value))
+        np.testing.assert_allclose(float(value), float(tf.reduce_mean(expected)), rtol=1e-5)
+
+
+def test_permutahedron_takes_no_padding_and_says_so():
+    labels = np.array([[2.0, 0.0, 1.0, -1.0]])
+    scores = np.array([[0.3, 0.1, 0.2, 0.0]])
+    for make in (lambda: SoftNDCGLoss("permutahedron"),
+                 lambda: SpearmanLoss(method="permutahedron", negative_labels_are_padding=True)):
+        with pytest.raises(ValueError, match="negative_labels_are_padding"):
+            make()
+    loss = SpearmanLoss(method="permutahedron")
+    with pytest.raises(ValueError, match="mask"):
+        soft_spearman_correlation(labels, scores, mask=labels >= 0, method="permutahedron")
+    with pytest.raises(ValueError, match="mask"):
+        loss(tf.ragged.constant([[1.0, 2.0], [3.0]]), tf.ragged.constant([[0.1, 0.2], [0.3]]))
+    with pytest.raises(ValueError, match="mask"):
+        ss.soft_top_k_loss([0], scores, 1, from_sparse=True, mask=labels >= 0,
+                           method="permutahedron")
+    unpadded = SoftNDCGLoss("permutahedron", 1e-3, negative_labels_are_padding=False)
+    assert float(unpadded(labels[:, :3], scores[:, :3])) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_method_arguments_are_validated_at_construction():
+    cases = [
+        (lambda: SpearmanLoss(method="bubble"), "`method`"),
+        (lambda: SpearmanLoss(method="lapsum", temperature=0.0), "`temperature`"),
+        (lambda: SpearmanLoss(method="lapsum", epsilon=1e-3), "method='sinkhorn'"),
+        (lambda: ss.SoftTopKLoss(method="softsort", options=ss.SinkhornOptions()),
+         "method='sinkhorn'"),
+        (lambda: SoftNDCGLoss("neuralsort", targets="centres"), "method='sinkhorn'"),
+        (lambda: SpearmanLoss(method_kwargs={"squash": "atan"}), "`method_kwargs`"),
+        (lambda: SpearmanLoss(method="permutahedron", method_kwargs={"regularization": "l1"}),
+         "`regularization`"),
+        (lambda: SpearmanLoss(method="softsort", method_kwargs={"power": 2}),
+         "`method_kwargs`"),
+        (lambda: SpearmanLoss(method="softsort", method_kwargs={"tau": 2.0}), "`tau`"),
+        (lambda: SoftNDCGLoss("lapsum", method_kwargs={"direction": "ASCENDING"}),
+         "`direction`"),
+        (lambda: SoftNDCGLoss("lapsum", method_kwargs=["alpha"]), "`method_kwargs`"),
+        (lambda: ss.SoftTopKLoss(temperature=1e-2, epsilon=1e-3), "`temperature` and"),
+        (lambda: SoftNDCGLoss("softsort", negative_labels_are_padding="yes"),
+         "negative_labels_are_padding"),
+    ]
+    for make, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make()
+
+
+# ---------------------------------------------------------------------------------
+# The padding rule: relevance labels < 0 are padding, correlation targets are values.
+# ---------------------------------------------------------------------------------
+def test_padding_rule_of_the_ranking_losses_and_metrics():
+    rng = np.random.default_rng(23)
+    labels = rng.integers(0, 4, size=(3, 6)).astype(np.float32)
+    labels[:, 0] = 3.0
+    labels[:, -2:] = -1.0  # padding for relevance labels, a value for correlations
+    scores = rng.normal(size=(3, 6)).astype(np.float32)
+    truncated = (labels[:, :4], scores[:, :4])
+    for padded, plain in (
+            (SoftNDCGLoss("softsort"), lambda y, s: SoftNDCGLoss("softsort")(y, s)),
+            (ListwisePermutationLoss(), lambda y, s: ListwisePermutationLoss()(y, s))):
+        assert float(padded(labels, scores)) == pytest.approx(float(plain(*truncated)),
+                                                              rel=1e-6)
+    for metric_type in (NDCGMetric, MRRMetric):
+        whole, cut = metric_type(), metric_type()
+        whole.update_state(labels, scores)
+        cut.update_state(*truncated)
+        assert float(whole.result()) == pytest.approx(float(cut.result()), rel=1e-6)
+    # Correlations: a negative target is a value (equal to an explicit all-valid list).
+    for loss, kendall in ((SpearmanLoss(method="lapsum"), False),
+                          (ss.KendallTauLoss(), True)):
+        assert not loss.get_config()["negative_labels_are_padding"]
+        expected = (1.0 - ss.soft_kendall_tau(labels, scores) if kendall else
+                    1.0 - soft_spearman_correlation(labels, scores, method="lapsum"))
+        assert float(loss(labels, scores)) == pytest.approx(
+            float(tf.reduce_mean(expected)), rel=1e-6)
+        masked = type(loss).from_config({**loss.get_config(),
+                                         "negative_labels_are_padding": True})
+        assert float(masked(labels, scores)) != pytest.approx(float(loss(labels, scores)))
+    for metric, reference in ((SpearmanCorrelation(), spearman_correlation),
+                              (ss.KendallTau(), ss.kendall_tau)):
+        assert not metric.get_config()["negative_labels_are_padding"]
+        metric.update_state(labels, scores)
+        assert float(metric.result()) == pytest.approx(
+            float(tf.reduce_mean(reference(labels, scores))), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------

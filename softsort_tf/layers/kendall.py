@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from softsort_tf import _checks
 from softsort_tf.ops import kendall as kendall_ops
 
 _PACKAGE = "softsort_tf"
@@ -45,8 +46,9 @@ class KendallEmbedding(keras.layers.Layer):
 
     def __init__(self, smooth_scale: float | None = None, signed: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.smooth_scale = kendall_ops._check_smooth_scale(smooth_scale, allow_none=True)
-        self.signed = kendall_ops._check_bool("signed", signed)
+        self.smooth_scale = _checks.check_positive("smooth_scale", smooth_scale,
+                                                   allow_none=True)
+        self.signed = _checks.check_bool("signed", signed)
         self.supports_masking = True
 
     def call(self, inputs, mask=None):

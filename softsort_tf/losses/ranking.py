@@ -7,8 +7,8 @@ scores of their shape (one flag per item) are padding too. The convention is tha
 zero gradient; a list without a valid entry has loss 0), and lists may be of a length
 unknown when the model is built.
 
-- `SoftNDCGLoss` (`soft_ndcg`): 1 − NDCG of the soft ranks of any method of the
-  operator table ('sinkhorn', 'softsort', 'neuralsort').
+- `SoftNDCGLoss` (`soft_ndcg`): 1 − NDCG of the soft ranks of any family of
+  `softsort_tf.ops.soft.METHODS`.
 - `ListwisePermutationLoss` (`listwise_permutation_loss`): the cross-entropy of a
   row-stochastic relaxed permutation ('neuralsort', 'softsort') against the order by
   relevance (NeuralSort / PiRank style).
@@ -19,8 +19,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
-from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
+from softsort_tf import _checks, _methods
+from softsort_tf.losses.base import LossFunctionWrapper
+from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
 from softsort_tf.ops.ranking import (
     dcg_discounts,
@@ -52,7 +53,8 @@ def _check_listwise_method(method: str) -> str:
 # ---------------------------------------------------------------------------------
 @per_list_over_groups
 def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
-              temperature: float | None = None, **operator_kwargs):
+              temperature: float | None = None, negative_labels_are_padding: bool = True,
+              **kwargs):
     """NDCG of soft ranks: Σ_j (2^{y_j} − 1) / log₂(1 + r̃_j) / IDCG over the valid entries.
 
     r̃ are the descending `soft_rank`s of the scores among the valid entries (rank 1 =
@@ -64,7 +66,10 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
       y_true: relevance labels `[..., n]` (graded, ≥ 0; < 0 = padding), or ragged.
       y_pred: scores of the same shape, or ragged.
       mask: optional boolean `[..., n]`, False for padding.
-      method, temperature, **operator_kwargs: see `softsort_tf.ops.soft.soft_rank`.
+      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`.
+      negative_labels_are_padding: treat y_true < 0 as padding (default True, the
+        padding rule of `softsort_tf.ops.ranking`); set False for lists without padding
+        with method='permutahedron', which takes no padding.
 
     Returns:
       `[...]` soft NDCG values in (0, 1].
@@ -75,9 +80,12 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
     >>> round(float(v[0]), 4)
     1.0
     """
-    labels, scores, valid = padded_lists(y_true, y_pred, mask)
-    ranks = soft_rank(scores, method, "DESCENDING", mask=valid, temperature=temperature,
-                      **operator_kwargs)
+    labels, scores, valid = padded_lists(y_true, y_pred, mask,
+                                         negative_labels_are_padding=negative_labels_are_padding)
+    padded = mask is not None or negative_labels_are_padding or isinstance(
+        y_pred, tf.RaggedTensor) or isinstance(y_true, tf.RaggedTensor)
+    ranks = soft_rank(scores, method, "DESCENDING", mask=valid if padded else None,
+                      temperature=temperature, **kwargs)
     ranks = tf.where(valid, ranks, tf.ones_like(ranks))
     dcg = tf.reduce_sum(gains(labels) * dcg_discounts(ranks), axis=-1)
     ideal = ideal_dcg(labels)
@@ -92,16 +100,19 @@ def soft_ndcg_loss(y_true, y_pred, mask=None, **kwargs):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftNDCGLoss(SinkhornLoss):
+class SoftNDCGLoss(MethodLoss):
     """1 − soft NDCG (`soft_ndcg`) of each list: a listwise learning-to-rank loss.
 
     Args:
-      method: 'sinkhorn' (default), 'softsort' or 'neuralsort' (`soft_rank`).
-      temperature: the method's temperature (ε for Sinkhorn, τ otherwise); default
-        that of `PERMUTATION_OPERATORS[method]`.
+      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      temperature: the method's temperature (None: its default; for 'sinkhorn', ε).
+      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
+        'permutahedron' (the rule of `softsort_tf._methods`).
+      negative_labels_are_padding: treat y_true < 0 as padding (default True); False
+        is needed by method='permutahedron', which takes no padding.
       options, squash, targets, **kwargs: the Sinkhorn settings, as in every Sinkhorn
-        loss (`SinkhornLoss`); only with method='sinkhorn'. `temperature` overrides
-        the options' ε (give one of `temperature` and `epsilon`).
+        loss (`SinkhornLoss`); only with method='sinkhorn'. `temperature` is then ε
+        (give one of `temperature` and `epsilon`).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch, n]` labels and scores (or ragged), padding as in the module
@@ -117,26 +128,18 @@ class SoftNDCGLoss(SinkhornLoss):
     item_mask = True
 
     def __init__(self, method: str = "sinkhorn", temperature: float | None = None, *,
+                 method_kwargs: dict | None = None, negative_labels_are_padding: bool = True,
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction: str = "sum_over_batch_size",
                  name: str = "soft_ndcg_loss", dtype=None, **kwargs):
-        temperature_kwargs(method, temperature)  # validates both
-        fn_kwargs = dict(method=method,
-                         temperature=None if temperature is None else float(temperature))
-        if method == "sinkhorn":
-            if temperature is not None and "epsilon" in kwargs:
-                raise ValueError("`temperature` and `epsilon` both set Sinkhorn's ε: pass "
-                                 "one of them.")
-            super().__init__(soft_ndcg_loss, fn_kwargs, options=options, squash=squash,
-                             targets=targets, reduction=reduction, name=name, dtype=dtype,
-                             **kwargs)
-            return
-        if options is not None or kwargs or squash != "logistic" or targets != "regular":
-            raise ValueError(f"The Sinkhorn settings (`options`, `squash`, `targets`, "
-                             f"{sorted(kwargs) or 'option fields'}) only apply to "
-                             f"method='sinkhorn', got method={method!r}.")
-        LossFunctionWrapper.__init__(self, soft_ndcg_loss, reduction=reduction, name=name,
-                                     dtype=dtype, **fn_kwargs)
+        padding = _checks.check_bool("negative_labels_are_padding",
+                                     negative_labels_are_padding)
+        _methods.check_padding(method, padding, "negative_labels_are_padding=True")
+        super().__init__(soft_ndcg_loss, dict(negative_labels_are_padding=padding),
+                         method=method, temperature=temperature,
+                         method_kwargs=method_kwargs, options=options, squash=squash,
+                         targets=targets, reduction=reduction, name=name, dtype=dtype,
+                         **kwargs)
 
 
 # ---------------------------------------------------------------------------------

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import keras
 
-from softsort_tf import _checks
-from softsort_tf.losses.base import SinkhornLoss
+from softsort_tf import _checks, _methods
+from softsort_tf.losses.method import MethodLoss
 from softsort_tf.ops.ranking import per_list_over_groups, rank_correlation
-from softsort_tf.ops.sinkhorn import sinkhorn_rank
+from softsort_tf.ops.soft import soft_rank
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
@@ -16,28 +16,29 @@ _PACKAGE = "softsort_tf"
 @per_list_over_groups
 def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
                               negative_labels_are_padding: bool = False,
-                              squash="logistic", targets: str = "regular",
-                              options: SinkhornOptions | dict | None = None,
-                              **option_kwargs):
-    """Pearson correlation of the Sinkhorn ranks of `y_pred` and the hard ranks of `y_true`.
+                              method: str = "sinkhorn", temperature: float | None = None,
+                              **kwargs):
+    """Pearson correlation of the soft ranks of `y_pred` and the hard ranks of `y_true`.
 
     Target ranks are `hard_stats.rankdata` (ties averaged, as Spearman's ρ); prediction
-    ranks are `sinkhorn_rank` (differentiable; talk, Algorithm 2). As ε → 0 this is
-    Spearman's ρ of predictions and targets (for predictions without ties). Padded
-    lists (a `mask`, `negative_labels_are_padding=True` or `tf.RaggedTensor` inputs; the
-    convention of `softsort_tf.ops.ranking`) give the correlation of the valid entries
-    alone, and padded entries get no gradient (`rank_correlation`).
+    ranks are the ascending `soft_rank(y_pred, method)` (differentiable; for
+    'sinkhorn', talk, Algorithm 2). As the temperature → 0 this is Spearman's ρ of
+    predictions and targets (for predictions without ties). Padded lists (a `mask`,
+    `negative_labels_are_padding=True` or `tf.RaggedTensor` inputs; the convention of
+    `softsort_tf.ops.ranking`) give the correlation of the valid entries alone, and
+    padded entries get no gradient (`rank_correlation`); 'permutahedron' takes no
+    padding.
 
     Args:
       y_true: `[..., n, ...]` target scores (or ragged `[batch, (n)]`).
       y_pred: predicted scores of the same shape.
       axis: the list axis.
       mask: optional boolean of the shape of y_true, False for padding.
-      negative_labels_are_padding: treat entries with y_true < 0 as padding
-        (TF-Ranking's convention for relevance labels; default False: targets may be
-        negative scores).
-      squash, targets, options, **option_kwargs: the Sinkhorn settings, as in
-        `sinkhorn_rank`.
+      negative_labels_are_padding: treat entries with y_true < 0 as padding (default
+        False: targets are real values and may be negative).
+      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank` (the
+        Sinkhorn settings `options`, `squash`, `targets`, `epsilon`, ... for
+        'sinkhorn'; `regularization` for 'permutahedron'; ...).
 
     Returns:
       Correlations in [−1, 1] with the shape of y_pred without `axis`; NaN for a list
@@ -49,11 +50,10 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
     >>> round(float(rho[0]), 3)
     1.0
     """
-    options = SinkhornOptions.resolve(options, **option_kwargs)
 
     def soft_ranks(x, axis, mask):
-        return sinkhorn_rank(x, axis=axis, mask=mask, squash=squash, targets=targets,
-                             options=options)
+        return soft_rank(x, method, "ASCENDING", axis=axis, mask=mask,
+                         temperature=temperature, **kwargs)
 
     return rank_correlation(y_true, y_pred, soft_ranks, axis, mask=mask,
                             negative_labels_are_padding=negative_labels_are_padding)
@@ -65,26 +65,34 @@ def spearman_loss(y_true, y_pred, axis: int = -1, **kwargs):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SpearmanLoss(SinkhornLoss):
+class SpearmanLoss(MethodLoss):
     """1 − soft Spearman correlation along `axis`, for learning to rank.
 
         loss = 1 − Pearson(R̃(ŷ), rankdata(y))
 
-    with R̃ the Sinkhorn ranks of the predictions (talk, Algorithm 2; paper Def. 2)
-    and rankdata the hard ranks of the targets with ties averaged
-    (`soft_spearman_correlation`). In [0, 2]; as ε → 0 it is 1 − Spearman's ρ. Only the
-    order of the predictions matters (the loss is invariant to increasing affine maps
-    of each list). A list whose targets are all equal has no order: its correlation is
-    taken as 0 (loss 1, zero gradient). A list with a NaN prediction or target has a
-    NaN loss (and NaN gradients for that list only).
+    with R̃ the soft ranks of the predictions by `method` (`soft_rank`; for
+    'sinkhorn', talk, Algorithm 2 and paper Def. 2) and rankdata the hard ranks of the
+    targets with ties averaged (`soft_spearman_correlation`). In [0, 2]; as the
+    temperature → 0 it is 1 − Spearman's ρ. Only the order of the predictions matters
+    for 'sinkhorn' (its squash makes the loss invariant to increasing affine maps of
+    each list); the other families' temperatures are in the units of the scores. A
+    list whose targets are all equal has no order: its correlation is taken as 0 (loss
+    1, zero gradient). A list with a NaN prediction or target has a NaN loss (and NaN
+    gradients for that list only).
 
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).
-      negative_labels_are_padding: treat y_true < 0 as padding (TF-Ranking's label
-        convention); `tf.RaggedTensor` inputs and a Keras mask of `y_pred` of its shape
-        (one flag per item) are always padding. Default False.
+      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      temperature: the method's temperature (None: its default; for 'sinkhorn', ε).
+      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
+        'permutahedron' (the rule of `softsort_tf._methods`).
+      negative_labels_are_padding: treat y_true < 0 as padding (default False: the
+        targets of a correlation are real values; the padding rule of
+        `softsort_tf.ops.ranking`). `tf.RaggedTensor` inputs and a Keras mask of
+        `y_pred` of its shape (one flag per item) are always padding ('permutahedron'
+        takes none).
       options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.
-        `epsilon` (default 1e-2).
+        `epsilon` (default 1e-2); only with method='sinkhorn'.
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch, n]` (any rank; lists along `axis`); `sample_weight` has the
@@ -96,18 +104,25 @@ class SpearmanLoss(SinkhornLoss):
     >>> loss = SpearmanLoss(epsilon=1e-3)
     >>> round(float(loss([[1.0, 2.0, 3.0]], [[0.1, 0.2, 0.3]])), 3)
     0.0
+    >>> loss = SpearmanLoss(method="lapsum", temperature=0.01)
+    >>> round(float(loss([[1.0, 2.0, 3.0]], [[0.1, 0.2, 0.3]])), 3)
+    0.0
     """
 
     item_mask = True
 
-    def __init__(self, axis: int = -1, *, negative_labels_are_padding: bool = False,
+    def __init__(self, axis: int = -1, *, method: str = "sinkhorn",
+                 temperature: float | None = None, method_kwargs: dict | None = None,
+                 negative_labels_are_padding: bool = False,
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction: str | None = "sum_over_batch_size",
                  name: str = "spearman_loss", dtype=None, **kwargs):
+        padding = _checks.check_bool("negative_labels_are_padding",
+                                     negative_labels_are_padding)
+        _methods.check_padding(method, padding, "negative_labels_are_padding=True")
         super().__init__(
             spearman_loss,
-            dict(axis=_checks.check_int("axis", axis),
-                 negative_labels_are_padding=_checks.check_bool(
-                     "negative_labels_are_padding", negative_labels_are_padding)),
+            dict(axis=_checks.check_int("axis", axis), negative_labels_are_padding=padding),
+            method=method, temperature=temperature, method_kwargs=method_kwargs,
             options=options, squash=squash, targets=targets, reduction=reduction,
             name=name, dtype=dtype, **kwargs)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
-from softsort_tf.losses.base import SinkhornLoss
-from softsort_tf.ops import sinkhorn as sinkhorn_ops
+from softsort_tf import _checks, _methods
+from softsort_tf.losses.method import MethodLoss
 from softsort_tf.ops.permutation_targets import check_at_run_time
+from softsort_tf.ops.soft import soft_rank
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
@@ -42,15 +42,16 @@ def default_top_k_epsilon(num_classes: int) -> float:
 
 
 def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
-                    from_sparse: bool = False, mask=None, squash="logistic",
-                    targets: str = "regular",
-                    options: SinkhornOptions | dict | None = None, **option_kwargs):
+                    from_sparse: bool = False, mask=None, method: str = "sinkhorn",
+                    temperature: float | None = None, **kwargs):
     """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
 
     - form='rank' (talk): J_k(L − R̃_l) with J_k(u) = max(0, u − k + 1), where R̃ are
-      the ascending Sinkhorn ranks of the logits, in [1, L]. In the hard limit it is
-      the number of places by which label l misses the top k: 0 inside the top-k.
-    - form='cdf' (paper): J_k(1 − F̃_l) with J_k(u) = max(0, u − k/L), F̃ the S-CDF.
+      the ascending soft ranks of the logits by `method` (`soft_rank`), in [1, L]. In
+      the hard limit it is the number of places by which label l misses the top k: 0
+      inside the top-k.
+    - form='cdf' (paper): J_k(1 − F̃_l) with J_k(u) = max(0, u − k/L), F̃ = R̃/L the
+      soft CDF (for 'sinkhorn', the S-CDF).
       In the hard limit F = R/L, so this is max(0, L − R_l − k)/L: the paper's hinge
       sits one place later than the rank form, and the loss is already 0 when the
       label is (k+1)-th (it equals the rank form with k + 1, divided by L).
@@ -75,10 +76,13 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
       k: an integer in [1, L).
       form: 'rank' or 'cdf' (see above).
       from_sparse: whether `y_true` holds integer class indices.
-      mask: optional boolean `[..., L]` (or `[L]`), True = valid class (see above).
-      squash, targets, options, **option_kwargs: the Sinkhorn settings of the ranks
-        (see `sinkhorn_rank`); ε defaults to `default_top_k_epsilon(L)` when it is not
-        given (or given as None).
+      mask: optional boolean `[..., L]` (or `[L]`), True = valid class (see above);
+        not with 'permutahedron'.
+      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`. For
+        'sinkhorn' (the Sinkhorn settings `options`, `squash`, `targets`, `epsilon`,
+        ... in kwargs), ε defaults to `default_top_k_epsilon(L)` when neither
+        `temperature` nor `epsilon` is given (or given as None); the other families
+        default to their own temperature.
 
     Returns:
       `[...]` non-negative losses, in the dtype of the logits.
@@ -97,14 +101,22 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
         raise ValueError(f"`logits` must have L >= 2 classes on the last axis, got shape "
                          f"{logits.shape}.")
     form = _check_form(form)
-    if options is None:
-        option_kwargs.setdefault("epsilon", None)  # the n-aware rule below
-    options = SinkhornOptions.resolve(options, **option_kwargs)
+    options = None
+    if method == "sinkhorn":
+        option_kwargs = {name: value for name, value in kwargs.items()
+                         if name not in _methods.SINKHORN_DEFAULTS}
+        option_kwargs = _methods.sinkhorn_option_kwargs(temperature, option_kwargs)
+        if kwargs.get("options") is None:
+            option_kwargs.setdefault("epsilon", None)  # the n-aware rule below
+        options = SinkhornOptions.resolve(kwargs.get("options"), **option_kwargs)
+        kwargs = dict(options=options, squash=kwargs.get("squash", "logistic"),
+                      targets=kwargs.get("targets", "regular"))
+        temperature = None
     if static_classes is None:
         # L is only known at run time: k < L is checked then, and the default ε (a
         # function of L) cannot be chosen when the graph is built.
         k = _checks.check_positive_int("k", k)
-        if options.epsilon is None:
+        if options is not None and options.epsilon is None:
             raise ValueError("soft_top_k_loss needs the number of classes L (the last axis "
                              "of `logits`) to be known when the model is built for its "
                              "default `epsilon` = 0.3/L²; pass `epsilon` explicitly to use "
@@ -116,15 +128,16 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     else:
         num_classes = static_classes
         k = _checks.check_k(k, num_classes)
-        if options.epsilon is None:
-            options = options.replace(epsilon=default_top_k_epsilon(num_classes))
-    kwargs = dict(axis=-1, mask=mask, squash=squash, targets=targets, options=options)
-    soft = (sinkhorn_ops.sinkhorn_rank if form == "rank" else sinkhorn_ops.sinkhorn_cdf)(
-        logits, **kwargs)
+        if options is not None and options.epsilon is None:
+            kwargs["options"] = options.replace(epsilon=default_top_k_epsilon(num_classes))
+    soft = soft_rank(logits, method, "ASCENDING", mask=mask, temperature=temperature,
+                     **kwargs)
     classes = tf.cast(num_classes, soft.dtype)
     if mask is not None:
         mask = tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(soft))
         classes = tf.reduce_sum(tf.cast(mask, soft.dtype), axis=-1, keepdims=True)
+    if form == "cdf":
+        soft = soft / tf.maximum(classes, 1.0)
     k_float = tf.cast(k, soft.dtype)
     if form == "rank":
         per_class = tf.nn.relu(classes - k_float + 1.0 - soft)
@@ -154,7 +167,7 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftTopKLoss(SinkhornLoss):
+class SoftTopKLoss(MethodLoss):
     """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
 
     For logits f ∈ R^L and the true label l (`soft_top_k_loss`):
@@ -162,14 +175,16 @@ class SoftTopKLoss(SinkhornLoss):
         form='rank' (NeurIPS talk):  J_k(L − R̃_l),      J_k(u) = max(0, u − k + 1)
         form='cdf'  (arXiv §4):      J_k(1 − F̃_l),      J_k(u) = max(0, u − k/L)
 
-    with R̃ the ascending Sinkhorn ranks of f in [1, L] (R̃ = L·F̃, F̃ the S-CDF of
-    Definition 2). In the hard limit the rank form is the number of places by which l
-    misses the top k (0 inside it), a hinge version of the 0/1 top-k loss
-    H(L − R_l − k + 1). The paper's cdf form equals that with k + 1, divided by L (the
-    paper's hinge sits one place late), so it is 0 as soon as l is (k+1)-th; it is
-    kept as written for faithfulness, the rank form is the default.
+    with R̃ the ascending soft ranks of f in [1, L] by `method` (`soft_rank`) and
+    F̃ = R̃/L (for 'sinkhorn', the S-CDF of Definition 2). In the hard limit the rank
+    form is the number of places by which l misses the top k (0 inside it), a hinge
+    version of the 0/1 top-k loss H(L − R_l − k + 1). The paper's cdf form equals that
+    with k + 1, divided by L (the paper's hinge sits one place late), so it is 0 as
+    soon as l is (k+1)-th; it is kept as written for faithfulness, the rank form is
+    the default.
 
-    Behaviour: the loss is 0 when l is inside the top k by a clear margin, positive
+    Behaviour (for 'sinkhorn'; the other families' temperatures are in the units of
+    the logits): the loss is 0 when l is inside the top k by a clear margin, positive
     when it is outside, and decreases as f_l grows. It is invariant to shifting and
     scaling the logits (the logistic squash standardises them), so unlike
     cross-entropy it never pushes logits to grow. With k ≥ 2 the loss of a label
@@ -194,9 +209,15 @@ class SoftTopKLoss(SinkhornLoss):
       from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
         one-hot (or soft) labels `[batch, L]` (default False, like
         `keras.losses.CategoricalCrossentropy`).
-      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`).
-        Without `epsilon` (or with `epsilon=None`), ε = 0.3/L² (see above); the other
-        fields keep the defaults of `SinkhornOptions`.
+      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      temperature: the method's temperature (None: its default; for 'sinkhorn', ε,
+        whose default is 0.3/L², see above).
+      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
+        'permutahedron' (the rule of `softsort_tf._methods`).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`);
+        only with method='sinkhorn'. Without `epsilon` (or with `epsilon=None`),
+        ε = 0.3/L² (see above); the other fields keep the defaults of
+        `SinkhornOptions`.
       reduction: Keras reduction over examples (default 'sum_over_batch_size').
       name, dtype: as in `keras.losses.Loss`.
 
@@ -218,14 +239,17 @@ class SoftTopKLoss(SinkhornLoss):
     item_mask = True
 
     def __init__(self, k: int = 1, form: str = "rank", from_sparse: bool = False, *,
+                 method: str = "sinkhorn", temperature: float | None = None,
+                 method_kwargs: dict | None = None,
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_top_k_loss", dtype=None, **kwargs):
-        if options is None:
+        if method == "sinkhorn" and options is None and temperature is None:
             kwargs.setdefault("epsilon", None)  # the n-aware rule of `default_top_k_epsilon`
         super().__init__(
             soft_top_k_loss,
             dict(k=_checks.check_positive_int("k", k), form=_check_form(form),
                  from_sparse=_checks.check_bool("from_sparse", from_sparse)),
+            method=method, temperature=temperature, method_kwargs=method_kwargs,
             options=options, squash=squash, targets=targets, reduction=reduction,
             name=name, dtype=dtype, **kwargs)

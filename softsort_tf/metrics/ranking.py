@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf._keras import get_keras_mask
 from softsort_tf.ops.ranking import (
     dcg_discounts,
     gains,
@@ -105,15 +106,23 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
 class PerListMean(keras.metrics.Metric):
     """Streaming weighted mean of a per-list value over all lists seen.
 
-    Subclasses set `_fn(y_true, y_pred, k=...)` → `(values, weights)`, both `[...]`
-    (weight 0 leaves a list out); `sample_weight` multiplies the weights.
+    Subclasses set `_fn(y_true, y_pred, mask=None, **fn_kwargs)` → `(values, weights)`,
+    both `[...]` (weight 0 leaves a list out, whatever its value); `sample_weight`
+    multiplies the weights. A Keras mask of `y_pred` of its own shape (one flag per
+    item) is the padding of the lists, passed to `_fn` as `mask`. An empty stream
+    gives 0.
+
+    Args:
+      name, dtype: as in `keras.metrics.Metric`.
+      **fn_kwargs: the (validated) keyword arguments of `_fn`; with name and dtype, the
+        config.
     """
 
     _fn = None
 
-    def __init__(self, k: int | None, name: str, dtype):
+    def __init__(self, name: str, dtype, **fn_kwargs):
         super().__init__(name=name, dtype=dtype)
-        self.k = _check_k(k)
+        self.fn_kwargs = fn_kwargs
         self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
                                        name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
@@ -121,20 +130,25 @@ class PerListMean(keras.metrics.Metric):
         self._direction = "up"
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        values, weights = type(self)._fn(y_true, y_pred, k=self.k)
+        kwargs = dict(self.fn_kwargs)
+        mask = get_keras_mask(y_pred)
+        if mask is not None and mask.shape.rank == y_pred.shape.rank:
+            kwargs["mask"] = tf.cast(mask, tf.bool)
+        values, weights = type(self)._fn(y_true, y_pred, **kwargs)
         values = tf.cast(values, self.dtype)
         weights = tf.cast(weights, self.dtype)
         if sample_weight is not None:
             weights = weights * tf.broadcast_to(tf.cast(sample_weight, self.dtype),
                                                 tf.shape(weights))
-        self.total.assign_add(tf.reduce_sum(values * weights))
+        contributions = tf.where(weights > 0, values * weights, tf.zeros_like(values))
+        self.total.assign_add(tf.reduce_sum(contributions))
         self.count.assign_add(tf.reduce_sum(weights))
 
     def result(self):
         return tf.math.divide_no_nan(self.total, self.count)
 
     def get_config(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "k": self.k}
+        return {"name": self.name, "dtype": self.dtype, **self.fn_kwargs}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -158,7 +172,8 @@ class NDCGMetric(PerListMean):
     _fn = staticmethod(ndcg)
 
     def __init__(self, k: int | None = None, name: str | None = None, dtype=None):
-        super().__init__(k, name or ("ndcg" if k is None else f"ndcg_at_{int(k)}"), dtype)
+        k = _check_k(k)
+        super().__init__(name or ("ndcg" if k is None else f"ndcg_at_{k}"), dtype, k=k)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -179,4 +194,5 @@ class MRRMetric(PerListMean):
     _fn = staticmethod(reciprocal_rank)
 
     def __init__(self, k: int | None = None, name: str | None = None, dtype=None):
-        super().__init__(k, name or ("mrr" if k is None else f"mrr_at_{int(k)}"), dtype)
+        k = _check_k(k)
+        super().__init__(name or ("mrr" if k is None else f"mrr_at_{k}"), dtype, k=k)

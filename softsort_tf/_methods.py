@@ -1,0 +1,101 @@
+"""The arguments of a layer or loss that computes with a family of `METHODS`.
+
+One rule for every layer and loss that takes `method=` (`softsort_tf.layers.soft`, the
+rank-based losses):
+
+- `method`: a key of `softsort_tf.ops.soft.METHODS` (the losses default to 'sinkhorn');
+  `temperature`: that family's temperature (`METHODS[method].temperature`), None for
+  its default.
+- Sinkhorn's settings are arguments of their own: `options`, the fields of
+  `SinkhornOptions` (`epsilon`, `threshold`, ...), `squash` and `targets`. They are
+  accepted only with method='sinkhorn', where `temperature` is the options' ε (the
+  config holds it as `epsilon`).
+- The other families' own arguments (`regularization` of 'permutahedron',
+  `distance_power` of 'softsort', ...) go in one dict, `method_kwargs`, checked at
+  construction by one call of the family's soft rank on a three-item list.
+- 'permutahedron' has no masks: a mask, a Keras mask or padding reaching it raises a
+  `ValueError`.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from softsort_tf.ops.soft import get_method, soft_rank, temperature_kwargs
+
+SINKHORN_DEFAULTS = dict(options=None, squash="logistic", targets="regular")
+# The families whose operators take no `mask` (the permutahedron projections).
+METHODS_WITHOUT_MASKS = ("permutahedron",)
+_RESERVED = ("direction", "axis", "mask")
+
+
+def check_temperature(method: str, temperature) -> float | None:
+    """`temperature` as a float (None stays None), validated for `method`."""
+    temperature_kwargs(method, temperature)
+    return None if temperature is None else float(temperature)
+
+
+def check_method_kwargs(method: str, method_kwargs: dict | None,
+                        operation: str = "rank") -> dict:
+    """The validated `method_kwargs` of `method` (a new dict; `{}` for None).
+
+    Raises a `ValueError` if `method` does not define `operation`, if `method_kwargs`
+    is not a dict of argument names, holds an argument the layer or loss sets itself
+    (`direction`, `axis`, `mask`, the temperature), is not empty with 'sinkhorn' (whose
+    settings are arguments of their own), or is refused by the family's operator.
+    """
+    family = get_method(method)
+    family.operation(operation)
+    if method_kwargs is None:
+        return {}
+    if not isinstance(method_kwargs, dict) or not all(isinstance(k, str)
+                                                      for k in method_kwargs):
+        raise ValueError(f"`method_kwargs` must be a dict of argument names, got "
+                         f"{method_kwargs!r}.")
+    if not method_kwargs:
+        return {}
+    if method == "sinkhorn":
+        raise ValueError("Sinkhorn's settings are arguments of their own (`options`, "
+                         "`squash`, `targets` and `SinkhornOptions` fields such as "
+                         f"`epsilon`): `method_kwargs` must be empty, got {method_kwargs!r}.")
+    reserved = sorted(set(method_kwargs) & {*_RESERVED, family.temperature})
+    if reserved:
+        raise ValueError(f"`method_kwargs` cannot set `{reserved[0]}`: it is an argument of "
+                         f"its own (the temperature is `temperature`).")
+    with tf.init_scope():  # one eager call of the operator validates names and values
+        try:
+            soft_rank(tf.constant([[0.0, 1.0, 2.0]]), method, **method_kwargs)
+        except TypeError as error:
+            raise ValueError(f"`method_kwargs` {method_kwargs!r} are not arguments of "
+                             f"method={method!r}: {error}") from None
+    return dict(method_kwargs)
+
+
+def check_sinkhorn_settings(method: str, options, squash, targets, option_kwargs: dict):
+    """Raises a `ValueError` if Sinkhorn settings are given with another `method`."""
+    if method == "sinkhorn":
+        return
+    if (options is not None or option_kwargs or squash != SINKHORN_DEFAULTS["squash"]
+            or targets != SINKHORN_DEFAULTS["targets"]):
+        raise ValueError(f"The Sinkhorn settings (`options`, `squash`, `targets`, "
+                         f"{sorted(option_kwargs) or 'option fields'}) only apply to "
+                         f"method='sinkhorn', got method={method!r}.")
+
+
+def sinkhorn_option_kwargs(temperature, option_kwargs: dict) -> dict:
+    """The `SinkhornOptions` fields with `temperature` as ε (unchanged for None)."""
+    if temperature is None:
+        return option_kwargs
+    if option_kwargs.get("epsilon") is not None:
+        raise ValueError("`temperature` and `epsilon` both set Sinkhorn's ε: pass one of "
+                         "them.")
+    return {**option_kwargs, "epsilon": temperature}
+
+
+def check_padding(method: str, padded: bool, what: str) -> None:
+    """Raises a `ValueError` if `padded` and `method` takes no mask; `what` says where
+    the padding comes from."""
+    if padded and method in METHODS_WITHOUT_MASKS:
+        raise ValueError(f"method={method!r} takes no mask, but {what} marks padding: pass "
+                         f"lists without padding (and no mask), or use another method "
+                         f"(e.g. 'lapsum').")
