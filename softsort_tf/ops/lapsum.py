@@ -49,12 +49,16 @@ the n levels of the sort and the permutation matrix, a comparison for a few leve
 
 p and q are the strict one-sided Laplace-kernel sums A_i = Σ_{j<i} exp(−(s_i − s_j)/α)
 and B_i = Σ_{j>i} exp(−(s_j − s_i)/α): p_m = 1 + A_m, q_m = 1 + B_{m+1}, and
-F(s_i) = i − ½ + ½·(B_i − A_i). They are computed by a parallel prefix scan (log₂ n
-doubling steps) of the affine recurrence A_i = D_i·(A_{i−1} + 1), D_i = exp(−(s_i − s_{i−1})/α)
-∈ [0, 1]: every quantity is a sum of non-negative terms bounded by n, multiplied by
-decays ≤ 1, so nothing overflows for scores of any scale and the sums keep full relative
-precision (no common reference point whose cancellation would lose it). The scan's
-gradient is the same scan run backwards (O(n) memory).
+F(s_i) = i − ½ + ½·(B_i − A_i). They are computed by a parallel prefix scan of the
+affine recurrence A_i = D_i·(A_{i−1} + 1), D_i = exp(−(s_i − s_{i−1})/α) ∈ [0, 1]
+(recursive doubling inside blocks of 16 entries, then over the blocks' totals: O(n)
+work up to an O(n/16·log n) term, O(log n) depth): every quantity is a sum of
+non-negative terms bounded by n, multiplied by decays ≤ 1, so nothing overflows for
+scores of any scale and the sums keep full relative precision (no common reference
+point whose cancellation would lose it). The scan's gradient is the same scan run
+backwards (O(n) memory). float32 scores are sorted as one integer key per entry (the
+order-preserving bits of the float and the index), which XLA's CPU sort compares
+natively.
 
 Cost: one sort, two scans (O(n log n) work, O(n) memory), O(1) per level; the
 permutation matrix is O(n²). Gradients: automatic differentiation through the scans
@@ -154,7 +158,9 @@ def _shift_right(t, shift, fill):
     return tf.reshape(out, tf.shape(t))
 
 
-def _scan_forward(decay, add):
+def _doubling_scan(decay, add):
+    """Inclusive scan y_i = decay_i·y_{i−1} + add_i of `[rows, n]` tensors by recursive
+    doubling (Hillis–Steele): ⌈log₂ n⌉ passes of O(n)."""
     n = tf.shape(decay)[-1]
     steps = tf.cast(tf.math.ceil(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float64))
                                  / math.log(2.0) - 1e-9), tf.int32)
@@ -170,10 +176,42 @@ def _scan_forward(decay, add):
     return c
 
 
+# Block length of the two-level scan.
+_BLOCK = 16
+
+
+def _scan_forward(decay, add):
+    """Inclusive scan y_i = decay_i·y_{i−1} + add_i (y_{−1} = 0) of `[rows, n]` tensors,
+    in blocks of `_BLOCK` entries: recursive doubling inside every block at once
+    (log₂ `_BLOCK` passes of O(n)), recursive doubling over the blocks' totals
+    (O((n / _BLOCK)·log n)), then each entry adds its block's incoming total times the
+    product of the decays from the block start:
+    y_i = local_i + (Π_{block start ≤ k ≤ i} decay_k)·y_{block start − 1}.
+    Every term is a product of decays in [0, 1] and non-negative adds: no overflow."""
+    rows = tf.shape(decay)[0]
+    n = tf.shape(decay)[1]
+    num_blocks = (n + _BLOCK - 1) // _BLOCK
+    pad = tf.stack([[0, 0], [0, num_blocks * _BLOCK - n]])
+    shape = tf.stack([rows, num_blocks, _BLOCK])
+    m = tf.reshape(tf.pad(decay, pad), shape)      # decay products over the window
+    c = tf.reshape(tf.pad(add, pad), shape)        # scan within the block so far
+    shift = 1
+    while shift < _BLOCK:
+        prev_m = tf.pad(m[:, :, :-shift], [[0, 0], [0, 0], [shift, 0]], constant_values=1.0)
+        prev_c = tf.pad(c[:, :, :-shift], [[0, 0], [0, 0], [shift, 0]])
+        c = m * prev_c + c
+        m = m * prev_m
+        shift *= 2
+    totals = _doubling_scan(m[:, :, -1], c[:, :, -1])            # y at each block's end
+    incoming = tf.concat([tf.zeros_like(totals[:, :1]), totals[:, :-1]], axis=-1)
+    y = c + m * incoming[:, :, None]
+    return tf.reshape(y, tf.stack([rows, num_blocks * _BLOCK]))[:, :n]
+
+
 @tf.custom_gradient
 def _affine_scan(decay, add):
     """Inclusive scan y_i = decay_i·y_{i−1} + add_i (y_{−1} = 0) along the last axis of
-    `[rows, n]` tensors, by recursive doubling (Hillis–Steele): ⌈log₂ n⌉ steps of O(n).
+    `[rows, n]` tensors (`_scan_forward`: O(n) work in blocks, O(log n) depth).
 
     With 0 ≤ decay ≤ 1 and add ≥ 0 every intermediate is a non-negative sum bounded by
     Σ add. The gradient is the reverse scan λ_i = ȳ_i + decay_{i+1}·λ_{i+1}, with
@@ -248,7 +286,7 @@ class _SortedList:
     def __init__(self, x2d, valid, alpha):
         self.alpha = alpha
         dtype = x2d.dtype
-        order = tf.argsort(x2d, axis=-1, stable=True)
+        order = _stable_argsort(x2d)
         if valid is not None:
             order = _valid_first(order, valid)
             w = tf.cast(tf.gather(valid, order, batch_dims=1), dtype)
@@ -259,7 +297,11 @@ class _SortedList:
         self.w = w
         self.count = tf.reduce_sum(w, axis=-1)
         self.a, self.b = _laplace_sums(self.s, w, alpha)
-        before = tf.cumsum(w, axis=-1, exclusive=True)
+        if valid is None:
+            before = tf.broadcast_to(tf.range(tf.shape(x2d)[-1], dtype=dtype)[None, :],
+                                     tf.shape(x2d))
+        else:
+            before = tf.cumsum(w, axis=-1, exclusive=True)
         f = before + 0.5 * w + 0.5 * (self.b - self.a)
         self.f = f if valid is None else tf.where(w > 0, f, tf.constant(np.inf, dtype))
 
@@ -329,6 +371,47 @@ class _SortedList:
         x_right = s_right + alpha * (tf.where(use_right, h - log_q, tf.zeros_like(h)))
         x_left = s_left + alpha * (tf.where(use_left, log_p - h, tf.zeros_like(h)))
         return tf.where(small, x_small, tf.where(use_right, x_right, x_left))
+
+
+def _in_xla_context() -> bool:
+    """Whether the op is being traced for XLA (`jit_compile=True`); False if TensorFlow
+    cannot tell."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+        graph = tf.compat.v1.get_default_graph()
+        return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+    except (ImportError, AttributeError):  # pragma: no cover - private API moved
+        return False
+
+
+def _xla_sort():
+    """XLA's single-operand sort op (ascending), or None if unavailable."""
+    try:
+        from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+        return gen_xla_ops.xla_sort
+    except (ImportError, AttributeError):  # pragma: no cover - private API moved
+        return None
+
+
+def _stable_argsort(x2d):
+    """Stable ascending argsort of `[b, n]` rows (int32).
+
+    float32 rows (and n < 2³¹) are sorted as one int64 key per entry: the float's bits
+    mapped to an order-preserving int32 (negative values have their magnitude bits
+    flipped) in the high half, the index in the low half. Keys are distinct, so any sort
+    is stable, and a single integer operand lets XLA's CPU sort compare natively (a
+    key-value or float sort calls a compiled comparator per comparison). Other dtypes
+    use `tf.argsort(stable=True)`."""
+    if x2d.dtype != tf.float32:
+        return tf.argsort(x2d, axis=-1, stable=True)
+    bits = tf.bitcast(x2d, tf.int32)
+    key = tf.where(bits >= 0, bits, tf.bitwise.bitwise_xor(bits, tf.constant(0x7FFFFFFF)))
+    index = tf.range(tf.shape(x2d)[-1], dtype=tf.int64)
+    packed = tf.bitwise.left_shift(tf.cast(key, tf.int64), tf.constant(32, tf.int64)) + index
+    xla_sort = _xla_sort() if _in_xla_context() else None
+    packed = xla_sort(packed) if xla_sort is not None else tf.sort(packed, axis=-1)
+    return tf.cast(tf.bitwise.bitwise_and(packed, tf.constant(0xFFFFFFFF, tf.int64)),
+                   tf.int32)
 
 
 def _valid_first(order, valid):
