@@ -34,7 +34,8 @@ flags.DEFINE_integer("validation_size", _D.validation_size,
                      "Last training images held out for validation (npz and "
                      "tensorflow-datasets sources).", lower_bound=1)
 flags.DEFINE_list("pairs", [], "Problems as a-b (e.g. 3-5,4-9); default all 45.")
-flags.DEFINE_list("methods", list(_D.methods), f"Among {', '.join(suquan.METHODS)}.")
+flags.DEFINE_list("methods", list(_D.methods), f"Among {', '.join(suquan.METHODS)} "
+                  "(empty: the kernel methods only).")
 flags.DEFINE_integer("train_size", _D.train_size, "Training images per problem.",
                      lower_bound=1)
 flags.DEFINE_integer("val_size", _D.val_size, "Validation images per problem.", lower_bound=1)

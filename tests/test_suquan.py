@@ -144,7 +144,7 @@ def test_training_fixed_and_learned_targets():
     scores = fixed["predict"](feats[va])
     assert np.all(np.isfinite(scores))
     assert fixed["val_accuracy"] == pytest.approx(np.mean((scores > 0) == (y[va] > 0.5)))
-    interp = {name: suquan._Interpolation(*suquan.rank_intervals(x[part]), 16)
+    interp = {name: suquan.QuantileNormalizer(x[part], 16)
               for name, part in (("tr", tr), ("va", va))}
     layers = suquan.suquan_targets(f, 2)
     start = layers[0].target_values().numpy()

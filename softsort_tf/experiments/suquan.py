@@ -71,7 +71,8 @@ import tensorflow as tf
 import softsort_tf as ss
 from softsort_tf.experiments import training
 
-__all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "SuquanConfig",
+__all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "QuantileNormalizer",
+           "SuquanConfig",
            "fixed_quantile_function", "gram_blocks", "load_images", "pair_data",
            "quantile_functions", "quantile_normalize", "rank_intervals", "run",
            "suquan_targets", "summarize", "train_linear_models"]
@@ -96,7 +97,7 @@ class SuquanConfig:
     mnist_npz: str = DEFAULT_MNIST_NPZ
     validation_size: int = 5000
     pairs: tuple = ()  # (a, b) problems; empty: all 45
-    methods: tuple = METHODS
+    methods: tuple = METHODS  # empty: the kernel methods only
     train_size: int = 1000
     val_size: int = 1000
     num_levels: int | None = None  # m; None: one level per pixel
@@ -228,11 +229,24 @@ def rank_intervals(x) -> tuple[np.ndarray, np.ndarray]:
     return lo.astype(np.int32), hi.astype(np.int32)
 
 
-class _Interpolation:
-    """Precomputed reading of G(c/p) = ∫₀^{c/p} f off the cumulative sums of f, for the
-    rank counts c of `rank_intervals` (f a step function of m levels)."""
+class QuantileNormalizer:
+    """Quantile normalisation Ψ_f of fixed rows x onto any target f of m levels, as a
+    TensorFlow function of f (module docstring): the rank intervals of x are computed
+    once, Ψ_f(x)_i = (G(hi_i/p) − G(lo_i/p)) / ((hi_i − lo_i)/p) is read off the
+    cumulative sums of f, and gradients flow to f.
 
-    def __init__(self, lo, hi, m: int):
+    Args:
+      x: `[N, p]` rows.
+      m: number of levels of the targets f.
+
+    Example:
+    >>> qn = QuantileNormalizer([[0.3, 0.0, 0.0, 0.9]], 2)
+    >>> qn.apply([0.0, 1.0]).numpy().tolist()
+    [[1.0, 0.0, 0.0, 1.0]]
+    """
+
+    def __init__(self, x, m: int):
+        lo, hi = rank_intervals(x)
         p = lo.shape[1]
         self.m = m
         t_lo, t_hi = lo.astype(np.float64) * m / p, hi.astype(np.float64) * m / p
@@ -244,8 +258,8 @@ class _Interpolation:
         self.exact = not (self.frac_lo.any() or self.frac_hi.any())  # e.g. m = p
 
     def apply(self, f):
-        """Ψ_f for f `[m]` or `[K, m]` (TensorFlow, differentiable in f): `[N, p]` or
-        `[K, N, p]`."""
+        """Ψ_f(x) for sorted f `[m]` or `[K, m]` (differentiable in f): `[N, p]` or
+        `[K, N, p]` float32."""
         f = tf.convert_to_tensor(f, tf.float32)
         c = tf.concat([tf.zeros_like(f[..., :1]), tf.cumsum(f, axis=-1)], axis=-1)
         if self.exact:
@@ -277,8 +291,7 @@ def quantile_normalize(x, f):
     """
     x = np.asarray(x, np.float32)
     f = np.sort(np.asarray(f, np.float32))
-    lo, hi = rank_intervals(x)
-    return _Interpolation(lo, hi, len(f)).apply(f).numpy()
+    return QuantileNormalizer(x, len(f)).apply(f).numpy()
 
 
 def quantile_functions(x, m: int) -> np.ndarray:
@@ -359,8 +372,8 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
     """Trains one logistic regression per L2 strength, together, by full-batch Adam.
 
     Args:
-      features: `[N, p]` fixed features, or, with `targets`, an `_Interpolation` of the
-        training images (features Ψ_f(x) with f learned).
+      features: `[N, p]` fixed features, or, with `targets`, a `QuantileNormalizer` of
+        the training images (features Ψ_f(x) with f learned).
       y_train, y_val: labels in {0, 1}.
       val_features: as `features`, for the validation images.
       l2_grid: K L2 strengths λ (loss: mean logistic loss + λ‖w‖²).
@@ -371,8 +384,8 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
 
     Returns:
       A dict: `l2`, `step`, `val_accuracy`, `val_loss` of the chosen (λ, step), and
-      `predict(features)`: scores of the chosen model (with `targets`: takes an
-      `_Interpolation`), and `f` (the chosen learned f, or None).
+      `predict(features)`: scores of the chosen model (with `targets`: takes a
+      `QuantileNormalizer`), and `f` (the chosen learned f, or None).
     """
     num = len(l2_grid)
     learn_f = targets is not None
@@ -454,7 +467,7 @@ def _run_pair(config: SuquanConfig, pair: PairData) -> dict:
     def intervals(name):
         if name not in split_intervals:
             x = getattr(pair, f"x_{name}")
-            split_intervals[name] = _Interpolation(*rank_intervals(x), m)
+            split_intervals[name] = QuantileNormalizer(x, m)
         return split_intervals[name]
 
     f_median = fixed_quantile_function("median", m, pair.x_train)
@@ -662,7 +675,7 @@ def run(config: SuquanConfig) -> dict:
         def stop():
             return config.stop_after_pairs is not None and finished >= config.stop_after_pairs
 
-        for a, b in config.pairs:
+        for a, b in config.pairs if config.methods else ():
             path = os.path.join(pairs_dir, f"{a}_{b}.json")
             if os.path.exists(path) or stop():
                 continue
@@ -692,8 +705,9 @@ def run(config: SuquanConfig) -> dict:
                 log(f"kernel pair {a}-{b}: " + ", ".join(
                     f"{m}@{s} {result[s][m]['test_accuracy']:.3f}"
                     for s in map(str, config.kernel_sizes) for m in KERNEL_METHODS))
-        complete = (all(os.path.exists(os.path.join(pairs_dir, f"{a}_{b}.json"))
-                        for a, b in config.pairs)
+        complete = ((not config.methods or all(
+                        os.path.exists(os.path.join(pairs_dir, f"{a}_{b}.json"))
+                        for a, b in config.pairs))
                     and (not config.kernel_sizes or all(
                         os.path.exists(os.path.join(kernel_dir, "pairs", f"{a}_{b}.json"))
                         for a, b in config.pairs)))
