@@ -10,6 +10,12 @@ from softsort_tf.layers.sinkhorn import (
     SinkhornRank,
     SinkhornSort,
 )
+from softsort_tf.layers.soft import (
+    SoftQuantileLayer,
+    SoftRankLayer,
+    SoftSortLayer,
+    SoftTopKLayer,
+)
 from softsort_tf.losses.kendall import KendallTauLoss
 from softsort_tf.losses.permutation import PermutationCrossEntropy, permutation_cross_entropy
 from softsort_tf.losses.ranking import (
@@ -133,4 +139,5 @@ __all__ = [
     "METHODS", "Method", "get_method", "soft_quantile", "soft_sort", "soft_topk",
     "lapsum_permutation_matrix", "lapsum_quantile", "lapsum_rank", "lapsum_sort",
     "lapsum_topk_mask", "permutahedron_rank", "permutahedron_sort",
+    "SoftQuantileLayer", "SoftRankLayer", "SoftSortLayer", "SoftTopKLayer",
 ]

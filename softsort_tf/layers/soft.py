@@ -1,0 +1,249 @@
+"""Keras layers of the front door: soft ranks, sorts, top-k masks and quantiles by any
+method (`softsort_tf.ops.soft`).
+
+`SoftRankLayer`, `SoftSortLayer`, `SoftTopKLayer` and `SoftQuantileLayer` call
+`soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with `method=` a key of
+`METHODS`. Their arguments follow the rule of `softsort_tf._methods`: `temperature`
+is the family's temperature (None: its default), Sinkhorn's settings (`options`,
+`SinkhornOptions` fields such as `epsilon`, `squash`, `targets`) are keywords of their
+own, accepted only with method='sinkhorn', and the other families' own arguments go
+in `method_kwargs`; all are validated at construction and are part of `get_config()`.
+`direction` defaults to that of the operation ('ASCENDING' for ranks, sorts and
+quantiles, 'DESCENDING' for top-k; the rule of `softsort_tf.ops.soft`).
+
+Masking (see `softsort_tf._masking`): the layers support Keras masking. The mask Keras
+propagates (`keras.layers.Masking`, `Embedding(mask_zero=True)`, ...) or passed as
+`layer(x, mask=...)` marks the valid entries (a mask without the input's last axis is
+broadcast along it) and becomes the operator's `mask`; 'permutahedron' takes none (a
+`ValueError`). `compute_mask` returns the input mask for ranks and top-k memberships,
+the mask of the first n_valid sorted positions along `axis` for sorts, and None for
+quantiles.
+
+Shapes and dtypes: the batch and the list length may be unknown when the model is
+built (`keras.Input((None,))`), also under XLA. Under a float16/bfloat16 policy the
+layers compute in float32 and return float32 (`softsort_tf._keras.full_precision_dtype`).
+"""
+
+from __future__ import annotations
+
+import keras
+
+from softsort_tf import _checks, _methods
+from softsort_tf._keras import full_precision_dtype
+from softsort_tf.layers.sinkhorn import (
+    _broadcast_keras_mask,
+    sinkhorn_config,
+    split_sinkhorn_settings,
+)
+from softsort_tf.ops import soft
+
+_PACKAGE = "softsort_tf"
+
+
+class _SoftLayer(keras.layers.Layer):
+    """Common arguments, call and config of the front-door layers.
+
+    Args:
+      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      temperature: the method's temperature (None: its default; for 'sinkhorn', ε).
+      direction: 'ASCENDING' or 'DESCENDING' (default: that of the operation).
+      axis: the axis to operate along (of the full input, batch axis included).
+      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
+        'permutahedron' or `{"distance_power": 2.0}` for 'softsort'.
+      options, squash, targets: Sinkhorn's settings (only with method='sinkhorn').
+      **kwargs: fields of `SinkhornOptions` (`epsilon`, `threshold`, ...; only with
+        method='sinkhorn') and the base `keras.layers.Layer` arguments (name, dtype, ...).
+    """
+
+    operation: str = ""
+
+    def __init__(self, method: str = "sinkhorn", temperature: float | None = None,
+                 direction: str | None = None, axis: int = -1,
+                 method_kwargs: dict | None = None, options=None, squash="logistic",
+                 targets: str = "regular", **kwargs):
+        temperature = _methods.check_temperature(method, temperature)
+        method_kwargs = _methods.check_method_kwargs(method, method_kwargs, self.operation)
+        _, layer_kwargs = split_sinkhorn_settings(kwargs)
+        option_kwargs = {name: kwargs[name] for name in kwargs if name not in layer_kwargs}
+        _methods.check_sinkhorn_settings(method, options, squash, targets, option_kwargs)
+        if method == "sinkhorn":
+            settings, layer_kwargs = split_sinkhorn_settings(
+                {**layer_kwargs, **_methods.sinkhorn_option_kwargs(temperature, option_kwargs)},
+                options, squash, targets)
+            temperature = None
+        if "dtype" in layer_kwargs or full_precision_dtype() == "float32":
+            layer_kwargs["dtype"] = full_precision_dtype(layer_kwargs.get("dtype"))
+        super().__init__(**layer_kwargs)
+        if method == "sinkhorn":
+            for name, value in settings.items():
+                setattr(self, name, value)
+        self.method = method
+        self.temperature = temperature
+        self.method_kwargs = method_kwargs
+        self.direction = _checks.check_direction(
+            direction or ("DESCENDING" if self.operation == "topk" else "ASCENDING"))
+        self.axis = _checks.check_int("axis", axis)
+        self.supports_masking = True
+
+    def _call(self, fn, inputs, *args, mask=None):
+        if mask is not None:
+            mask = _broadcast_keras_mask(inputs, mask)
+        kwargs = dict(self.method_kwargs)
+        if self.method == "sinkhorn":
+            kwargs.update(options=self.options, squash=self.squash, targets=self.targets)
+        return fn(inputs, *args, method=self.method, direction=self.direction, axis=self.axis,
+                  mask=mask, temperature=self.temperature, **kwargs)
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(method=self.method, temperature=self.temperature,
+                      direction=self.direction, axis=self.axis,
+                      method_kwargs=dict(self.method_kwargs))
+        if self.method == "sinkhorn":
+            config.update(sinkhorn_config(self))
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftRankLayer(_SoftLayer):
+    """Soft 1-based ranks along `axis` (`soft_rank`).
+
+    Input `[batch, n]` (any rank), output the same shape (0 at padded entries).
+
+    Args:
+      method, temperature, direction ('ASCENDING' by default), axis, method_kwargs,
+      options, squash, targets, **kwargs: see the module docstring.
+
+    Example:
+    >>> layer = SoftRankLayer("lapsum", temperature=0.01)
+    >>> np.round(layer(np.array([[0.3, -1.0, 2.0]])).numpy())
+    array([[2., 1., 3.]], dtype=float32)
+    """
+
+    operation = "rank"
+
+    def call(self, inputs, mask=None):
+        return self._call(soft.soft_rank, inputs, mask=mask)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftSortLayer(_SoftLayer):
+    """Soft-sorted values along `axis` (`soft_sort`).
+
+    Input `[batch, n]` (any rank), output the same shape: with a mask, the n_valid
+    sorted values first, then 0 (the output mask marks them).
+
+    Args:
+      method, temperature, direction ('ASCENDING' by default), axis, method_kwargs,
+      options, squash, targets, **kwargs: see the module docstring.
+
+    Example:
+    >>> layer = SoftSortLayer("lapsum", temperature=0.01, direction="DESCENDING")
+    >>> np.round(layer(np.array([[0.3, -1.0, 2.0]])).numpy(), 2)
+    array([[ 2. ,  0.3, -1. ]], dtype=float32)
+    """
+
+    operation = "sort"
+
+    def call(self, inputs, mask=None):
+        return self._call(soft.soft_sort, inputs, mask=mask)
+
+    def compute_mask(self, inputs, mask=None):
+        """True at the first n_valid positions along `axis` (None without a mask).
+        Built with `keras.ops` (Keras calls it on symbolic tensors too)."""
+        if mask is None:
+            return None
+        ops = keras.ops
+        mask = ops.cast(mask, "bool")
+        if len(mask.shape) == len(inputs.shape) - 1:
+            mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
+        axis = _checks.check_axis(self.axis, len(inputs.shape))
+        return ops.cast(ops.flip(ops.sort(ops.cast(mask, "int32"), axis=axis), axis=axis),
+                        "bool")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftTopKLayer(_SoftLayer):
+    """Soft membership in the first k entries in `direction` order (`soft_topk`).
+
+    Input `[batch, n]` (any rank), output the same shape: values in [0, 1] summing to k
+    (min(k, n_valid) with a mask) along `axis` for 'sinkhorn' and 'lapsum'.
+
+    Args:
+      k: the number of entries selected, in [1, n) (a real k > 0 for 'lapsum').
+      method, temperature, direction ('DESCENDING' by default), axis, method_kwargs,
+      options, squash, targets, **kwargs: see the module docstring.
+
+    Example:
+    >>> layer = SoftTopKLayer(2, "lapsum", temperature=0.01)
+    >>> np.round(layer(np.array([[0.1, 3.0, -1.0, 2.0]])).numpy())
+    array([[0., 1., 0., 1.]], dtype=float32)
+    """
+
+    operation = "topk"
+
+    def __init__(self, k=1, method: str = "sinkhorn", temperature: float | None = None,
+                 **kwargs):
+        super().__init__(method, temperature, **kwargs)
+        if method == "lapsum":
+            self.k = _checks.check_positive("k", k)
+        else:
+            self.k = _checks.check_positive_int("k", k)
+
+    def call(self, inputs, mask=None):
+        return self._call(soft.soft_topk, inputs, self.k, mask=mask)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "k": self.k}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SoftQuantileLayer(_SoftLayer):
+    """Soft quantiles along `axis` (`soft_quantile`).
+
+    Input `[batch, n]`; output `[batch, q]` (the axis replaced by the q levels), or
+    `[batch]` for a scalar `quantiles`. No output mask.
+
+    Args:
+      quantiles: a level or an increasing sequence of levels in (0, 1).
+      method, temperature, direction ('ASCENDING' by default: 'DESCENDING' gives the
+      quantile from the top), axis, method_kwargs, options, squash, targets,
+      **kwargs: see the module docstring.
+
+    Example:
+    >>> layer = SoftQuantileLayer(0.5, "lapsum", temperature=0.01)
+    >>> round(float(layer(np.array([[5.0, 1.0, 3.0, 2.0, 4.0]]))[0]), 2)
+    3.0
+    """
+
+    operation = "quantile"
+
+    def __init__(self, quantiles=0.5, method: str = "sinkhorn",
+                 temperature: float | None = None, **kwargs):
+        super().__init__(method, temperature, **kwargs)
+        levels, scalar = _checks.check_quantiles(quantiles)
+        self.quantiles = float(levels[0]) if scalar else [float(q) for q in levels]
+
+    def call(self, inputs, mask=None):
+        return self._call(soft.soft_quantile, inputs, self.quantiles, mask=mask)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        shape = list(input_shape)
+        axis = _checks.check_axis(self.axis, len(shape))
+        if isinstance(self.quantiles, float):
+            del shape[axis]
+        else:
+            shape[axis] = len(self.quantiles)
+        return tuple(shape)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "quantiles": self.quantiles}
