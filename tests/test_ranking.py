@@ -104,6 +104,39 @@ def test_metrics_stream_with_sample_weights_and_ignore_padded_scores():
         assert float(metric.result()) == 0.0
 
 
+def test_per_list_metrics_read_the_keras_mask_and_skip_empty_lists():
+    """A Keras mask of the scores (one flag per item) is the padding of the lists; an
+    empty list has weight 0 and leaves the streams finite."""
+    from keras.src.backend import set_keras_mask
+
+    rng = np.random.default_rng(11)
+    labels, scores = random_padded(rng, 4, 7, np.float32, ties=False)
+    labels[:, 0] = 2.0
+    valid = labels >= 0
+    unpadded = rng.integers(0, 3, size=labels.shape).astype(np.float32)
+    unpadded[:, 0] = 2.0
+    labels_in_mask = np.where(valid, labels, unpadded)  # padding only in the Keras mask
+    for make in (lambda: NDCGMetric(k=3), MRRMetric,
+                 lambda: ss.KendallTau(negative_labels_are_padding=True)):
+        by_mask, by_labels = make(), make()
+        masked_scores = tf.constant(scores)
+        set_keras_mask(masked_scores, tf.constant(valid))
+        by_mask.update_state(labels_in_mask, masked_scores)
+        by_labels.update_state(labels, scores)
+        assert float(by_mask.result()) == pytest.approx(float(by_labels.result()), rel=1e-6)
+        if isinstance(by_mask, ss.KendallTau):
+            continue  # kendall_tau takes lists of n >= 1
+        by_mask.update_state(np.zeros((2, 0), np.float32), np.zeros((2, 0), np.float32))
+        by_mask.update_state(tf.ragged.constant([[], [1.0, 0.0]]),
+                             tf.ragged.constant([[], [0.2, 0.1]]))
+        assert np.isfinite(float(by_mask.result()))
+    for empty in (np.zeros((2, 0), np.float32), tf.ragged.constant([[], []], tf.float32)):
+        for fn in (ndcg, reciprocal_rank):
+            values, weights = fn(empty, empty)
+            np.testing.assert_array_equal(values.numpy(), 0.0)
+            np.testing.assert_array_equal(weights.numpy(), 0.0)
+
+
 def test_metrics_serialize_and_take_ragged_lists():
     labels = tf.ragged.constant([[3.0, 0.0, 1.0], [0.0, 2.0]])
     scores = tf.ragged.constant([[0.1, 0.5, 0.2], [1.0, 0.0]])

@@ -1,7 +1,8 @@
 """Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
 
 The padding convention is that of `softsort_tf.ops.ranking` (label < 0, an optional
-boolean mask, or the ends of `tf.RaggedTensor` rows mark padding). Items are ranked by
+boolean mask, a Keras mask of the scores with one flag per item, or the ends of
+`tf.RaggedTensor` rows mark padding). Items are ranked by
 decreasing score; tied scores keep their input order (a stable sort). Both metrics
 work with lists of any length, also unknown at trace time (no static n needed).
 
@@ -82,7 +83,8 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
       k: only the first k positions count (0 if no relevant item is there).
 
     Returns:
-      `(values, weights)`, both `[...]`; weight 0 for lists without a relevant item.
+      `(values, weights)`, both `[...]`; value 0 and weight 0 for lists without a
+      relevant item (empty lists included).
 
     Example:
     >>> v, w = reciprocal_rank([[0.0, 1.0, 0.0]], [[3.0, 2.0, 1.0]])
@@ -98,9 +100,10 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
     reciprocal = tf.where(relevant, 1.0 / positions, tf.zeros_like(labels))
     if k is not None:
         reciprocal = tf.where(positions <= k, reciprocal, tf.zeros_like(reciprocal))
-    values = tf.reduce_max(reciprocal, axis=-1)
-    weights = tf.cast(tf.reduce_any(relevant, axis=-1), values.dtype)
-    return values, weights
+    has_relevant = tf.reduce_any(relevant, axis=-1)
+    best = tf.reduce_max(reciprocal, axis=-1)  # −inf for an empty list
+    values = tf.where(has_relevant, best, tf.zeros_like(best))
+    return values, tf.cast(has_relevant, values.dtype)
 
 
 class PerListMean(keras.metrics.Metric):

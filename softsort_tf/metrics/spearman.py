@@ -50,8 +50,9 @@ class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
 
     Args:
       axis: the list axis (default −1).
-      negative_labels_are_padding: treat y_true < 0 as padding (default False; ragged
-        inputs are always taken as padded lists).
+      negative_labels_are_padding: treat y_true < 0 as padding (default False: the
+        targets of a correlation are real values; the padding rule of
+        `softsort_tf.ops.ranking`). Ragged inputs are always taken as padded lists.
       name, dtype: as in `keras.metrics.Metric`.
 
     Example:
