@@ -183,6 +183,9 @@ def test_run_resumes_and_writes_results(npz_path, tmp_path):
     assert results["wall_seconds"] >= first["wall_seconds"]
     with open(out / "results.json") as f:
         assert json.load(f)["summary"] == results["summary"]
+    tables = suquan.format_tables(results)
+    assert tables.count("\n| SUQUAN (learned f) | ") == 1 and "| 20 | " in tables
+    assert tables.index("| raw pixels |") < tables.index("| uniform QN |")
     for method in suquan.METHODS:
         for key in ("test_accuracy", "test_auc"):
             cell = results["summary"]["linear"][method][key]

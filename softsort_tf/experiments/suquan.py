@@ -73,7 +73,8 @@ from softsort_tf.experiments import training
 
 __all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "QuantileNormalizer",
            "SuquanConfig",
-           "fixed_quantile_function", "gram_blocks", "load_images", "pair_data",
+           "fixed_quantile_function", "format_tables", "gram_blocks", "load_images",
+           "pair_data",
            "quantile_functions", "quantile_normalize", "rank_intervals", "run",
            "suquan_targets", "summarize", "train_linear_models"]
 
@@ -636,6 +637,56 @@ def summarize(per_pair: dict, kernel_per_pair: dict) -> dict:
     return summary
 
 
+_NAMES = {"raw": "raw pixels", "uniform": "uniform QN", "gaussian": "Gaussian QN",
+          "median": "median QN", "suquan": "SUQUAN (learned f)",
+          "kendall_svm": "Kendall-kernel SVM", "linear_svm": "linear SVM (raw pixels)",
+          "logistic": "logistic regression (raw pixels)"}
+
+
+def format_tables(results: dict, baseline: str = "raw") -> str:
+    """Markdown tables of a `results.json`: per method, the mean ± s.e. over the
+    problems of the test accuracy (%) and AUC, and the paired difference in accuracy
+    to `baseline` (mean ± s.e. of the per-problem differences, and the problems won /
+    tied / lost); per training size, the same for the kernel methods."""
+    lines = []
+    pairs = results.get("pairs", {})
+    linear = results["summary"]["linear"]
+    if linear:
+        lines += [f"| method | test accuracy (%) | test AUC | Δ accuracy vs {_NAMES[baseline]} "
+                  "(points, paired) | won / tied / lost | problems |", "|---|---|---|---|---|---|"]
+        for method in [m for m in METHODS if m in linear]:
+            acc, auc = linear[method]["test_accuracy"], linear[method]["test_auc"]
+            both = [r["methods"] for r in pairs.values()
+                    if method in r["methods"] and baseline in r["methods"]]
+            diff = np.array([100 * (r[method]["test_accuracy"] - r[baseline]["test_accuracy"])
+                             for r in both])
+            paired = (f"{diff.mean():+.2f} ± {diff.std(ddof=1) / math.sqrt(len(diff)):.2f}"
+                      if method != baseline and len(diff) > 1 else "–")
+            record = (f"{np.sum(diff > 0)} / {np.sum(diff == 0)} / {np.sum(diff < 0)}"
+                      if method != baseline else "–")
+            lines.append(f"| {_NAMES[method]} | {100 * acc['mean']:.2f} ± {100 * acc['se']:.2f} "
+                         f"| {auc['mean']:.4f} ± {auc['se']:.4f} | {paired} | {record} "
+                         f"| {acc['count']} |")
+    kernel = results["summary"]["kernel"]
+    if kernel:
+        if lines:
+            lines.append("")
+        sizes = sorted({key.split("@")[1] for key in kernel}, key=int)
+        lines += ["| training images | " + " | ".join(
+            f"{_NAMES[m]}: accuracy (%) / AUC" for m in KERNEL_METHODS) + " | problems |",
+            "|---|" + "---|" * (len(KERNEL_METHODS) + 1)]
+        for size in sizes:
+            cells = []
+            for method in KERNEL_METHODS:
+                acc = kernel[f"{method}@{size}"]["test_accuracy"]
+                auc = kernel[f"{method}@{size}"]["test_auc"]
+                cells.append(f"{100 * acc['mean']:.2f} ± {100 * acc['se']:.2f} / "
+                             f"{auc['mean']:.4f} ± {auc['se']:.4f}")
+            count = kernel[f"{KERNEL_METHODS[0]}@{size}"]["test_accuracy"]["count"]
+            lines.append(f"| {size} | " + " | ".join(cells) + f" | {count} |")
+    return "\n".join(lines) + "\n"
+
+
 def _read_folder(folder: str) -> dict:
     out = {}
     if os.path.isdir(folder):
@@ -713,4 +764,6 @@ def run(config: SuquanConfig) -> dict:
                         for a, b in config.pairs)))
         _write_results(config, start, sessions_seconds, complete)
         with open(results_path) as f:
-            return json.load(f)
+            results = json.load(f)
+        log(format_tables(results))
+        return results
