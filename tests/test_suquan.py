@@ -232,3 +232,18 @@ def test_binary_end_to_end(npz_path, tmp_path):
         results = json.load(f)
     assert results["complete"] and results["config"]["l2_grid"] == [0.001]
     assert results["summary"]["kernel"]["kendall_svm@10"]["test_accuracy"]["count"] == 2
+
+
+def test_colour_images_become_grey_levels(tmp_path):
+    """Colour images (CIFAR-10's format) are read as 0.299 R + 0.587 G + 0.114 B."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 256, size=(30, 4, 4, 3)).astype(np.uint8)
+    y = np.arange(30) % 10
+    path = str(tmp_path / "colour.npz")
+    np.savez(path, x_train=x[:20], y_train=y[:20], x_test=x[20:], y_test=y[20:])
+    config = suquan.SuquanConfig(mnist_npz=path, validation_size=5).finalize()
+    x_train, y_train, x_val, _, x_test, _ = suquan.load_images(config)
+    assert x_train.shape == (15, 16) and x_val.shape == (5, 16) and x_test.shape == (10, 16)
+    grey = (x[:15].astype(np.float64) / 255) @ [0.299, 0.587, 0.114]
+    np.testing.assert_allclose(x_train, grey.reshape(15, 16), atol=1e-6)
+    np.testing.assert_array_equal(y_train, y[:15])
