@@ -66,6 +66,7 @@ and, for the gradient, the L intermediate matrices: prefer 'bitonic' for long li
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -248,24 +249,40 @@ def _partner_rows(t, partner):
     return tf.gather(t, partner, axis=1), grad
 
 
-def _apply_layer(values, perm, kind, partner, is_lo, active, step_fn):
-    """One layer of relaxed comparators.
+def _mix(state, other, sigma):
+    """Rows σ·state + (1 − σ)·other of `[batch, wires, n + 1]` states (σ `[batch, wires]`);
+    σ = 1 keeps a row bit for bit."""
+    sigma = sigma[:, :, None]
+    return sigma * state + (1.0 - sigma) * other
+
+
+def _finite_difference(other_values, values, sign):
+    """b − a of each comparator, (value on its max wire) − (value on its min wire):
+    the same float on both of its wires, clipped to the finite range (the difference of
+    two finite floats may overflow)."""
+    diff = (other_values - values) * sign
+    limit = tf.constant(np.finfo(values.dtype.as_numpy_dtype).max, values.dtype)
+    return tf.clip_by_value(diff, -limit, limit)
+
+
+def _apply_layer(state, kind, partner, is_lo, active, step_fn):
+    """One layer of relaxed comparators, for lists whose wire kinds are tensors.
 
     Args:
-      values: `[batch, wires]` values on the wires (ascending keys).
-      perm: `[batch, wires, n]` rows of the relaxed permutation matrix on the wires.
+      state: `[batch, wires, n + 1]`: the rows of the relaxed permutation matrix on the
+        wires, and the values on the wires (ascending keys) as the last column.
       kind: `[batch or 1, wires]` int32 `_BELOW`/`_ENTRY`/`_ABOVE`.
       partner, is_lo: `[wires]` the layer (see `network_layers`).
       active: `[batch, 1]` bool (the layer exists for the row) or None (all rows).
       step_fn: σ of a difference.
 
     Returns:
-      `(values, perm, kind)` after the layer. A comparator of two entries mixes them
-      with σ = step_fn(b − a); one that involves a padding wire is exact (σ ∈ {0, 1});
-      rows where the layer is not active are unchanged.
+      `(state, kind)` after the layer. A comparator of two entries mixes them with
+      σ = step_fn(b − a); one that involves a padding wire is exact (σ ∈ {0, 1}); rows
+      where the layer is not active are unchanged.
     """
-    wires = tf.shape(values)[1]
-    other = _partner_rows(values, partner)
+    wires = tf.shape(state)[1]
+    other = _partner_rows(state, partner)
     other_kind = tf.gather(kind, partner, axis=1)
     has_comparator = tf.not_equal(partner, tf.range(wires, dtype=partner.dtype))
     entries = tf.logical_and(tf.equal(kind, _ENTRY), tf.equal(other_kind, _ENTRY))
@@ -274,19 +291,61 @@ def _apply_layer(values, perm, kind, partner, is_lo, active, step_fn):
     if active is not None:
         relaxed = tf.logical_and(relaxed, active)
         in_order = tf.logical_or(in_order, tf.logical_not(active))
-    # b − a = (value on the max wire) − (value on the min wire), the same float on
-    # both wires of a comparator.
-    diff = tf.where(is_lo, other - values, values - other)
-    # Finite differences only (b − a of two finite floats may overflow).
-    limit = tf.constant(np.finfo(values.dtype.as_numpy_dtype).max, values.dtype)
-    diff = tf.clip_by_value(tf.where(relaxed, diff, tf.zeros_like(diff)), -limit, limit)
-    one, zero = tf.ones([], values.dtype), tf.zeros([], values.dtype)
-    sigma = tf.where(relaxed, step_fn(diff), tf.where(in_order, one, zero))
-    keep, move = sigma, 1.0 - sigma
-    values = keep * values + move * other
-    perm = keep[:, :, None] * perm + move[:, :, None] * _partner_rows(perm, partner)
+    dtype = state.dtype
+    sign = tf.where(is_lo, tf.ones([], dtype), -tf.ones([], dtype))
+    diff = _finite_difference(other[:, :, -1], state[:, :, -1], sign)
+    diff = tf.where(relaxed, diff, tf.zeros_like(diff))
+    hard = tf.where(in_order, tf.ones([], dtype), tf.zeros([], dtype))
+    state = _mix(state, other, tf.where(relaxed, step_fn(diff), hard))
     kind = tf.where(tf.logical_or(relaxed, in_order), kind, other_kind)
-    return values, perm, kind
+    return state, kind
+
+
+@functools.lru_cache(maxsize=512)
+def static_plan(network: str, n: int):
+    """The layers of the network for a full list of static length n, with the wire
+    kinds resolved: `(wires, layers)`, each layer `(partner, sign, relaxed, hard)` with
+    `sign` +1 on min wires and −1 on max wires, `relaxed` the wires of comparators of
+    two entries and `hard` σ (0 or 1) of the other wires."""
+    wires = network_wires(network, n)
+    w = np.arange(wires)
+    kind = np.where(w < wires - n, _BELOW, _ENTRY)  # odd-even: wires == n
+    layers = []
+    for partner, is_lo, _ in network_layers(network, n):
+        other = kind[partner]
+        relaxed = (kind == _ENTRY) & (other == _ENTRY) & (partner != w)
+        in_order = np.where(is_lo, kind <= other, other <= kind)
+        kind = np.where(relaxed | in_order, kind, other)
+        layers.append((partner, np.where(is_lo, 1, -1), relaxed, in_order.astype(np.float64)))
+    return wires, tuple(layers)
+
+
+def _run_static(keys, network: str, step_fn):
+    """`_run_network` for full lists of a static length: the wire kinds are known at
+    trace time, so each layer is gathers and elementwise ops with constant masks."""
+    dtype = keys.dtype
+    n = keys.shape[-1]
+    wires, layers = static_plan(network, n)
+    batch = tf.shape(keys)[0]
+    state = tf.concat([tf.broadcast_to(tf.eye(n, dtype=dtype), tf.stack([batch, n, n])),
+                       keys[:, :, None]], axis=-1)
+    if wires > n:  # bitonic: the first wires hold values below every entry
+        state = tf.concat([tf.zeros(tf.stack([batch, wires - n, n + 1]), dtype), state], axis=1)
+    for partner, sign, relaxed, hard in layers:
+        other = _partner_rows(state, tf.constant(partner))
+        if relaxed.any():
+            diff = _finite_difference(other[:, :, -1], state[:, :, -1],
+                                      tf.constant(sign, dtype))
+            if relaxed.all():
+                sigma = step_fn(diff)
+            else:
+                diff = tf.where(relaxed, diff, tf.zeros_like(diff))
+                sigma = tf.where(relaxed, step_fn(diff), tf.constant(hard, dtype))
+        else:
+            sigma = tf.broadcast_to(tf.constant(hard, dtype), tf.shape(state)[:2])
+        state = _mix(state, other, sigma)
+    state = state[:, wires - n:]
+    return state[:, :, -1], state[:, :, :-1]
 
 
 def _ceil_log2(count):
@@ -310,9 +369,11 @@ def _run_network(keys, valid, network: str, step_fn):
       P̂ (row i: position i of the ascending order); with `valid`, positions >= n_valid
       are 0.
     """
+    static_n = keys.shape[-1]
+    if valid is None and static_n is not None:
+        return _run_static(keys, network, step_fn)
     dtype = keys.dtype
     batch = tf.shape(keys)[0]
-    static_n = keys.shape[-1]
     n = tf.shape(keys)[1] if static_n is None else static_n
     if static_n is not None:
         wires = network_wires(network, static_n)
@@ -346,9 +407,9 @@ def _run_network(keys, valid, network: str, step_fn):
         values = tf.gather(keys, source, axis=1, batch_dims=1)
         onehot = tf.one_hot(source, n, dtype=dtype)
     zero = tf.zeros([], dtype)
-    values = tf.where(holds, values, zero)
-    perm = tf.where(holds[:, :, None], onehot, zero)
-    perm = tf.broadcast_to(perm, tf.stack([batch, wires, n]))
+    perm = tf.broadcast_to(tf.where(holds[:, :, None], onehot, zero),
+                           tf.stack([batch, wires, n]))
+    state = tf.concat([perm, tf.where(holds, values, zero)[:, :, None]], axis=-1)
     kind = tf.where(slot < 0, _BELOW, tf.where(holds, _ENTRY, _ABOVE))
     active_rows = None if valid is None else stages[:, None]
 
@@ -357,27 +418,23 @@ def _run_network(keys, valid, network: str, step_fn):
 
     if static_n is not None:
         for partner, is_lo, stage in network_layers(network, static_n):
-            values, perm, kind = _apply_layer(values, perm, kind, tf.constant(partner),
-                                              tf.constant(is_lo), active(stage), step_fn)
+            state, kind = _apply_layer(state, kind, tf.constant(partner), tf.constant(is_lo),
+                                       active(stage), step_fn)
     else:
-        values, perm = _run_dynamic(values, perm, kind, n, wires, network, active, step_fn)
+        state = _run_dynamic(state, kind, n, wires, network, active, step_fn)
     # Read out the unpadded list's wires.
     positions = tf.range(n, dtype=tf.int32)[None, :]
-    if valid is None and static_n is not None:
-        first = wires - static_n if network == "bitonic" else 0
-        return values[:, first:first + static_n], perm[:, first:first + static_n]
     wire = tf.clip_by_value(start[:, None] + positions, 0, wires - 1)
     keep = positions < count[:, None]
     if valid is None:
-        values = tf.gather(values, wire[0], axis=1)
-        perm = tf.gather(perm, wire[0], axis=1)
+        state = tf.gather(state, wire[0], axis=1)
     else:
-        values = tf.gather(values, wire, axis=1, batch_dims=1)
-        perm = tf.gather(perm, wire, axis=1, batch_dims=1)
-    return tf.where(keep, values, zero), tf.where(keep[:, :, None], perm, zero)
+        state = tf.gather(state, wire, axis=1, batch_dims=1)
+    state = tf.where(keep[:, :, None], state, zero)
+    return state[:, :, -1], state[:, :, :-1]
 
 
-def _run_dynamic(values, perm, kind, n, wires, network, active, step_fn):
+def _run_dynamic(state, kind, n, wires, network, active, step_fn):
     """The layers for an n unknown at trace time, in a `tf.while_loop`."""
     w = tf.range(wires, dtype=tf.int32)
     if network == "odd_even":
@@ -398,16 +455,15 @@ def _run_dynamic(values, perm, kind, n, wires, network, active, step_fn):
             partner, is_lo = _bitonic_layer(w, block, step, tf)
             return partner, is_lo, block
 
-    def body(t, values, perm, kind):
+    def body(t, state, kind):
         partner, is_lo, stage = layer_of(t)
-        values, perm, kind = _apply_layer(values, perm, kind, partner, is_lo, active(stage),
-                                          step_fn)
-        return t + 1, values, perm, kind
+        state, kind = _apply_layer(state, kind, partner, is_lo, active(stage), step_fn)
+        return t + 1, state, kind
 
-    _, values, perm, _ = tf.while_loop(
-        lambda t, *_: t < layers, body, (tf.constant(0, tf.int32), values, perm, kind),
+    _, state, _ = tf.while_loop(
+        lambda t, *_: t < layers, body, (tf.constant(0, tf.int32), state, kind),
         maximum_iterations=tf.maximum(layers, 1))  # XLA: a list of size >= 1
-    return values, perm
+    return state
 
 
 # ---------------------------------------------------------------------------------
