@@ -58,6 +58,16 @@ NOTEBOOKS = {
         r"implicit\s+\d+ iterations: peak \+?-?\d+\.\d MB",
         r"unrolled\s+\d+ iterations: peak \+?-?\d+\.\d MB",
     ]),
+    "05_permutations_as_inputs.ipynb": (4, [
+        r"quantile normalisation\s+\[",
+        r"Kendall τ\s+min eigenvalue [+-]\d\.\d\de[+-]\d\d \(positive semi-definite\)",
+        r"median\s+test accuracy \d\.\d{4}",
+        r"SUQUAN\s+test accuracy \d\.\d{4}",
+        r"Keras SinkhornQuantileNormalization \+ Dense\s+test accuracy \d\.\d{4}",
+        r"Kendall τ loss\s+final test Kendall tau -?\d\.\d{3}",
+        r"MSE\s+final test Kendall tau -?\d\.\d{3}",
+        r"\d+ training images: Kendall-kernel SVM \d\.\d{3}, linear SVM \(raw pixels\) \d\.\d{3}",
+    ]),
 }
 
 
