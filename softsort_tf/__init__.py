@@ -104,6 +104,7 @@ from softsort_tf.ops.soft import (
     soft_sort,
     soft_topk,
 )
+from softsort_tf.ops.sorting_networks import sorting_network_matrix, sorting_network_sort
 from softsort_tf.ops.squash import squash_values
 from softsort_tf.ops.transport import SinkhornConvergenceWarning, SinkhornInfo
 from softsort_tf.options import ImplicitDiff, SinkhornOptions
@@ -139,5 +140,6 @@ __all__ = [
     "METHODS", "Method", "get_method", "soft_quantile", "soft_sort", "soft_topk",
     "lapsum_permutation_matrix", "lapsum_quantile", "lapsum_rank", "lapsum_sort",
     "lapsum_topk_mask", "permutahedron_rank", "permutahedron_sort",
+    "sorting_network_matrix", "sorting_network_sort",
     "SoftQuantileLayer", "SoftRankLayer", "SoftSortLayer", "SoftTopKLayer",
 ]

@@ -26,6 +26,7 @@ from softsort_tf.ops.permutation import (
     straight_through,
 )
 from softsort_tf.ops.sinkhorn import sinkhorn_permutation_matrix
+from softsort_tf.ops.sorting_networks import DEFAULT_STEEPNESS, sorting_network_matrix
 from softsort_tf.options import DEFAULT_EPSILON
 
 
@@ -99,6 +100,10 @@ PERMUTATION_OPERATORS: dict[str, PermutationOperator] = {
         PermutationOperator("lapsum", _with_straight_through(lapsum_permutation_matrix),
                             "alpha", DEFAULT_ALPHA, True,
                             "Struski, Bednarczyk, Podolak & Tabor (2025)"),
+        # Odd-even (default) or bitonic networks (`network=`); products of
+        # doubly-stochastic relaxed swaps. The steepness β sharpens as it grows.
+        PermutationOperator("diffsort", sorting_network_matrix, "steepness", DEFAULT_STEEPNESS,
+                            True, "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)"),
     )
 }
 METHODS = tuple(PERMUTATION_OPERATORS)
@@ -121,8 +126,8 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
         output is ragged `[batch, (n), (n)]`).
       method: 'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`),
-        'sinkhorn' (`sinkhorn_permutation_matrix`) or 'lapsum'
-        (`lapsum_permutation_matrix`).
+        'sinkhorn' (`sinkhorn_permutation_matrix`), 'lapsum'
+        (`lapsum_permutation_matrix`) or 'diffsort' (`sorting_network_matrix`).
       direction: 'DESCENDING' (default) or 'ASCENDING'.
       hard: straight-through (see `soft_sort_matrix`): the exact permutation in the
         forward pass, the gradient of the relaxation in the backward pass.

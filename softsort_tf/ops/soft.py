@@ -12,10 +12,12 @@ defines. Adding a family is an entry here and its maths.
 | 'permutahedron' | `regularization_strength` (1.0) | rank, sort | O(n log n) |
 | 'softsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
 | 'neuralsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
+| 'diffsort' | `steepness` (10.0; sharper as it grows) | rank, sort, topk | O(L·n²), L layers |
 
-'softsort' and 'neuralsort' read their operations off their relaxed permutation
-matrix P̂ (ranks P̂ᵀ(1..n), sorted values P̂x, top-k membership the column sums of the
-first k rows of P̂).
+'softsort', 'neuralsort' and 'diffsort' (differentiable sorting networks, L = n
+odd-even layers or ~½log₂²n bitonic ones) read their operations off their relaxed
+permutation matrix P̂ (ranks P̂ᵀ(1..n), sorted values P̂x, top-k membership the column
+sums of the first k rows of P̂).
 
 Naming rules shared by the operators, layers, losses and metrics:
 
@@ -154,6 +156,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("neuralsort", "tau", PERMUTATION_OPERATORS["neuralsort"].default_temperature,
            "temperature τ of the row softmaxes, in the units of the scores",
            _matrix_operations("neuralsort"), PERMUTATION_OPERATORS["neuralsort"].reference),
+    Method("diffsort", "steepness", PERMUTATION_OPERATORS["diffsort"].default_temperature,
+           "steepness β of the relaxed swaps' sigmoid, in inverse units of the scores: "
+           "values closer than about 1/β are blurred together (β → ∞: exact)",
+           _matrix_operations("diffsort"), PERMUTATION_OPERATORS["diffsort"].reference),
 )}
 
 
