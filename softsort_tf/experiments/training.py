@@ -22,9 +22,11 @@ MultiWorkerMirroredStrategy`, cluster from `TF_CONFIG`), as `fit_resumable` runs
   replica's own slice), so a loss that is a mean over examples or lists steps as on
   one worker; a batch statistic (the trimmed / least-quantile regression losses) is
   taken over each replica's slice and averaged over replicas;
-- evaluation: every worker evaluates the whole validation / test set (`unsharded`)
-  and Keras sums the metric states over the workers, so the metrics are those of one
-  worker; the results are written by the chief (worker 0) only;
+- evaluation: every worker evaluates the whole validation / test set and Keras sums
+  the metric states over the workers, so the metrics are those of one worker; the
+  results are written by the chief (worker 0) only;
+- `distribute_batches` hands the replicas their data itself
+  (`distribute_datasets_from_function`): `tf.distribute` neither shards nor rebatches;
 - checkpoints: every worker backs up its state after each epoch, the chief in
   `output_dir/backup`, worker i > 0 in `output_dir/worker-i/backup` (on one machine or
   a shared file system the folders do not collide); a restarted cluster resumes, on
@@ -54,10 +56,11 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "StopAfterEpochs",
-           "TimeBudgetStop", "adapt_to_strategy", "best_epoch", "fit_resumable", "is_chief",
+           "TimeBudgetStop", "adapt_to_strategy", "best_epoch", "distribute_batches",
+           "fit_resumable", "is_chief",
            "is_multi_worker", "machine_info", "make_strategy", "output_directory",
            "prepare_runtime", "read_history", "set_cpu_devices", "should_stop_early",
-           "split_batches", "unsharded", "worker_index", "write_json"]
+           "split_batches", "worker_index", "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -140,25 +143,36 @@ def worker_index(strategy: tf.distribute.Strategy | None) -> tuple[int, int]:
     return chiefs + int(resolver.task_id), num_workers
 
 
-def unsharded(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """`dataset` with `tf.distribute` auto-sharding off: every worker reads all of it.
+def _batch_slices(dataset: tf.data.Dataset, parts: int, first: int,
+                  count: int) -> tf.data.Dataset:
+    """Slices `first, ..., first + count - 1` of the `parts` slices of every batch, as
+    consecutive elements (slice k: rows `[k·B // parts, (k+1)·B // parts)` of a batch of
+    B rows, every component sliced along axis 0)."""
 
-    Used for evaluation: each worker evaluates the whole set and the metric states
-    (sums and counts) are added over the workers, which gives the metrics of one worker.
-    """
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options)
+    def piece(batch, k):
+        first_leaf = tf.nest.flatten(batch)[0]
+        rows = (first_leaf.nrows() if isinstance(first_leaf, tf.RaggedTensor)
+                else tf.shape(first_leaf, out_type=tf.int64)[0])
+        k = tf.cast(k, tf.int64)
+        start, stop = rows * k // parts, rows * (k + 1) // parts
+        sliced = tf.nest.map_structure(lambda t: t[start:stop], batch)
+        return sliced if len(sliced) > 1 else sliced[0]
+
+    if count == 1:
+        return dataset.map(lambda *batch: piece(batch, first))
+    return dataset.flat_map(lambda *batch: tf.data.Dataset.range(first, first + count).map(
+        lambda k: piece(batch, k)))
 
 
 def split_batches(dataset: tf.data.Dataset, num_workers: int, index: int) -> tf.data.Dataset:
-    """Worker `index`'s share of every batch of `dataset` (auto-sharding off).
+    """Worker `index`'s share of every batch of `dataset`: how the workers split a
+    global batch.
 
     Every worker builds the same stream of global batches; worker i of W keeps rows
-    `[i·B // W, (i+1)·B // W)` of each batch of B rows (every element of the batch's
-    structure is sliced along axis 0), so together the workers step on each global
-    batch exactly once. The stream must be the same on every worker (deterministic,
-    e.g. seeded shuffles).
+    `[i·B // W, (i+1)·B // W)` of each batch of B rows (every component of the batch
+    sliced along axis 0), so together the workers step on each global batch exactly
+    once. The stream must be the same on every worker (deterministic, e.g. seeded
+    shuffles), and W should divide B for every worker to weigh equally.
 
     Args:
       dataset: batches whose every component has the batch axis first (dense or ragged).
@@ -166,7 +180,7 @@ def split_batches(dataset: tf.data.Dataset, num_workers: int, index: int) -> tf.
       index: this worker's index in [0, W).
 
     Returns:
-      The dataset of slices (`dataset` itself, sharding off, when W = 1).
+      The dataset of slices (`dataset` itself when W = 1).
 
     Example:
     >>> ds = tf.data.Dataset.range(8).batch(4)
@@ -178,17 +192,34 @@ def split_batches(dataset: tf.data.Dataset, num_workers: int, index: int) -> tf.
     if int(index) != index or not 0 <= index < num_workers:
         raise ValueError(f"index must be an int in [0, {num_workers}), got {index!r}.")
     if num_workers == 1:
-        return unsharded(dataset)
+        return dataset
+    return _batch_slices(dataset, int(num_workers), int(index), 1)
 
-    def take_slice(*batch):
-        first = tf.nest.flatten(batch)[0]
-        rows = tf.shape(first, out_type=tf.int64)[0] if not isinstance(
-            first, tf.RaggedTensor) else first.nrows()
-        start, stop = rows * index // num_workers, rows * (index + 1) // num_workers
-        sliced = tf.nest.map_structure(lambda t: t[start:stop], batch)
-        return sliced if len(sliced) > 1 else sliced[0]
 
-    return unsharded(dataset.map(take_slice))
+def distribute_batches(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset, *,
+                       split: bool) -> tf.distribute.DistributedDataset:
+    """`dataset` of global batches distributed over the replicas of `strategy`, with
+    no automatic sharding or rebatching by `tf.distribute`.
+
+    Args:
+      strategy: the strategy (W workers of R replicas each).
+      dataset: the same stream of batches on every worker.
+      split: True (training): replica r = i·R + j (worker i, local replica j) gets
+        slice r of the W·R slices of every batch (`split_batches` with W·R parts), so
+        one step of the cluster consumes one global batch. False (evaluation): every
+        worker reads all of `dataset`, its R replicas splitting each batch; the metric
+        states, summed over workers, then give the metrics of one worker.
+    """
+
+    def per_worker(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        workers = context.num_input_pipelines
+        replicas = context.num_replicas_in_sync // workers
+        if split:
+            return _batch_slices(dataset, workers * replicas,
+                                 context.input_pipeline_id * replicas, replicas)
+        return dataset if replicas == 1 else _batch_slices(dataset, replicas, 0, replicas)
+
+    return strategy.distribute_datasets_from_function(per_worker)
 
 
 def adapt_to_strategy(model: keras.Model) -> keras.Model:
@@ -203,13 +234,14 @@ def adapt_to_strategy(model: keras.Model) -> keras.Model:
     - the first-batch build to use this worker's local batch;
     - `train_step` / `test_step` to return their logs with a leading axis of 1, which
       Keras' average over workers then removes;
-    - `fit` to split each batch of a `tf.data.Dataset` `x` over the workers
-      (`split_batches`: the dataset holds global batches, as on one worker) and to
-      evaluate `validation_data` unsharded, and `evaluate` to read a
-      `tf.data.Dataset` unsharded (`unsharded`: every worker evaluates all of it, the
-      metrics are summed over workers and equal those of one worker).
+    - `fit` to take a `tf.data.Dataset` `x` of global batches (as on one worker) and
+      give each replica its slice of every batch, and `fit(validation_data=)` and
+      `evaluate` to have every worker evaluate the whole `tf.data.Dataset` (the metric
+      states are summed over workers: the metrics of one worker). See
+      `distribute_batches`.
 
-    Call it once, after `compile` and before the first `fit` / `evaluate`.
+    Call it once, after `compile` and before the first `fit` / `evaluate`; give `fit`
+    and `evaluate` `tf.data.Dataset`s that are the same on every worker.
 
     Example (on every worker of the cluster of `TF_CONFIG`):
 
@@ -225,7 +257,6 @@ def adapt_to_strategy(model: keras.Model) -> keras.Model:
     strategy = model.distribute_strategy
     if not is_multi_worker(strategy) or getattr(model, "_softsort_adapted", False):
         return model
-    index, num_workers = worker_index(strategy)
 
     def local(value):
         if isinstance(value, tf.distribute.DistributedValues):
@@ -249,14 +280,14 @@ def adapt_to_strategy(model: keras.Model) -> keras.Model:
 
     def fit_fn(x=None, *args, validation_data=None, **kwargs):
         if isinstance(x, tf.data.Dataset):
-            x = split_batches(x, num_workers, index)
+            x = distribute_batches(strategy, x, split=True)
         if isinstance(validation_data, tf.data.Dataset):
-            validation_data = unsharded(validation_data)
+            validation_data = distribute_batches(strategy, validation_data, split=False)
         return fit(x, *args, validation_data=validation_data, **kwargs)
 
     def evaluate_fn(x=None, *args, **kwargs):
         if isinstance(x, tf.data.Dataset):
-            x = unsharded(x)
+            x = distribute_batches(strategy, x, split=False)
         return evaluate(x, *args, **kwargs)
 
     model._maybe_symbolic_build = symbolic_build
