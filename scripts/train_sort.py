@@ -4,7 +4,9 @@ Example (a quick run on the offline digits):
 
     python scripts/train_sort.py --output_dir=/tmp/sort --n=3 --epochs=2 --steps_per_epoch=50
 
-Restarting with the same --output_dir resumes from the last finished epoch. The flags
+Restarting with the same --output_dir resumes from the last finished epoch. On a
+cluster, run it on every worker with --strategy=multi_worker and TF_CONFIG (README,
+"Scaling out"); --batch_size is then the global batch. The flags
 are those of `softsort_tf.experiments.flags`, shared with the other experiment binaries.
 """
 
