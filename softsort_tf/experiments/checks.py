@@ -32,7 +32,7 @@ _INTS = {
     "executions_per_trial": 1, "warmup_steps": 0, "patience": 1,
 }
 # Finite numbers > 0.
-_POSITIVE = ("tau", "epsilon", "alpha", "learning_rate", "max_train_minutes")
+_POSITIVE = ("tau", "epsilon", "alpha", "steepness", "learning_rate", "max_train_minutes")
 _VERBOSITY = (0, 1, 2, "auto")
 
 

@@ -142,7 +142,7 @@ def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | N
 
 def define_relaxation_flags() -> None:
     """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`, `alpha`,
-    `log_cross_entropy`, `stochastic`, `num_samples`."""
+    `steepness`, `log_cross_entropy`, `stochastic`, `num_samples`."""
     flags.DEFINE_enum("method", _DEFAULTS.method, METHODS, "Relaxed sorting operator.")
     flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw scores; default: "
                        "the binary's (large-MNIST: 1024 for n <= 7, else 128, SoftSort "
@@ -151,6 +151,8 @@ def define_relaxation_flags() -> None:
                        "Sinkhorn regularisation (Cuturi et al.: 0.005).")
     flags.DEFINE_float("alpha", None, "LapSum's Laplace scale on raw scores; default that "
                        "of --tau.")
+    flags.DEFINE_float("steepness", None, "Sorting networks' (diffsort) steepness on raw "
+                       "scores; default 1 / the default of --tau.")
     flags.DEFINE_bool("log_cross_entropy", _DEFAULTS.log_cross_entropy,
                       "Sorting loss from log P-hat (SoftSort, NeuralSort, Sinkhorn), "
                       "without the probability floor.")
@@ -158,7 +160,7 @@ def define_relaxation_flags() -> None:
                       "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce).")
     flags.DEFINE_integer("num_samples", _DEFAULTS.num_samples,
                          "Gumbel samples per sequence (stochastic).")
-    _validate("tau", "epsilon", "alpha", "num_samples")
+    _validate("tau", "epsilon", "alpha", "steepness", "num_samples")
 
 
 def define_large_mnist_flags(task: str | None) -> None:

@@ -73,6 +73,7 @@ class ExperimentConfig:
     tau: float | None = None
     epsilon: float = 5e-3
     alpha: float | None = None
+    steepness: float | None = None
     log_cross_entropy: bool = True
     learning_rate: float | None = None
     batch_size: int | None = None
@@ -119,6 +120,8 @@ class ExperimentConfig:
             self.tau = default_tau(self.n)
         if self.alpha is None:
             self.alpha = default_tau(self.n)
+        if self.steepness is None:
+            self.steepness = 1.0 / default_tau(self.n)
         if self.steps_per_epoch is None:
             self.steps_per_epoch = NUM_TRAIN_DIGITS // (large_mnist.DIGITS_PER_NUMBER
                                                         * self.batch_size)
@@ -284,7 +287,7 @@ def build_model(config: ExperimentConfig) -> keras.Model:
     model = model_cls(config.method, tau=config.tau, epsilon=config.epsilon,
                       stochastic=config.stochastic, num_samples=config.num_samples,
                       seed=config.seed, cnn_dtype=config.precision, alpha=config.alpha,
-                      log=log_cross_entropy(config))
+                      log=log_cross_entropy(config), steepness=config.steepness)
     model.build()
     _compile(model, config)
     return model

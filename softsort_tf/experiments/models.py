@@ -60,9 +60,11 @@ def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
     return tf.reshape(cnn(flat, training=training), (-1, n))
 
 
-def temperature_kwargs(method: str, *, tau: float, epsilon: float, alpha: float) -> dict:
+def temperature_kwargs(method: str, *, tau: float, epsilon: float, alpha: float,
+                       steepness: float = 1.0 / 1024.0) -> dict:
     """The temperature argument of the operator `method` of `ss.PERMUTATION_OPERATORS`:
-    `{"epsilon": epsilon}` for Sinkhorn, `{"alpha": alpha}` for LapSum, `{"tau": tau}`
+    `{"epsilon": epsilon}` for Sinkhorn, `{"alpha": alpha}` for LapSum,
+    `{"steepness": steepness}` for the sorting networks ('diffsort'), `{"tau": tau}`
     for SoftSort and NeuralSort.
 
     Example:
@@ -70,7 +72,8 @@ def temperature_kwargs(method: str, *, tau: float, epsilon: float, alpha: float)
     {'epsilon': 0.01}
     """
     name = ss.get_permutation_operator(method).temperature
-    return {name: {"tau": tau, "epsilon": epsilon, "alpha": alpha}[name]}
+    return {name: {"tau": tau, "epsilon": epsilon, "alpha": alpha,
+                   "steepness": steepness}[name]}
 
 
 def _noise_seed(seed: int, step) -> tf.Tensor:
@@ -92,7 +95,7 @@ class _LargeMnistModel(keras.Model):
     def __init__(self, method: str = "softsort", tau: float = 1024.0, epsilon: float = 5e-3,
                  stochastic: bool = False, num_samples: int = 1, seed: int = 0,
                  cnn_dtype: str = "float32", alpha: float = 1024.0, log: bool = False,
-                 **kwargs):
+                 steepness: float = 1.0 / 1024.0, **kwargs):
         super().__init__(**kwargs)
         self.cnn_dtype = cnn_dtype
         if method not in METHODS:
@@ -107,13 +110,16 @@ class _LargeMnistModel(keras.Model):
                              f"{method!r} has none.")
         self.method, self.tau, self.epsilon = method, float(tau), float(epsilon)
         self.alpha, self.log = float(alpha), bool(log)
+        if not steepness > 0:
+            raise ValueError(f"steepness must be > 0, got {steepness}.")
+        self.steepness = float(steepness)
         self.stochastic, self.num_samples, self.seed = bool(stochastic), int(num_samples), seed
 
     def _permutation(self, scores, inputs, training, log: bool = False) -> tf.Tensor:
         """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training
         (log P̂ with `log`)."""
         kwargs = temperature_kwargs(self.method, tau=self.tau, epsilon=self.epsilon,
-                                    alpha=self.alpha)
+                                    alpha=self.alpha, steepness=self.steepness)
         if log:
             kwargs["log"] = True
         if self.stochastic and bool(training):
@@ -131,7 +137,8 @@ class _LargeMnistModel(keras.Model):
         return {**super().get_config(), "method": self.method, "tau": self.tau,
                 "epsilon": self.epsilon, "stochastic": self.stochastic,
                 "num_samples": self.num_samples, "seed": self.seed,
-                "cnn_dtype": self.cnn_dtype, "alpha": self.alpha, "log": self.log}
+                "cnn_dtype": self.cnn_dtype, "alpha": self.alpha, "log": self.log,
+                "steepness": self.steepness}
 
 
 @keras.saving.register_keras_serializable(package="softsort_tf")
@@ -144,6 +151,7 @@ class PermutationLearner(_LargeMnistModel):
       tau: SoftSort / NeuralSort temperature on the raw CNN scores.
       epsilon: Sinkhorn regularisation.
       alpha: LapSum's Laplace scale on the raw CNN scores.
+      steepness: (keyword) the sorting networks' steepness β on the raw CNN scores.
       log: return log P̂ (computed in the log domain; for operators with
         `log_domain`), for `PermutationCrossEntropy(from_log=True)`: a nearly hard
         P̂ then keeps the gradient of its wrongly ordered rows.
