@@ -26,6 +26,9 @@ from softsort_tf.ops.soft import soft_rank
 # Sinkhorn runs to a tight marginal error so that padded and unpadded problems, which
 # stop at different iterations, agree to far below the loss scale.
 TIGHT = {"threshold": 1e-9, "max_iterations": 5000}
+# Temperatures near the hard limit: small (1e-3 unless listed) or, for the steepness of
+# 'diffsort', large.
+SHARP = {"sinkhorn": 1e-4, "diffsort": 1e5}
 
 
 # ---------------------------------------------------------------------------------
@@ -180,7 +183,7 @@ def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method)
     x = rng.normal(size=(3, 8))
     mask = np.arange(8)[None, :] < np.array([[8], [5], [1]])
     x[~mask] = np.nan  # padded values never matter
-    temperature = 1e-4 if method == "sinkhorn" else 1e-3
+    temperature = SHARP.get(method, 1e-3)
     r = soft_rank(x, method, "DESCENDING", mask=mask, temperature=temperature).numpy()
     for b in range(3):
         v = x[b, mask[b]]
@@ -272,7 +275,7 @@ def test_soft_ndcg_tends_to_hard_ndcg(method):
     labels, _ = random_padded(rng, 6, 10)
     labels[:, 0] = 2.0
     scores = rng.permuted(np.tile(np.arange(10.0), (6, 1)), axis=1)  # gaps of 1
-    temperature = 1e-4 if method == "sinkhorn" else 1e-3
+    temperature = SHARP.get(method, 1e-3)
     soft = soft_ndcg(labels, scores, method=method, temperature=temperature).numpy()
     hard = [np_ndcg(lab, s)[0] for lab, s in zip(labels, scores, strict=True)]
     np.testing.assert_allclose(soft, hard, atol=2e-3)
@@ -462,7 +465,9 @@ def test_keras_item_masks_are_the_padding_of_the_list_losses():
 FAMILY_ARGUMENTS = {  # (temperature, method_kwargs) of each family in these tests
     "sinkhorn": (0.05, None), "lapsum": (0.3, None),
     "permutahedron": (0.3, {"regularization": "kl"}),
-    "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None)}
+    "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None),
+    "diffsort": (5.0, {"network": "bitonic"})}
+assert set(FAMILY_ARGUMENTS) == set(ss.METHODS)  # a new family gets these tests
 
 
 def _np_pearson(u, v):

@@ -13,7 +13,9 @@ import softsort_tf as ss
 FAMILIES = {
     "sinkhorn": (0.05, None), "lapsum": (0.3, None),
     "permutahedron": (0.3, {"regularization": "kl"}),
-    "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None)}
+    "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None),
+    "diffsort": (5.0, {"network": "bitonic"})}
+assert set(FAMILIES) == set(ss.METHODS)  # a new family gets these tests
 LAYERS = {  # layer class, its operation's front door, its leading arguments
     "rank": (ss.SoftRankLayer, ss.soft_rank, ()),
     "sort": (ss.SoftSortLayer, ss.soft_sort, ()),
