@@ -35,9 +35,12 @@ _EPSILON_RANGE = flags.DEFINE_list("epsilon_range", ["0.001", "0.1"],
                                    "low,high of the Sinkhorn ε (log-uniform).")
 _ALPHA_RANGE = flags.DEFINE_list("alpha_range", ["16", "4096"],
                                  "low,high of LapSum's α (log-uniform).")
+_STEEPNESS_RANGE = flags.DEFINE_list("steepness_range", ["0.000244140625", "0.0625"],
+                                     "low,high of the sorting networks' steepness "
+                                     "(log-uniform).")
 _LR_RANGE = flags.DEFINE_list("learning_rate_range", ["0.0001", "0.01"],
                               "low,high of the learning rate (log-uniform).")
-for _range in (_TAU_RANGE, _EPSILON_RANGE, _ALPHA_RANGE, _LR_RANGE):
+for _range in (_TAU_RANGE, _EPSILON_RANGE, _ALPHA_RANGE, _STEEPNESS_RANGE, _LR_RANGE):
     flags.register_validator(_range, tuning.range_is_valid,
                              "must be two numbers low,high with 0 < low <= high.")
 
@@ -48,7 +51,8 @@ def main(argv):
     space = tuning.SearchSpace(
         methods=tuple(_METHODS.value or [config.method]),
         tau=tuple(_TAU_RANGE.value), epsilon=tuple(_EPSILON_RANGE.value),
-        alpha=tuple(_ALPHA_RANGE.value), learning_rate=tuple(_LR_RANGE.value))
+        alpha=tuple(_ALPHA_RANGE.value), steepness=tuple(_STEEPNESS_RANGE.value),
+        learning_rate=tuple(_LR_RANGE.value))
     tuning.search(config, space, tuner=_TUNER.value, max_trials=_MAX_TRIALS.value,
                   executions_per_trial=_EXECUTIONS.value)
 

@@ -72,6 +72,8 @@ class SearchSpace:
       tau: (low, high) of the SoftSort / NeuralSort temperature.
       epsilon: (low, high) of the Sinkhorn ε.
       alpha: (low, high) of LapSum's Laplace scale (raw CNN scores, like τ).
+      steepness: (low, high) of the sorting networks' steepness β (raw CNN scores,
+        like 1/τ).
       learning_rate: (low, high) of Adam's learning rate.
     """
 
@@ -79,6 +81,7 @@ class SearchSpace:
     tau: tuple[float, float] = (16.0, 4096.0)
     epsilon: tuple[float, float] = (1e-3, 1e-1)
     alpha: tuple[float, float] = (16.0, 4096.0)
+    steepness: tuple[float, float] = (1.0 / 4096.0, 1.0 / 16.0)
     learning_rate: tuple[float, float] = (1e-4, 1e-2)
 
     def validate(self) -> SearchSpace:
@@ -89,6 +92,7 @@ class SearchSpace:
         self.tau = _check_range("tau", self.tau)
         self.epsilon = _check_range("epsilon", self.epsilon)
         self.alpha = _check_range("alpha", self.alpha)
+        self.steepness = _check_range("steepness", self.steepness)
         self.learning_rate = _check_range("learning_rate", self.learning_rate)
         return self
 
