@@ -1,7 +1,7 @@
 """Runs the quantile-regression grid of Cuturi et al. (2019), Table 1, and writes the table.
 
 5 data sets × τ ∈ {0.1, 0.2, 0.5} × {pinball, squantile} × 12 seeds, each run in
-`<runs_dir>/<dataset>/quantile<τ>/<method>/seed<k>/` (its own `results.json`, checkpoints
+`<runs_dir>/<dataset>/quantile<τ>/<loss>/seed<k>/` (its own `results.json`, checkpoints
 and TensorBoard logs; see `softsort_tf.experiments.quantile_regression`). Resumable: a
 finished run (results.json present) is skipped, an interrupted one resumes from its
 last checkpoint. Runs go seed by seed, so a partial grid already covers every cell.
@@ -20,7 +20,7 @@ docs/RESULTS.md unless `--results_md` is given:
 
     python scripts/run_quantile_regression_grid.py --data_dir=../shared/data/cqr \
         --runs_dir=runs/qr_ablation/eps0.1 --epsilon=0.1 --datasets=bio,star,concrete \
-        --quantiles=0.1 --methods=squantile --seeds=3
+        --quantiles=0.1 --losses=squantile --seeds=3
 """
 
 import os
@@ -37,7 +37,7 @@ _SEEDS = flags.DEFINE_integer("seeds", quantile_grid.NUM_SEEDS, "Seeds per cell.
 _DATASETS = flags.DEFINE_list("datasets", list(quantile_grid.DATASETS), "Data sets.")
 _QUANTILES = flags.DEFINE_list("quantiles", [str(q) for q in quantile_grid.QUANTILES],
                                "Quantile levels.")
-_METHODS = flags.DEFINE_list("methods", list(quantile_grid.METHODS), "Methods.")
+_LOSSES_FLAG = flags.DEFINE_list("losses", list(quantile_grid.LOSSES), "Training losses.")
 _EPOCHS = flags.DEFINE_integer("epochs", None, "Override the runs' epochs (tests, quick "
                                "looks); default that of train_quantile_regression.")
 _STEPS = flags.DEFINE_integer("steps_per_epoch", None, "Override the runs' steps per epoch.")
@@ -70,7 +70,7 @@ def main(argv):
     grid = quantile_grid.Grid(runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
                               datasets=tuple(_DATASETS.value),
                               quantiles=tuple(float(q) for q in _QUANTILES.value),
-                              methods=tuple(_METHODS.value), seeds=_SEEDS.value,
+                              losses=tuple(_LOSSES_FLAG.value), seeds=_SEEDS.value,
                               overrides=overrides)
     # An ablation (any override) never replaces the main table unless asked to.
     results_md = _RESULTS_MD.value or None

@@ -1,11 +1,11 @@
 """Quantile regression: pinball loss vs the τ-S-quantile (Cuturi et al. 2019, Table 1).
 
-One run (data set, τ, method, seed); `scripts/run_quantile_regression_grid.py` runs the
+One run (data set, τ, loss, seed); `scripts/run_quantile_regression_grid.py` runs the
 paper's grid. The offline default is a synthetic data set generated in memory:
 
     python scripts/train_quantile_regression.py --output_dir=/tmp/qr
     python scripts/train_quantile_regression.py --output_dir=/tmp/qr_bio --dataset=bio \
-        --data_dir=../shared/data/cqr --quantile=0.1 --method=squantile
+        --data_dir=../shared/data/cqr --quantile=0.1 --loss=squantile
 
 Restarting with the same --output_dir resumes the run.
 """
@@ -26,7 +26,7 @@ flags.FLAGS.set_default("deterministic_ops", False)
 flags.DEFINE_enum("dataset", _D.dataset, cqr.ALL_DATASETS,
                   "Data set (softsort_tf.datasets.cqr); 'synthetic' needs no file.")
 flags.DEFINE_string("data_dir", _D.data_dir, "Folder of the data files (not for 'synthetic').")
-flags.DEFINE_enum("method", _D.method, quantile_regression.METHODS,
+flags.DEFINE_enum("loss", _D.loss, quantile_regression.LOSSES,
                   "pinball loss, or the τ-S-quantile loss.")
 flags.DEFINE_float("quantile", _D.quantile, "Quantile level in (0, 1).", lower_bound=0.0,
                    upper_bound=1.0)

@@ -164,7 +164,7 @@ def test_cqr_split_and_scaling(cqr_dir):
 def test_quantile_regressor_starts_as_the_constant_training_quantile(quantile):
     rng = np.random.default_rng(5)
     x, y = rng.normal(size=(40, 6)).astype(np.float32), rng.gamma(2.0, size=300)
-    config = quantile_regression.QuantileRegressionConfig(method="pinball", quantile=quantile,
+    config = quantile_regression.QuantileRegressionConfig(loss="pinball", quantile=quantile,
                                                           jit_compile=False)
     pred = np.asarray(quantile_regression.build_model(6, config, y)(x))
     np.testing.assert_allclose(pred, np.quantile(y, quantile), rtol=1e-6)
@@ -280,7 +280,7 @@ def test_grid_table_and_results_md_section(tmp_path, cqr_dir):
     grid.write_tables(str(md), force=True)
     text = md.read_text()
     assert "old" not in text and text.startswith("a\n") and text.endswith("\nb\n")
-    assert "| τ, method | concrete |" in text
+    assert "| τ, loss | concrete |" in text
 
 
 def _run(script, *args, timeout=600):
@@ -295,7 +295,7 @@ def _run(script, *args, timeout=600):
 def test_train_quantile_regression_binary_resumes_and_writes_results(cqr_dir, tmp_path):
     out = str(tmp_path / "qr")
     args = ["--dataset=concrete", f"--data_dir={cqr_dir[0]}", "--quantile=0.2",
-            "--method=squantile", "--epochs=3", "--steps_per_epoch=5", "--patience=1",
+            "--loss=squantile", "--epochs=3", "--steps_per_epoch=5", "--patience=1",
             f"--output_dir={out}", "--verbose=0"]
     _run("train_quantile_regression.py", *args, "--stop_after_epochs=1")
     assert not os.path.exists(os.path.join(out, "results.json"))
@@ -315,7 +315,7 @@ def _kill_the_process(config):
 
 def test_quantile_grid_stops_with_an_error_when_a_run_kills_its_process(tmp_path):
     grid = quantile_grid.Grid(runs_dir=str(tmp_path), data_dir=str(tmp_path),
-                              datasets=("concrete",), quantiles=(0.5,), methods=("pinball",),
+                              datasets=("concrete",), quantiles=(0.5,), losses=("pinball",),
                               seeds=2)
     errors = []
 

@@ -1,6 +1,6 @@
 """The grid of Cuturi et al. (2019), Table 1: runs, aggregation and the Markdown table.
 
-Used by `scripts/run_quantile_regression_grid.py`. Each cell (data set, τ, method) is
+Used by `scripts/run_quantile_regression_grid.py`. Each cell (data set, τ, loss) is
 run for `seeds` seeds with `quantile_regression.run`; the table gives the mean ± the
 standard error (sample standard deviation / √runs) of the held-out pinball loss, next
 to the number published in the paper's Table 1 (`PAPER_TABLE1`).
@@ -21,11 +21,11 @@ import numpy as np
 from softsort_tf.datasets import cqr
 from softsort_tf.experiments import quantile_regression
 
-__all__ = ["DATASETS", "METHODS", "NUM_SEEDS", "PAPER_TABLE1", "QUANTILES", "Grid", "format_table"]
+__all__ = ["DATASETS", "LOSSES", "NUM_SEEDS", "PAPER_TABLE1", "QUANTILES", "Grid", "format_table"]
 
 DATASETS = ("bio", "bike", "star", "concrete", "community")
 QUANTILES = (0.1, 0.2, 0.5)
-METHODS = quantile_regression.METHODS
+LOSSES = quantile_regression.LOSSES
 NUM_SEEDS = 12
 RUNS_PER_PROCESS = 30  # see Grid.run
 # Cuturi, Teboul & Vert (2019), Table 1: pinball loss averaged over 12 runs (the
@@ -59,10 +59,10 @@ def _stats(values: list[float]) -> tuple[float, float, int]:
     return float(v.mean()), se, len(v)
 
 
-def format_table(results: dict, datasets=DATASETS, quantiles=QUANTILES, methods=METHODS,
+def format_table(results: dict, datasets=DATASETS, quantiles=QUANTILES, losses=LOSSES,
                  seeds: int = NUM_SEEDS, factor_key: str | None = None,
                  constants: dict | None = None) -> str:
-    """Markdown table of `results[(dataset, quantile, method)] = [results dicts]`.
+    """Markdown table of `results[(dataset, quantile, loss)] = [results dicts]`.
 
     Each cell: our mean ± s.e. of the test pinball loss (with the number of runs when
     fewer than `seeds` are finished) and, in brackets, the paper's value. With
@@ -76,14 +76,14 @@ def format_table(results: dict, datasets=DATASETS, quantiles=QUANTILES, methods=
         return run["metrics"][key] * (run[factor_key] if factor_key else 1.0)
 
     names = {"pinball": "Pinball", "squantile": "S-quantile"}
-    lines = ["| τ, method | " + " | ".join(datasets) + " |",
+    lines = ["| τ, loss | " + " | ".join(datasets) + " |",
              "|---|" + "---|" * len(datasets)]
     for quantile in quantiles:
-        for method in methods:
+        for loss in losses:
             cells = []
             for ds in datasets:
-                runs = results.get((ds, quantile, method), [])
-                paper = PAPER_TABLE1.get((quantile, method), {}).get(ds)
+                runs = results.get((ds, quantile, loss), [])
+                paper = PAPER_TABLE1.get((quantile, loss), {}).get(ds)
                 paper_txt = f" ({paper:.3f})" if paper is not None else ""
                 if not runs:
                     cells.append(f"pending{paper_txt}")
@@ -91,7 +91,7 @@ def format_table(results: dict, datasets=DATASETS, quantiles=QUANTILES, methods=
                 mean, se, n = _stats([value(r, "test_pinball") for r in runs])
                 count = "" if n >= seeds else f" [{n} runs]"
                 cells.append(f"{mean:.4f} ± {se:.4f}{count}{paper_txt}")
-            lines.append(f"| {quantile}, {names.get(method, method)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {quantile}, {names.get(loss, loss)} | " + " | ".join(cells) + " |")
         if constants:
             consts = [f"{constants[ds, quantile][1 if factor_key else 0]:.4f}"
                       if (ds, quantile) in constants else "–" for ds in datasets]
@@ -107,21 +107,21 @@ class Grid:
     data_dir: str
     datasets: tuple = DATASETS
     quantiles: tuple = QUANTILES
-    methods: tuple = METHODS
+    losses: tuple = LOSSES
     seeds: int = NUM_SEEDS
     overrides: dict = dataclasses.field(default_factory=dict)
 
-    def run_dir(self, dataset: str, quantile: float, method: str, seed: int) -> str:
-        return os.path.join(self.runs_dir, dataset, f"quantile{quantile}", method,
+    def run_dir(self, dataset: str, quantile: float, loss: str, seed: int) -> str:
+        return os.path.join(self.runs_dir, dataset, f"quantile{quantile}", loss,
                             f"seed{seed}")
 
     def cells(self):
-        """(dataset, τ, method, seed), seed-major: every cell gets its first runs first."""
+        """(dataset, τ, loss, seed), seed-major: every cell gets its first runs first."""
         for seed in range(self.seeds):
             for ds in self.datasets:
                 for quantile in self.quantiles:
-                    for method in self.methods:
-                        yield ds, quantile, method, seed
+                    for loss in self.losses:
+                        yield ds, quantile, loss, seed
 
     def run(self, runs_per_process: int = RUNS_PER_PROCESS,
             runner: Callable[[quantile_regression.QuantileRegressionConfig], None] = _run_one,
@@ -140,11 +140,11 @@ class Grid:
             function, pickled by name); `quantile_regression.run` in a fresh session.
         """
         configs = [quantile_regression.QuantileRegressionConfig(
-            output_dir=self.run_dir(ds, quantile, method, seed), dataset=ds,
-            data_dir=self.data_dir, method=method, quantile=quantile, seed=seed,
+            output_dir=self.run_dir(ds, quantile, loss, seed), dataset=ds,
+            data_dir=self.data_dir, loss=loss, quantile=quantile, seed=seed,
             **self.overrides)
-            for ds, quantile, method, seed in self.cells()
-            if not os.path.exists(os.path.join(self.run_dir(ds, quantile, method, seed),
+            for ds, quantile, loss, seed in self.cells()
+            if not os.path.exists(os.path.join(self.run_dir(ds, quantile, loss, seed),
                                                "results.json"))]
         if not configs:
             return
@@ -177,14 +177,14 @@ class Grid:
         return self._constants
 
     def collect(self) -> dict:
-        """`{(dataset, τ, method): [results dicts of the finished runs]}`.
+        """`{(dataset, τ, loss): [results dicts of the finished runs]}`.
 
         Each run also gets `std_factor` = 1 / std of its (scaled) training responses,
         which converts its losses to units of the response's standard deviation.
         """
         results, factors = {}, {}
-        for ds, quantile, method, seed in self.cells():
-            path = os.path.join(self.run_dir(ds, quantile, method, seed), "results.json")
+        for ds, quantile, loss, seed in self.cells():
+            path = os.path.join(self.run_dir(ds, quantile, loss, seed), "results.json")
             if os.path.exists(path):
                 with open(path) as f:
                     run = json.load(f)
@@ -194,18 +194,18 @@ class Grid:
                     factors[ds, seed] = 1.0 / float(np.std(np.concatenate(
                         [split.y_train, split.y_val]).astype(np.float64)))
                 run["std_factor"] = factors[ds, seed]
-                results.setdefault((ds, quantile, method), []).append(run)
+                results.setdefault((ds, quantile, loss), []).append(run)
         return results
 
     def complete(self, results: dict) -> bool:
         return sum(len(v) for v in results.values()) == (
-            len(self.datasets) * len(self.quantiles) * len(self.methods) * self.seeds)
+            len(self.datasets) * len(self.quantiles) * len(self.losses) * self.seeds)
 
     def write_tables(self, results_md: str | None, force: bool = False) -> str:
         """Writes `runs_dir/table.md`; also the section of `results_md` (between
         `BEGIN_MARKER` and `END_MARKER`) when the grid is complete or `force`."""
         results = self.collect()
-        args = (results, self.datasets, self.quantiles, self.methods, self.seeds)
+        args = (results, self.datasets, self.quantiles, self.losses, self.seeds)
         constants = self.constants()
         table = (f"Held-out pinball loss, responses divided by the mean absolute training "
                  f"response (the reference protocol):\n\n"

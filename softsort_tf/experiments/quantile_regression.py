@@ -1,12 +1,12 @@
 """Quantile regression with the pinball loss or the τ-S-quantile (Cuturi et al. 2019, Table 1).
 
 `run(config)` trains one regressor (2 hidden layers of 64 ReLU units, Adam 1e-4, as in
-the paper) on one data set of `softsort_tf.datasets.cqr`, one level τ, one method and
+the paper) on one data set of `softsort_tf.datasets.cqr`, one level τ, one loss and
 one seed, with early stopping on the validation pinball loss, and writes the held-out
 (test) pinball loss to `results.json`. `scripts/train_quantile_regression.py` is the
 binary, `scripts/run_quantile_regression_grid.py` the driver of the paper's grid.
 
-The two methods
+The two training losses
 ---------------
 - `pinball`: minimise the mean pinball loss ρ_τ(r) = max(τ r, (τ − 1) r) of the
   residuals r_i = z_i − f_θ(w_i) of a batch (`softsort_tf.PinballLoss`).
@@ -26,11 +26,11 @@ the best one is 10 or more intervals (2,000 steps) back. The steps are XLA-compi
 
 Initialisation (ours; the paper does not give it): `output_init="quantile"` starts the
 network as the constant predictor, output kernel 0 and output bias the training
-τ-quantile, so training starts from the baseline every method must beat. With Keras'
+τ-quantile, so training starts from the baseline every loss must beat. With Keras'
 default ("glorot") the untrained output varies by O(1) with the input; on a data set
 whose scaled responses vary little (star: std 0.06 around 1) the early-stopped network
 never unlearns that: 0.027 held-out pinball loss at τ = 0.1 against 0.0083 from the
-constant start and 0.0092 for the constant itself (seed 2, both methods alike; the
+constant start and 0.0092 for the constant itself (seed 2, both losses alike; the
 ablation is in docs/RESULTS.md).
 """
 
@@ -48,9 +48,9 @@ import softsort_tf as ss
 from softsort_tf.datasets import arrays, cqr
 from softsort_tf.experiments import training
 
-__all__ = ["METHODS", "QuantileRegressionConfig", "build_model", "make_loss", "run"]
+__all__ = ["LOSSES", "QuantileRegressionConfig", "build_model", "make_loss", "run"]
 
-METHODS = ("pinball", "squantile")
+LOSSES = ("pinball", "squantile")
 OUTPUT_INITS = ("quantile", "glorot")
 HIDDEN_UNITS = 64
 
@@ -62,7 +62,7 @@ class QuantileRegressionConfig:
     output_dir: str = "/tmp/softsort_tf_quantile_regression"
     dataset: str = "synthetic"
     data_dir: str | None = None
-    method: str = "squantile"
+    loss: str = "squantile"
     quantile: float = 0.1
     seed: int = 0
     epochs: int = 100
@@ -88,8 +88,8 @@ class QuantileRegressionConfig:
         if self.dataset not in cqr.ALL_DATASETS:
             raise ValueError(f"dataset must be one of {cqr.ALL_DATASETS}, got "
                              f"{self.dataset!r}.")
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
         if self.output_init not in OUTPUT_INITS:
             raise ValueError(f"output_init must be one of {OUTPUT_INITS}, got "
                              f"{self.output_init!r}.")
@@ -109,10 +109,10 @@ class QuantileRegressionConfig:
         return self
 
 
-def make_loss(config: QuantileRegressionConfig, method: str | None = None) -> keras.losses.Loss:
-    """The training loss of `method` (default `config.method`) at level `config.quantile`."""
-    method = config.method if method is None else method
-    if method == "pinball":
+def make_loss(config: QuantileRegressionConfig, loss: str | None = None) -> keras.losses.Loss:
+    """The training loss named `loss` (default `config.loss`) at level `config.quantile`."""
+    loss = config.loss if loss is None else loss
+    if loss == "pinball":
         return ss.PinballLoss(config.quantile)
     return ss.SoftQuantileRegressionLoss(config.quantile, config.width, epsilon=config.epsilon,
                                          squash=config.squash, targets=config.targets)
@@ -120,13 +120,13 @@ def make_loss(config: QuantileRegressionConfig, method: str | None = None) -> ke
 
 def build_model(num_features: int, config: QuantileRegressionConfig,
                 y_train: np.ndarray | None = None) -> keras.Model:
-    """The regressor (2 hidden layers of 64 ReLU units), compiled with the method's loss.
+    """The regressor (2 hidden layers of 64 ReLU units), compiled with `config.loss`.
 
     With `config.output_init == "quantile"` (and `y_train` given) the network starts as
     the constant predictor: output kernel 0, output bias the training τ-quantile; with
     "glorot" every layer has Keras' default initialisation (the output then varies by
     O(1) with the input at step 0, far more than the responses do on some data sets).
-    Both methods report the hard pinball loss as the metric `pinball`.
+    Both losses report the hard pinball loss as the metric `pinball`.
     """
     output = keras.layers.Dense(1)
     if config.output_init == "quantile" and y_train is not None:
@@ -242,7 +242,7 @@ def run(config: QuantileRegressionConfig) -> dict:
     if chief:
         training.write_json(os.path.join(config.output_dir, "results.json"), results)
     m = results["metrics"]
-    print(f"{config.dataset} quantile={config.quantile} {config.method} seed={config.seed}: "
+    print(f"{config.dataset} quantile={config.quantile} {config.loss} seed={config.seed}: "
           f"test pinball {m['test_pinball']:.4f} (constant {m['constant_test_pinball']:.4f}), "
           f"coverage {m['test_coverage']:.3f}, best epoch {fit.best_epoch}/{fit.epochs_completed}")
     return results
