@@ -24,8 +24,6 @@ import tensorflow as tf
 from softsort_tf.ops.soft import get_method, soft_rank, temperature_kwargs
 
 SINKHORN_DEFAULTS = dict(options=None, squash="logistic", targets="regular")
-# The families whose operators take no `mask` (the permutahedron projections).
-METHODS_WITHOUT_MASKS = ("permutahedron",)
 _RESERVED = ("direction", "axis", "mask")
 
 
@@ -95,7 +93,7 @@ def sinkhorn_option_kwargs(temperature, option_kwargs: dict) -> dict:
 def check_padding(method: str, padded: bool, what: str) -> None:
     """Raises a `ValueError` if `padded` and `method` takes no mask; `what` says where
     the padding comes from."""
-    if padded and method in METHODS_WITHOUT_MASKS:
+    if padded and not get_method(method).masks:
         raise ValueError(f"method={method!r} takes no mask, but {what} marks padding: pass "
                          f"lists without padding (and no mask), or use another method "
                          f"(e.g. 'lapsum').")

@@ -137,7 +137,8 @@ def test_top_k_loss_epsilon_rule_unless_given():
 
 def test_permutation_table_drives_permutation_matrix():
     scores = tf.constant([[0.2, 1.5, -0.3, 0.9]])
-    assert registry.METHODS == ("softsort", "neuralsort", "sinkhorn")
+    assert registry.METHODS == tuple(ss.PERMUTATION_OPERATORS)
+    assert {"softsort", "neuralsort", "sinkhorn", "lapsum"} <= set(registry.METHODS)
     for name, op in ss.PERMUTATION_OPERATORS.items():
         temperature = {op.temperature: op.default_temperature}
         np.testing.assert_allclose(

@@ -68,6 +68,7 @@ class Method:
         `fn(x, *, direction, mask, **kwargs)` (`topk`: `fn(x, k, ...)`, `quantile`:
         `fn(x, quantiles, ...)`), along the last axis.
       reference: where it comes from.
+      masks: whether its operators take a `mask` (and ragged lists).
     """
 
     name: str
@@ -76,6 +77,7 @@ class Method:
     meaning: str
     operations: dict[str, Callable]
     reference: str
+    masks: bool = True
 
     def operation(self, operation: str) -> Callable:
         if operation not in self.operations:
@@ -149,7 +151,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "projection, in the units of the scores",
            dict(rank=_keywords(permutahedron.permutahedron_rank),
                 sort=_keywords(permutahedron.permutahedron_sort)),
-           "Blondel, Teboul, Berthet & Djolonga (2020)"),
+           "Blondel, Teboul, Berthet & Djolonga (2020)", masks=False),
     Method("softsort", "tau", PERMUTATION_OPERATORS["softsort"].default_temperature,
            "temperature τ of the row softmaxes, in the units of the scores",
            _matrix_operations("softsort"), PERMUTATION_OPERATORS["softsort"].reference),
