@@ -1,4 +1,5 @@
-"""docs/binaries.md lists every flag the binaries define."""
+"""The reference pages list what they document: every flag (docs/binaries.md) and every
+public name (docs/api.md)."""
 
 import ast
 import pathlib
@@ -27,3 +28,11 @@ def test_every_flag_is_documented():
     documented = set(re.findall(r"--([a-z_0-9]+)", text)) | set(re.findall(r"`([a-z_0-9]+)`", text))
     missing = sorted(names - documented)
     assert not missing, f"docs/binaries.md does not document {missing}"
+
+
+def test_every_public_name_is_in_the_api_page():
+    import softsort_tf as ss
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    missing = [name for name in ss.__all__ if not name.startswith("__")
+               and not re.search(r"\b" + re.escape(name) + r"\b", text)]
+    assert not missing, f"docs/api.md does not list {missing}"

@@ -4,8 +4,12 @@ Padding convention of lists of labels and scores (`padded_lists`):
 
 - Lists are the last axis of `y_true` (graded relevance labels, 0, 1, 2, …) and
   `y_pred` (scores, larger = ranked higher), shape `[..., n]`.
-- An entry is padding when its label is negative (TF-Ranking's convention, e.g. −1),
-  or when an optional boolean `mask` `[..., n]` is False there. `tf.RaggedTensor`
+- An entry is padding when an optional boolean `mask` `[..., n]` is False there, and,
+  where `negative_labels_are_padding` is on, when its label is negative
+  (TF-Ranking's convention, e.g. −1). One rule sets its default: losses and metrics
+  of relevance labels (NDCG, MRR, the listwise and soft-NDCG losses) read a label < 0
+  as padding by default; correlations (Spearman, Kendall's τ; their losses and
+  metrics) compare real-valued targets and read no label as padding by default. `tf.RaggedTensor`
   inputs are padded with the rows' ends marked as padding: when `y_true` and `y_pred`
   are both ragged, in groups of lists of similar length (`per_list_over_groups`, as
   the operators do; see softsort_tf._masking), else to the longest row.
