@@ -198,6 +198,32 @@ def test_long_list_matches_definition():
     np.testing.assert_allclose(sort[idx], f_inverse(idx + 0.5, x[0], 0.01), atol=1e-9)
 
 
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 33, 257])
+def test_rank_across_scan_block_boundaries(n):
+    """The prefix sums run in blocks of 16: lengths around and across block edges."""
+    x = np.random.default_rng(n).normal(size=[2, n])
+    out = L.lapsum_rank(x, 0.05).numpy()
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, np.stack([ref_rank(row, 0.05) for row in x]), atol=1e-10)
+
+
+def test_float32_sort_key_ties_and_special_values():
+    """float32 rows are ordered by a packed integer key: ties, ±0, denormals and the
+    extremes give the ranks and sort of the float64 computation, eagerly, in a graph
+    and under XLA."""
+    x = np.array([[0.0, -0.0, 1.0, -1.0, 3e38, -3e38, 1e-45, -1e-45, 1.0, -1.0, 0.0,
+                   2.0, 2.0, -2.5]], np.float32)
+    want_rank = L.lapsum_rank(x.astype(np.float64), 0.5).numpy()
+    want_sort = L.lapsum_sort(x.astype(np.float64), 0.5).numpy()
+    both = tf.autograph.experimental.do_not_convert(
+        lambda v: (L.lapsum_rank(v, 0.5), L.lapsum_sort(v, 0.5)))
+    for fn in (both, tf.function(both), tf.function(both, jit_compile=True)):
+        rank, sort = (t.numpy() for t in fn(tf.constant(x)))
+        assert np.all(np.isfinite(rank)) and np.all(np.isfinite(sort))
+        np.testing.assert_allclose(rank, want_rank, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(sort, want_sort, rtol=1e-6, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------
 # Gradients.
 # ---------------------------------------------------------------------------------
