@@ -539,7 +539,7 @@ def gram_blocks(x, y, folder: str, block: int, symmetric: bool, log=None) -> np.
             else:
                 start = time.time()
                 k = ss.kendall_kernel(x[i:i + block], y[j:j + block],
-                                      method="pairwise").numpy()
+                                      algorithm="pairwise").numpy()
                 np.save(path + ".tmp.npy", k)
                 os.replace(path + ".tmp.npy", path)
                 if log:
