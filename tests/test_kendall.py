@@ -14,7 +14,7 @@ from softsort_tf.losses.kendall import KendallTauLoss
 from softsort_tf.metrics.kendall import KendallTau
 from softsort_tf.ops import kendall as K
 
-METHODS = ("pairwise", "merge")
+ALGORITHMS = ("pairwise", "merge")
 
 
 def scipy_tau(a, b):
@@ -49,14 +49,14 @@ def assert_finite_close(actual, expected, **kw):
 # ------------------------------------------------------------------------------ τ
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_tau_equals_scipy_with_ties(method):
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_tau_equals_scipy_with_ties(algorithm):
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 7, 20, 65):
         x, y = tied_rows(rng, 8, n), tied_rows(rng, 8, n, levels=5)
         y[0] = rng.normal(size=n)  # a list without ties in y
         x[1] = 3.0  # constant targets: weight 0
-        tau, w = K.kendall_tau(x, y, method=method, return_weights=True)
+        tau, w = K.kendall_tau(x, y, algorithm=algorithm, return_weights=True)
         expected = [scipy_tau(a, b) for a, b in zip(x, y, strict=True)]
         assert_finite_close(tau, expected, atol=1e-12)
         defined = [n >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0 for a, b in zip(x, y, strict=True)]
@@ -67,7 +67,7 @@ def test_tau_large_n_merge_equals_scipy():
     rng = np.random.default_rng(2)
     x = np.concatenate([rng.permutation(3000)[None], tied_rows(rng, 1, 3000, 50)])
     y = np.concatenate([rng.permutation(3000)[None], tied_rows(rng, 1, 3000, 70)])
-    tau = K.kendall_tau(tf.constant(x), tf.constant(y), method="merge")
+    tau = K.kendall_tau(tf.constant(x), tf.constant(y), algorithm="merge")
     assert_finite_close(tau, [scipy_tau(a, b) for a, b in zip(x, y, strict=True)], atol=1e-9)
 
 
@@ -78,8 +78,8 @@ def test_tau_masks_ragged_and_negative_labels():
     mask[3] = False  # a list without valid items
     x_pad, y_pad = x.copy(), y.copy()
     x_pad[~mask], y_pad[~mask] = np.nan, np.inf  # padded values are never read
-    for method in METHODS:
-        tau, w = K.kendall_tau(x_pad, y_pad, mask=mask, method=method, return_weights=True)
+    for algorithm in ALGORITHMS:
+        tau, w = K.kendall_tau(x_pad, y_pad, mask=mask, algorithm=algorithm, return_weights=True)
         expected = [scipy_tau(a[m], b[m]) for a, b, m in zip(x, y, mask, strict=True)]
         assert_finite_close(tau, expected, atol=1e-12)
         assert float(w[3]) == 0.0
@@ -107,24 +107,24 @@ def test_tau_axis_dtypes_and_nan():
 # ------------------------------------------------------------------------ kernels
 
 
-def kernel_fns(method):
+def kernel_fns(algorithm):
     u = np.linspace(0.5, 2.0, 8)
     return {
-        "kendall": lambda a, b=None: K.kendall_kernel(a, b, method=method),
-        "mallows": lambda a, b=None: K.mallows_kernel(a, b, lam=0.3, method=method),
+        "kendall": lambda a, b=None: K.kendall_kernel(a, b, algorithm=algorithm),
+        "mallows": lambda a, b=None: K.mallows_kernel(a, b, lam=0.3, algorithm=algorithm),
         "weighted_add": lambda a, b=None: K.weighted_kendall_kernel(
             a, b, u, combination="additive"),
         "weighted_mult": lambda a, b=None: K.weighted_kendall_kernel(a, b, u),
     }
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_kernels_symmetric_psd_and_right_invariant(method):
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_kernels_symmetric_psd_and_right_invariant(algorithm):
     rng = np.random.default_rng(5)
     x = np.concatenate([tied_rows(rng, 10, 8), rng.normal(size=(10, 8))])
     y = rng.normal(size=(6, 8))
     perm = rng.permutation(8)
-    for name, fn in kernel_fns(method).items():
+    for name, fn in kernel_fns(algorithm).items():
         if name.startswith("weighted"):
             x_used = x[10:]  # defined for total rankings
         else:
@@ -138,13 +138,13 @@ def test_kernels_symmetric_psd_and_right_invariant(method):
         assert_finite_close(permuted, cross, atol=1e-12, err_msg=name)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_kernel_values_brute_force(method):
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_kernel_values_brute_force(algorithm):
     rng = np.random.default_rng(6)
     x, y = tied_rows(rng, 5, 7), tied_rows(rng, 4, 7, levels=3)
-    tau = K.kendall_kernel(x, y, method=method).numpy()
-    nd = K.discordant_pairs(x, y, method=method).numpy()
-    mallows = K.mallows_kernel(x, y, lam=0.7, method=method).numpy()
+    tau = K.kendall_kernel(x, y, algorithm=algorithm).numpy()
+    nd = K.discordant_pairs(x, y, algorithm=algorithm).numpy()
+    mallows = K.mallows_kernel(x, y, lam=0.7, algorithm=algorithm).numpy()
     for p, q in itertools.product(range(5), range(4)):
         d, half, _ = brute_counts(x[p], y[q])
         assert nd[p, q] == d + half / 2
@@ -153,7 +153,7 @@ def test_kernel_values_brute_force(method):
     # Without ties: n_d is the plain count and ½‖Φ(x) − Φ(y)‖² over the ordered pairs.
     a, b = rng.permutation(6)[None].astype(float), rng.permutation(6)[None].astype(float)
     phi = [(r[:, None] < r[None, :]).astype(float) for r in (a[0], b[0])]
-    nd = float(K.discordant_pairs(a, b, method=method)[0, 0])
+    nd = float(K.discordant_pairs(a, b, algorithm=algorithm)[0, 0])
     assert nd == brute_counts(a[0], b[0])[0] == 0.5 * np.sum((phi[0] - phi[1]) ** 2)
 
 
@@ -165,13 +165,13 @@ def test_kernel_is_cosine_of_signed_embedding_batched_and_masked():
     norms = np.linalg.norm(s_x, axis=-1)[..., :, None] * np.linalg.norm(s_y, axis=-1)[..., None, :]
     expected = np.where(norms > 0, np.einsum("bpk,bqk->bpq", s_x, np.broadcast_to(
         s_y, (2, 4, 15))) / np.where(norms > 0, norms, 1), 0)
-    for method in METHODS:
-        assert_finite_close(K.kendall_kernel(x, y, method=method), expected, atol=1e-12)
+    for algorithm in ALGORITHMS:
+        assert_finite_close(K.kendall_kernel(x, y, algorithm=algorithm), expected, atol=1e-12)
     x_mask = rng.random((2, 3, 6)) < 0.8
     y_mask = rng.random((1, 4, 6)) < 0.8
-    for method in METHODS:
-        k = K.kendall_kernel(x, y, x_mask=x_mask, y_mask=y_mask, method=method).numpy()
-        m = K.mallows_kernel(x, y, 0.5, x_mask=x_mask, y_mask=y_mask, method=method).numpy()
+    for algorithm in ALGORITHMS:
+        k = K.kendall_kernel(x, y, x_mask=x_mask, y_mask=y_mask, algorithm=algorithm).numpy()
+        m = K.mallows_kernel(x, y, 0.5, x_mask=x_mask, y_mask=y_mask, algorithm=algorithm).numpy()
         for b, p, q in itertools.product(range(2), range(3), range(4)):
             both = x_mask[b, p] & y_mask[0, q]
             a, c = x[b, p][both], y[0, q][both]
@@ -280,10 +280,10 @@ def test_dynamic_n_and_xla_match_eager():
     spec = [tf.TensorSpec([None, None], tf.float32)] * 2
 
     def everything(a, b):
-        return (K.kendall_tau(a, b, method="merge"), K.kendall_tau(a, b, method="pairwise"),
+        return (K.kendall_tau(a, b, algorithm="merge"), K.kendall_tau(a, b, algorithm="pairwise"),
                 K.kendall_tau(a, b, mask=b > -0.5),
-                K.kendall_kernel(a, b, method="merge"),
-                K.mallows_kernel(a, b, 0.2, method="pairwise"),
+                K.kendall_kernel(a, b, algorithm="merge"),
+                K.mallows_kernel(a, b, 0.2, algorithm="pairwise"),
                 K.kendall_embedding(a, smooth_scale=0.5),
                 K.soft_kendall_tau(a, b, smooth_scale=0.5, mask=b > -0.5))
 
@@ -344,7 +344,7 @@ def test_metric_streaming_padding_and_no_nan():
     assert float(empty.result()) == 0.0
     clone = KendallTau.from_config(metric.get_config())
     assert clone.get_config() == metric.get_config()
-    assert clone.fn_kwargs == dict(axis=-1, negative_labels_are_padding=True, method="auto")
+    assert clone.fn_kwargs == dict(axis=-1, negative_labels_are_padding=True, algorithm="auto")
 
 
 def test_loss_config_mixed_precision_and_values():
@@ -396,7 +396,7 @@ def test_bad_inputs_raise_clear_errors():
         (lambda: K.kendall_embedding([1.0, 2.0], smooth_scale=0.0), "smooth_scale"),
         (lambda: K.kendall_embedding([1.0, 2.0], smooth_scale=-1.0), "smooth_scale"),
         (lambda: K.kendall_tau([1.0, 2.0], [1.0, 2.0, 3.0]), "same shape"),
-        (lambda: K.kendall_tau([1.0, 2.0], [1.0, 2.0], method="fast"), "method"),
+        (lambda: K.kendall_tau([1.0, 2.0], [1.0, 2.0], algorithm="fast"), "algorithm"),
         (lambda: K.kendall_kernel([1.0, 2.0]), "rank >= 2"),
         (lambda: K.kendall_kernel([[1.0, 2.0]], [[1.0, 2.0, 3.0]]), "same n"),
         (lambda: K.mallows_kernel([[1.0, 2.0]], lam=-1.0), "lam"),
@@ -407,7 +407,7 @@ def test_bad_inputs_raise_clear_errors():
         (lambda: KendallEmbedding(smooth_scale=float("inf")), "smooth_scale"),
         (lambda: KendallEmbedding(signed="yes"), "signed"),
         (lambda: KendallTau(axis=1.5), "axis"),
-        (lambda: KendallTau(method="x"), "method"),
+        (lambda: KendallTau(algorithm="x"), "algorithm"),
         (lambda: KendallTauLoss(smooth_scale=0), "smooth_scale"),
         (lambda: KendallTauLoss(negative_labels_are_padding=1), "negative_labels_are_padding"),
     ]

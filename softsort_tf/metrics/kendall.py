@@ -11,12 +11,6 @@ from softsort_tf.ops import kendall as kendall_ops
 _PACKAGE = "softsort_tf"
 
 
-def _check_method(method) -> str:
-    if method not in kendall_ops.METHODS:
-        raise ValueError(f"`method` must be one of {kendall_ops.METHODS}, got {method!r}.")
-    return method
-
-
 def _kendall_tau_and_weights(y_true, y_pred, **kwargs):
     return kendall_ops.kendall_tau(y_true, y_pred, return_weights=True, **kwargs)
 
@@ -41,7 +35,7 @@ class KendallTau(PerListMean):
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
         targets of a correlation are real values; the padding rule of
         `softsort_tf.ops.ranking`).
-      method: 'auto', 'pairwise' or 'merge' (see `kendall_tau`).
+      algorithm: 'auto', 'pairwise' or 'merge' (see `kendall_tau`).
       name, dtype: as in `keras.metrics.Metric`.
 
     `update_state(y_true, y_pred, sample_weight=None)`: `[..., n]` targets and scores
@@ -57,8 +51,8 @@ class KendallTau(PerListMean):
     _fn = staticmethod(_kendall_tau_and_weights)
 
     def __init__(self, axis: int = -1, *, negative_labels_are_padding: bool = False,
-                 method: str = "auto", name: str = "kendall_tau", dtype=None):
+                 algorithm: str = "auto", name: str = "kendall_tau", dtype=None):
         super().__init__(name, dtype, axis=_checks.check_int("axis", axis),
                          negative_labels_are_padding=_checks.check_bool(
                              "negative_labels_are_padding", negative_labels_are_padding),
-                         method=_check_method(method))
+                         algorithm=kendall_ops.check_algorithm(algorithm))

@@ -32,12 +32,12 @@ Conventions of this module:
 
 Complexities (n items, per list or per pair of rows): the embedding is O(n²);
 `kendall_tau`, `kendall_kernel` and `mallows_kernel` count discordant pairs either
-pairwise (`method='pairwise'`, O(n²) time and memory; the kernels then take inner
+pairwise (`algorithm='pairwise'`, O(n²) time and memory; the kernels then take inner
 products of embeddings, one matrix product for the whole Gram matrix) or by sorting
-(`method='merge'`, O(n log n) time and O(n) memory per pair: Knight's algorithm, the
+(`algorithm='merge'`, O(n log n) time and O(n) memory per pair: Knight's algorithm, the
 discordant pairs being the inversions of the y-ranks in x-order, counted by a
 most-significant-bit-first radix partition, log₂ n vectorised passes of O(n) each);
-`method='auto'` takes 'pairwise' for a static n ≤ `PAIRWISE_MAX_N` (lists) or
+`algorithm='auto'` takes 'pairwise' for a static n ≤ `PAIRWISE_MAX_N` (lists) or
 `GRAM_PAIRWISE_MAX_N` (kernels) and 'merge' otherwise (n unknown at trace time
 included). `soft_kendall_tau` and
 `weighted_kendall_kernel` are O(n²).
@@ -53,15 +53,15 @@ import tensorflow as tf
 from softsort_tf import _checks, _masking, _shapes
 
 PAIRWISE_MAX_N = 32
-"""`method='auto'` of `kendall_tau` counts pairs pairwise (O(n²) per list) up to this
+"""`algorithm='auto'` of `kendall_tau` counts pairs pairwise (O(n²) per list) up to this
 static n, by sorting (O(n log n)) above it and when n is unknown at trace time."""
 
 GRAM_PAIRWISE_MAX_N = 128
-"""`method='auto'` of the kernels takes products of the `[rows, n²]` embeddings up to
+"""`algorithm='auto'` of the kernels takes products of the `[rows, n²]` embeddings up to
 this static n (one matrix product serves all pairs of rows), sorting above it and
 when n is unknown at trace time."""
 
-METHODS = ("auto", "pairwise", "merge")
+ALGORITHMS = ("auto", "pairwise", "merge")
 
 # Helpers without Python control flow on tensors: tracing them as they are is faster.
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -79,10 +79,11 @@ def _check_smooth_scale(smooth_scale, *, allow_none: bool):
     return _checks.check_positive("smooth_scale", smooth_scale)
 
 
-def _check_method(method) -> str:
-    if method not in METHODS:
-        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.")
-    return method
+def check_algorithm(algorithm) -> str:
+    """Validates the `algorithm` argument (one of `ALGORITHMS`)."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.")
+    return algorithm
 
 
 def _check_bool(name: str, value) -> bool:
@@ -91,9 +92,9 @@ def _check_bool(name: str, value) -> bool:
     return bool(value)
 
 
-def _resolve_method(method: str, static_n, limit: int = PAIRWISE_MAX_N) -> str:
-    if method != "auto":
-        return method
+def _resolve_algorithm(algorithm: str, static_n, limit: int = PAIRWISE_MAX_N) -> str:
+    if algorithm != "auto":
+        return algorithm
     return "pairwise" if static_n is not None and static_n <= limit else "merge"
 
 
@@ -333,9 +334,9 @@ def _counts_pairwise(x, y, valid):
             count(tf.cast(sx * sy < 0, tf.float64)))
 
 
-def _counts(x, y, valid, method, static_n):
-    method = _resolve_method(method, static_n)
-    fn = _counts_pairwise if method == "pairwise" else _counts_merge
+def _counts(x, y, valid, algorithm, static_n):
+    algorithm = _resolve_algorithm(algorithm, static_n)
+    fn = _counts_pairwise if algorithm == "pairwise" else _counts_merge
     return fn(x, y, valid)
 
 
@@ -407,7 +408,7 @@ def _out_dtype(view):
 
 
 def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
-                negative_labels_are_padding: bool = False, method: str = "auto",
+                negative_labels_are_padding: bool = False, algorithm: str = "auto",
                 return_weights: bool = False):
     """Kendall's τ-b of each list: (n_c − n_d) / √((n₀ − n₁)(n₀ − n₂)).
 
@@ -423,7 +424,7 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
       mask: optional boolean of the shape of y_true (or `[n]`), False for padding.
       axis: the list axis.
       negative_labels_are_padding: also treat y_true < 0 as padding (default False).
-      method: 'pairwise' (O(n²) per list), 'merge' (O(n log n) per list: Knight's
+      algorithm: 'pairwise' (O(n²) per list), 'merge' (O(n log n) per list: Knight's
         algorithm with a radix inversion count) or 'auto' (see `PAIRWISE_MAX_N`).
       return_weights: also return the weights (1 where τ is defined, else 0).
 
@@ -436,13 +437,13 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
     >>> round(float(kendall_tau([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0])), 4)
     0.6667
     """
-    method = _check_method(method)
+    algorithm = check_algorithm(algorithm)
     negative_labels_are_padding = _check_bool("negative_labels_are_padding",
                                               negative_labels_are_padding)
     return_weights = _check_bool("return_weights", return_weights)
     labels, scores, valid, view, missing = _lists(y_true, y_pred, mask, axis,
                                                    negative_labels_are_padding)
-    tau, weights = _tau_b(*_counts(labels, scores, valid, method, view.static_n))
+    tau, weights = _tau_b(*_counts(labels, scores, valid, algorithm, view.static_n))
     return _finish(tau, weights, missing, view, return_weights)
 
 
@@ -616,13 +617,13 @@ def _pairwise_gram(x, y, xm, ym):
     return tau, tf.round(2.0 * discord) / 2.0
 
 
-def _kernel_stats(x, y, x_mask, y_mask, method):
+def _kernel_stats(x, y, x_mask, y_mask, algorithm):
     """`(τ-b, discordances, output dtype)` of all pairs of rows, NaN where a pair of rows
     has a NaN at an item valid in both."""
-    method = _check_method(method)
+    algorithm = check_algorithm(algorithm)
     x, y, xm, ym, x_nan, y_nan, out_dtype = _prepare_rows(x, y, x_mask, y_mask)
     static_n = x.shape[-1] if x.shape[-1] is not None else y.shape[-1]
-    pairwise = _resolve_method(method, static_n, GRAM_PAIRWISE_MAX_N) == "pairwise"
+    pairwise = _resolve_algorithm(algorithm, static_n, GRAM_PAIRWISE_MAX_N) == "pairwise"
     gram = _pairwise_gram if pairwise else _merge_gram
     tau, discord = gram(x, y, xm, ym)
 
@@ -635,7 +636,7 @@ def _kernel_stats(x, y, x_mask, y_mask, method):
     return tf.where(missing, nan, tau), tf.where(missing, nan, discord), out_dtype
 
 
-def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, method: str = "auto"):
+def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "auto"):
     """Gram matrix of the Kendall kernel: Kendall's τ-b between the rows of x and y.
 
     K(x, y) = ⟨s(x), s(y)⟩ / (‖s(x)‖ ‖s(y)‖), s the signed Kendall embedding
@@ -650,7 +651,7 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, method: str = "auto")
       y: `[..., q, n]` (leading axes broadcast with those of x), or None for y = x.
       x_mask, y_mask: optional booleans broadcastable to x and y, False for padding:
         τ of a pair of rows is that of the items valid in both.
-      method: 'pairwise': products of the `[rows, n²]` embeddings (O(n²) memory per
+      algorithm: 'pairwise': products of the `[rows, n²]` embeddings (O(n²) memory per
         row, O(n²) time per pair of rows as matrix products); 'merge': O(n log n) time
         and O(n) memory per pair of rows (no n² array); 'auto' (see
         `GRAM_PAIRWISE_MAX_N`).
@@ -664,28 +665,28 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, method: str = "auto")
     >>> k.numpy().tolist()
     [[1.0, -1.0], [-1.0, 1.0]]
     """
-    tau, _, out_dtype = _kernel_stats(x, y, x_mask, y_mask, method)
+    tau, _, out_dtype = _kernel_stats(x, y, x_mask, y_mask, algorithm)
     return tf.cast(tau, out_dtype)
 
 
-def discordant_pairs(x, y=None, *, x_mask=None, y_mask=None, method: str = "auto"):
+def discordant_pairs(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "auto"):
     """Matrix of discordant pairs n_d between the rows of x and y, counting a pair tied
     in exactly one of the two rankings as half a discordance, so that n_d = ½‖Φ(x) −
     Φ(y)‖² for the hard embedding Φ over the ordered pairs (talk, "Geometry of the
     embedding"); the plain count of discordant pairs for rankings without ties.
 
-    Args, method and shapes as in `kendall_kernel`; returns `[..., p, q]`.
+    Args, algorithm and shapes as in `kendall_kernel`; returns `[..., p, q]`.
 
     Example:
     >>> discordant_pairs([[1.0, 2.0, 3.0]], [[3.0, 1.0, 2.0], [1.0, 1.0, 2.0]]).numpy()
     array([[2. , 0.5]], dtype=float32)
     """
-    _, discord, out_dtype = _kernel_stats(x, y, x_mask, y_mask, method)
+    _, discord, out_dtype = _kernel_stats(x, y, x_mask, y_mask, algorithm)
     return tf.cast(discord, out_dtype)
 
 
 def mallows_kernel(x, y=None, lam: float = 1.0, *, x_mask=None, y_mask=None,
-                   method: str = "auto"):
+                   algorithm: str = "auto"):
     """Gram matrix of the Mallows kernel exp(−λ n_d) between the rows of x and y
     (Jiao & Vert 2015, Def. 2; talk, "Kendall and Mallows kernels").
 
@@ -694,7 +695,7 @@ def mallows_kernel(x, y=None, lam: float = 1.0, *, x_mask=None, y_mask=None,
     positive definite for every λ ≥ 0, ties included, and right-invariant.
 
     Args:
-      x, y, x_mask, y_mask, method: as in `kendall_kernel`.
+      x, y, x_mask, y_mask, algorithm: as in `kendall_kernel`.
       lam: λ ≥ 0 (finite).
 
     Returns:
@@ -711,7 +712,7 @@ def mallows_kernel(x, y=None, lam: float = 1.0, *, x_mask=None, y_mask=None,
         raise ValueError(f"`lam` must be a finite number >= 0, got {lam!r}.") from None
     if not math.isfinite(lam_value) or lam_value < 0:
         raise ValueError(f"`lam` must be a finite number >= 0, got {lam!r}.")
-    _, discord, out_dtype = _kernel_stats(x, y, x_mask, y_mask, method)
+    _, discord, out_dtype = _kernel_stats(x, y, x_mask, y_mask, algorithm)
     return tf.cast(tf.exp(-lam_value * discord), out_dtype)
 
 
