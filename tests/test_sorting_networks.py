@@ -13,6 +13,7 @@ import tensorflow as tf
 from scipy.special import erf, expit
 
 import softsort_tf as ss
+from softsort_tf.ops import sorting_networks
 from softsort_tf.ops.sorting_networks import (
     NETWORKS,
     SIGMOIDS,
@@ -173,6 +174,12 @@ def test_static_layers_are_the_textbook_networks():
                     lows[lo] = True
                 np.testing.assert_array_equal(partner, want)
                 np.testing.assert_array_equal(is_lo & (partner != np.arange(wires)), lows)
+            # The data movement of the static layers is the gather by `partner`.
+            wire_ids = tf.constant(np.arange(wires, dtype=np.float32)[None, :, None])
+            for (partner, _, _), swap in zip(ours, sorting_networks.layer_swaps(network, n),
+                                             strict=True):
+                moved = sorting_networks._swap_static(wire_ids, swap, wires).numpy()
+                np.testing.assert_array_equal(moved[0, :, 0], partner)
 
 
 # ---------------------------------------------------------------------------------

@@ -205,6 +205,35 @@ def network_layers(network: str, n: int) -> list[tuple[np.ndarray, np.ndarray, i
     return layers
 
 
+def layer_swaps(network: str, n: int) -> list[tuple[str, int]]:
+    """How each static layer of `network_layers` pairs its wires, as a data movement:
+    `('xor', m)` (bitonic: wire w ↔ w XOR m) or `('pairs', s)` (odd-even: s + 2i ↔
+    s + 2i + 1 while both are wires, the others unpaired)."""
+    if network == "odd_even":
+        return [("pairs", layer % 2) for layer in range(n)]
+    blocks = network_wires(network, n).bit_length() - 1
+    return [("xor", 1 << (block - step)) for block in range(blocks) for step in range(block + 1)]
+
+
+def _swap_static(t, swap, wires: int):
+    """`t[:, partner]` of a static layer (`layer_swaps`) for `[batch, wires, c]` `t`, as
+    reshapes and reverses: XLA compiles these to copies, where a gather with the same
+    indices is an element-by-element loop."""
+    kind, k = swap
+    batch, c = tf.shape(t)[0], tf.shape(t)[2]
+    if kind == "xor":
+        blocks = tf.reshape(t, tf.stack([batch, wires // (2 * k), 2, k, c]))
+        return tf.reshape(tf.reverse(blocks, axis=[2]), tf.shape(t))
+    pairs = (wires - k) // 2
+    if pairs == 0:
+        return t
+    body = tf.reshape(t[:, k:k + 2 * pairs], tf.stack([batch, pairs, 2, c]))
+    body = tf.reshape(tf.reverse(body, axis=[2]), tf.stack([batch, 2 * pairs, c]))
+    parts = [t[:, :k], body, t[:, k + 2 * pairs:]]
+    return tf.concat([p for p, size in zip(parts, (k, 2 * pairs, wires - k - 2 * pairs),
+                                           strict=True) if size], axis=1)
+
+
 def _odd_even_layer(w, layer, n, xp):
     """Partners of layer `layer` of odd-even transposition sort on n wires: pairs
     (i, i + 1) with i ≡ layer (mod 2); `xp` is numpy or a TF-like namespace."""
@@ -265,7 +294,7 @@ def _finite_difference(other_values, values, sign):
     return tf.clip_by_value(diff, -limit, limit)
 
 
-def _apply_layer(state, kind, partner, is_lo, active, step_fn):
+def _apply_layer(state, kind, partner, is_lo, active, step_fn, swap=None):
     """One layer of relaxed comparators, for lists whose wire kinds are tensors.
 
     Args:
@@ -275,6 +304,7 @@ def _apply_layer(state, kind, partner, is_lo, active, step_fn):
       partner, is_lo: `[wires]` the layer (see `network_layers`).
       active: `[batch, 1]` bool (the layer exists for the row) or None (all rows).
       step_fn: σ of a difference.
+      swap: `state[:, partner]` as a function of `state` (default a gather).
 
     Returns:
       `(state, kind)` after the layer. A comparator of two entries mixes them with
@@ -282,7 +312,7 @@ def _apply_layer(state, kind, partner, is_lo, active, step_fn):
       where the layer is not active are unchanged.
     """
     wires = tf.shape(state)[1]
-    other = _partner_rows(state, partner)
+    other = _partner_rows(state, partner) if swap is None else swap(state)
     other_kind = tf.gather(kind, partner, axis=1)
     has_comparator = tf.not_equal(partner, tf.range(wires, dtype=partner.dtype))
     entries = tf.logical_and(tf.equal(kind, _ENTRY), tf.equal(other_kind, _ENTRY))
@@ -304,19 +334,21 @@ def _apply_layer(state, kind, partner, is_lo, active, step_fn):
 @functools.lru_cache(maxsize=512)
 def static_plan(network: str, n: int):
     """The layers of the network for a full list of static length n, with the wire
-    kinds resolved: `(wires, layers)`, each layer `(partner, sign, relaxed, hard)` with
+    kinds resolved: `(wires, layers)`, each layer `(swap, sign, relaxed, hard)` with
+    `swap` its pairing (`layer_swaps`),
     `sign` +1 on min wires and −1 on max wires, `relaxed` the wires of comparators of
     two entries and `hard` σ (0 or 1) of the other wires."""
     wires = network_wires(network, n)
     w = np.arange(wires)
     kind = np.where(w < wires - n, _BELOW, _ENTRY)  # odd-even: wires == n
     layers = []
-    for partner, is_lo, _ in network_layers(network, n):
+    for (partner, is_lo, _), swap in zip(network_layers(network, n), layer_swaps(network, n),
+                                         strict=True):
         other = kind[partner]
         relaxed = (kind == _ENTRY) & (other == _ENTRY) & (partner != w)
         in_order = np.where(is_lo, kind <= other, other <= kind)
         kind = np.where(relaxed | in_order, kind, other)
-        layers.append((partner, np.where(is_lo, 1, -1), relaxed, in_order.astype(np.float64)))
+        layers.append((swap, np.where(is_lo, 1, -1), relaxed, in_order.astype(np.float64)))
     return wires, tuple(layers)
 
 
@@ -331,8 +363,8 @@ def _run_static(keys, network: str, step_fn):
                        keys[:, :, None]], axis=-1)
     if wires > n:  # bitonic: the first wires hold values below every entry
         state = tf.concat([tf.zeros(tf.stack([batch, wires - n, n + 1]), dtype), state], axis=1)
-    for partner, sign, relaxed, hard in layers:
-        other = _partner_rows(state, tf.constant(partner))
+    for swap, sign, relaxed, hard in layers:
+        other = _swap_static(state, swap, wires)
         if relaxed.any():
             diff = _finite_difference(other[:, :, -1], state[:, :, -1],
                                       tf.constant(sign, dtype))
@@ -417,9 +449,11 @@ def _run_network(keys, valid, network: str, step_fn):
         return None if active_rows is None else stage < active_rows
 
     if static_n is not None:
-        for partner, is_lo, stage in network_layers(network, static_n):
-            state, kind = _apply_layer(state, kind, tf.constant(partner), tf.constant(is_lo),
-                                       active(stage), step_fn)
+        for (partner, is_lo, stage), swap in zip(network_layers(network, static_n),
+                                                 layer_swaps(network, static_n), strict=True):
+            state, kind = _apply_layer(
+                state, kind, tf.constant(partner), tf.constant(is_lo), active(stage), step_fn,
+                swap=lambda t, swap=swap: _swap_static(t, swap, wires))
     else:
         state = _run_dynamic(state, kind, n, wires, network, active, step_fn)
     # Read out the unpadded list's wires.
