@@ -35,8 +35,6 @@ CORE_DISTRIBUTIONS = ("tensorflow", "keras", "numpy")
 # Benchmarks of an internal piece itself (not of the public API): (file, module) pairs.
 INTERNAL_BENCHMARKS = {
     ("scripts/bench_sinkhorn.py", "softsort_tf.solvers.sinkhorn"),  # the solver loop
-    ("scripts/bench_permutahedron_draft.py", "softsort_tf.ops.lapsum"),
-    ("scripts/bench_permutahedron_draft.py", "softsort_tf.ops.permutahedron"),
 }
 
 

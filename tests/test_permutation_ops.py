@@ -599,3 +599,16 @@ def test_neural_sort_memory_bound_at_n_2000():
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     np.testing.assert_allclose(row_sums.numpy(), 1.0, atol=1e-4)
     assert bool(finite) and float(tf.reduce_max(tf.abs(grad))) > 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 300])
+def test_rankdata_equals_scipy_with_ties_eager_and_xla(n):
+    """Ties averaged as scipy; one sort and segment sums, so XLA compiles it for an
+    unknown n without a quadratic search."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, max(2, n // 3), size=(3, n)).astype(np.float32)
+    expected = scipy.stats.rankdata(x, axis=-1)
+    np.testing.assert_allclose(ss.rankdata(x).numpy(), expected)
+    xla = tf.function(ss.rankdata, jit_compile=True,
+                      input_signature=[tf.TensorSpec([None, None])])
+    np.testing.assert_allclose(xla(x).numpy(), expected)
