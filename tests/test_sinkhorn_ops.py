@@ -13,6 +13,11 @@ from softsort_tf.ops import squash as squash_lib
 from softsort_tf.ops import transport as transport_lib
 from softsort_tf.solvers import sinkhorn as sinkhorn_solver
 
+
+def _diff(implicit: bool, solver: str = "auto"):
+    """`implicit_diff` of an implicit (True) or unrolled (False) solve."""
+    return ss.ImplicitDiff(solver=solver) if implicit else None
+
 HARD = dict(epsilon=1e-5, threshold=1e-6, max_iterations=3000)
 SETTINGS = settings(max_examples=15, deadline=None)
 
@@ -184,7 +189,7 @@ def test_input_exact_plan_marginals(n, m, eps, seed, implicit):
     """exact_marginal='input': rows equal a, columns are within the reported error."""
     x, y, a, b = random_problem(seed, n, m)
     res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
-                                max_iterations=20000, implicit_diff=ss.ImplicitDiff() if implicit else None,
+                                max_iterations=20000, implicit_diff=_diff(implicit),
                                 exact_marginal="input")
     plan = res.plan().numpy()
     np.testing.assert_allclose(plan.sum(2), a, atol=1e-9)
@@ -193,7 +198,7 @@ def test_input_exact_plan_marginals(n, m, eps, seed, implicit):
     np.testing.assert_array_less(res.error.numpy(), 1e-4)
     # Same potentials g as the default plan: both are read from the same iterate.
     target = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
-                                   max_iterations=20000, implicit_diff=ss.ImplicitDiff() if implicit else None)
+                                   max_iterations=20000, implicit_diff=_diff(implicit))
     np.testing.assert_allclose(res.g.numpy(), target.g.numpy(), atol=1e-9)
 
 
@@ -328,13 +333,14 @@ GRAD_KW = dict(epsilon=0.05, threshold=1e-13, max_iterations=20000)
 def test_gradients_match_finite_differences(op, implicit):
     x = tf.constant(np.random.RandomState(1).randn(2, 5), tf.float64)
     fns = {
-        "rank": lambda v: ss.sinkhorn_rank(v, implicit_diff=ss.ImplicitDiff() if implicit else None, **GRAD_KW),
-        "sort": lambda v: ss.sinkhorn_sort(v, implicit_diff=ss.ImplicitDiff() if implicit else None, direction="DESCENDING",
+        "rank": lambda v: ss.sinkhorn_rank(v, implicit_diff=_diff(implicit), **GRAD_KW),
+        "sort": lambda v: ss.sinkhorn_sort(v, implicit_diff=_diff(implicit), direction="DESCENDING",
                                            **GRAD_KW),
-        "quantile": lambda v: ss.sinkhorn_quantile(v, [0.3, 0.7], implicit_diff=ss.ImplicitDiff() if implicit else None, **GRAD_KW),
+        "quantile": lambda v: ss.sinkhorn_quantile(v, [0.3, 0.7], implicit_diff=_diff(implicit),
+                                                   **GRAD_KW),
         "qnorm": lambda v: ss.sinkhorn_quantile_normalization(
-            v, [0.0, 1.0, 5.0], implicit_diff=ss.ImplicitDiff() if implicit else None, power=1.5, **GRAD_KW),
-        "topk": lambda v: ss.sinkhorn_topk_mask(v, 2, implicit_diff=ss.ImplicitDiff() if implicit else None, **GRAD_KW),
+            v, [0.0, 1.0, 5.0], implicit_diff=_diff(implicit), power=1.5, **GRAD_KW),
+        "topk": lambda v: ss.sinkhorn_topk_mask(v, 2, implicit_diff=_diff(implicit), **GRAD_KW),
     }
     theoretical, numerical = tf.test.compute_gradient(fns[op], [x], delta=1e-5)
     assert np.abs(theoretical[0]).max() > 1e-3  # a real, non-zero Jacobian
@@ -349,10 +355,11 @@ def test_gradients_wrt_weights_match_finite_differences(implicit):
     tw = tf.constant([0.2, 0.5, 0.3], tf.float64)
 
     def f_a(w_):
-        return ss.sinkhorn_cdf(x, weights=w_, num_targets=3, implicit_diff=ss.ImplicitDiff() if implicit else None, **GRAD_KW)
+        return ss.sinkhorn_cdf(x, weights=w_, num_targets=3, implicit_diff=_diff(implicit),
+                               **GRAD_KW)
 
     def f_b(tw_):
-        return ss.sinkhorn_sort(x, target_weights=tw_, implicit_diff=ss.ImplicitDiff() if implicit else None, **GRAD_KW)
+        return ss.sinkhorn_sort(x, target_weights=tw_, implicit_diff=_diff(implicit), **GRAD_KW)
 
     for f, arg in [(f_a, w), (f_b, tw)]:
         theoretical, numerical = tf.test.compute_gradient(f, [arg], delta=1e-5)
@@ -369,7 +376,7 @@ def test_implicit_and_unrolled_gradients_agree(solver):
         with tf.GradientTape() as tape:
             tape.watch(x)
             r = ss.sinkhorn_rank(x, epsilon=1e-2, threshold=1e-12, max_iterations=20000,
-                                 implicit_diff=ss.ImplicitDiff(solver=solver) if implicit else None)
+                                 implicit_diff=_diff(implicit, solver))
             loss = tf.reduce_sum(r * weights)
         return tape.gradient(loss, x).numpy()
 
@@ -385,7 +392,8 @@ def test_cg_and_dense_implicit_solvers_agree_float32():
     def grad(solver):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            s = ss.sinkhorn_sort(x, epsilon=1e-2, squash=None, implicit_diff=ss.ImplicitDiff(solver=solver))
+            s = ss.sinkhorn_sort(x, epsilon=1e-2, squash=None,
+                                 implicit_diff=ss.ImplicitDiff(solver=solver))
             loss = tf.reduce_sum(s * v)
         return tape.gradient(loss, x).numpy()
 
@@ -433,7 +441,7 @@ def test_reproducibility_between_identical_calls_is_as_documented():
     def with_grad(v, implicit):
         with tf.GradientTape() as tape:
             tape.watch(v)
-            r = ss.sinkhorn_rank(v, implicit_diff=ss.ImplicitDiff() if implicit else None)
+            r = ss.sinkhorn_rank(v, implicit_diff=_diff(implicit))
             loss = tf.reduce_sum(r * w)
         return r.numpy(), tape.gradient(loss, v).numpy()
 
@@ -447,7 +455,7 @@ def test_reproducibility_between_identical_calls_is_as_documented():
     def graph_grad(v, implicit):
         with tf.GradientTape() as tape:
             tape.watch(v)
-            r = ss.sinkhorn_rank(v, implicit_diff=ss.ImplicitDiff() if implicit else None)
+            r = ss.sinkhorn_rank(v, implicit_diff=_diff(implicit))
             loss = tf.reduce_sum(r * w)
         return r, tape.gradient(loss, v)
 

@@ -10,7 +10,7 @@ import softsort_tf as ss
 # A temperature at which every family is within 1e-3 of the hard operation on the data
 # below (standard normal values, n = 7: neighbours at least 0.02 apart).
 SHARP = {"sinkhorn": 1e-5, "lapsum": 1e-4, "permutahedron": 1e-4, "softsort": 1e-4,
-         "neuralsort": 1e-4}
+         "neuralsort": 1e-4, "diffsort": 1e12}  # the steepness sharpens as it grows
 MASKABLE = [m for m in ss.METHODS if m != "permutahedron"]
 
 
@@ -37,7 +37,8 @@ def test_table_names_each_temperature_argument_of_its_operations():
         assert set(family.operations) <= {"rank", "sort", "topk", "quantile"}
         operator = {"sinkhorn": ss.sinkhorn_rank, "lapsum": ss.lapsum_rank,
                     "permutahedron": ss.permutahedron_rank, "softsort": ss.soft_sort_matrix,
-                    "neuralsort": ss.neural_sort_matrix}[name]
+                    "neuralsort": ss.neural_sort_matrix,
+                    "diffsort": ss.sorting_network_matrix}[name]
         names = set(inspect.signature(operator).parameters)
         if name == "sinkhorn":
             names |= set(ss.SinkhornOptions.field_names())

@@ -7,6 +7,11 @@ import tensorflow as tf
 import softsort_tf as ss
 from softsort_tf.solvers import sinkhorn as solver
 
+
+def _diff(implicit: bool, solver: str = "auto"):
+    """`implicit_diff` of an implicit (True) or unrolled (False) solve."""
+    return ss.ImplicitDiff(solver=solver) if implicit else None
+
 # ε_t = max(1e-3, 0.3 · 0.99^t): after 60 iterations ε_t ≈ 0.166, far from 1e-3.
 ANNEALED = dict(epsilon=1e-3, epsilon_start=0.3, epsilon_decay=0.99, max_iterations=60,
                 threshold=1e-12)
@@ -23,7 +28,7 @@ def _problem(seed=0, batch=3, n=6, m=4):
 @pytest.mark.parametrize("implicit", [True, False])
 def test_unfinished_annealing_carries_the_epsilon_reached(implicit):
     x, y = _problem()
-    result = solver.solve(x, y, implicit_diff=ss.ImplicitDiff() if implicit else None, **ANNEALED)
+    result = solver.solve(x, y, implicit_diff=_diff(implicit), **ANNEALED)
     reached = REACHED
     np.testing.assert_allclose(float(result.epsilon), reached, rtol=1e-12)
     # The plan is the plan of the potentials: its columns are exact (the last update

@@ -225,8 +225,8 @@ def evaluate(model: keras.Model, dataset: tf.data.Dataset, task: str) -> dict:
     predictions, which every worker computes for all sequences (its R² and Spearman
     need all of them).
     """
-    training.adapt_to_strategy(model)
     if task == "sort":
+        training.adapt_to_strategy(model)
         logs = model.evaluate(dataset, verbose=0, return_dict=True)
         return {"exact_accuracy": float(logs["exact_accuracy"]),
                 "elementwise_accuracy": float(logs["elementwise_accuracy"]),
