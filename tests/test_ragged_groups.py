@@ -156,3 +156,15 @@ def test_ranking_losses_on_eager_ragged_batches_with_groups_of_empty_lists():
         assert np.all(np.isfinite(got))
         np.testing.assert_allclose(got[[0, 2]], 0.0)
         np.testing.assert_allclose(got[[1, 3]], loss(y_full, s_full).numpy(), rtol=1e-6)
+
+
+def test_listwise_loss_of_an_empty_ragged_list_inside_tf_function_is_zero():
+    spec = tf.RaggedTensorSpec([None, None], tf.float32, 1)
+    loss = tf.function(lambda a, b: ss.ListwisePermutationLoss(reduction="none")(a, b),
+                       input_signature=[spec, spec])
+    y = tf.ragged.constant([[], [1.0, 0.0, 2.0], [0.0, 1.0]])
+    s = tf.ragged.constant([[], [0.1, 0.2, 0.3], [0.5, 0.4]])
+    got = loss(y, s).numpy()
+    assert np.all(np.isfinite(got)) and got[0] == 0.0
+    full = ss.ListwisePermutationLoss(reduction="none")(y[1:], s[1:]).numpy()
+    np.testing.assert_allclose(got[1:], full, rtol=1e-6)

@@ -173,8 +173,12 @@ def check_at_run_time(valid, tensor, message: str):
 def per_example_mean(row_values, num_sample_axes: int, rows_valid=None):
     """Mean of `[..., S..., n]` per-row values over the (valid) rows and the sample axes;
     0 for a list without valid rows."""
-    if rows_valid is None:
-        return tf.reduce_mean(row_values, axis=list(range(-1 - num_sample_axes, 0)))
+    if rows_valid is None:  # a mean that is 0, not 0/0, for a list of no rows
+        rows = tf.cast(tf.maximum(tf.shape(row_values)[-1], 1), row_values.dtype)
+        mean = tf.reduce_sum(row_values, axis=-1) / rows
+        if num_sample_axes:
+            mean = tf.reduce_mean(mean, axis=list(range(-num_sample_axes, 0)))
+        return mean
     valid = tf.broadcast_to(rows_valid, tf.shape(row_values))
     total = tf.reduce_sum(tf.where(valid, row_values, tf.zeros_like(row_values)), axis=-1)
     count = tf.reduce_sum(tf.cast(valid, row_values.dtype), axis=-1)
