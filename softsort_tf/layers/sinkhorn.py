@@ -47,6 +47,17 @@ def sinkhorn_config(layer) -> dict:
     return dict(squash=layer.squash, targets=layer.targets, **layer.options.get_config())
 
 
+def sorted_mask(inputs, mask, axis: int):
+    """The mask of a sorted output: True at the first n_valid positions along `axis`
+    (the input's Keras mask, broadcast over the last axis if it lacks it, sorted
+    valid-first). Built with `keras.ops`: Keras calls it on symbolic tensors too."""
+    ops = keras.ops
+    mask = ops.cast(mask, "bool")
+    if len(mask.shape) == len(inputs.shape) - 1:
+        mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
+    return ops.equal(ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis), 0)
+
+
 class _SinkhornLayer(keras.layers.Layer):
     """Common arguments and config of the Sinkhorn layers.
 
@@ -206,12 +217,8 @@ class SinkhornSort(_SinkhornLayer):
         if mask is None or self.num_targets is not None:
             return None
         ops = keras.ops
-        mask = ops.cast(mask, "bool")
-        if len(mask.shape) == len(inputs.shape) - 1:
-            mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
         axis = _checks.check_axis(self.axis, len(inputs.shape))
-        padding_last = ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis)
-        prefix = ops.equal(padding_last, 0)
+        prefix = sorted_mask(inputs, mask, axis)
         if self.topk is not None:
             prefix = ops.take(prefix, ops.arange(self.topk), axis=axis)
         return prefix

@@ -33,6 +33,7 @@ from softsort_tf._keras import full_precision_dtype
 from softsort_tf.layers.sinkhorn import (
     _broadcast_keras_mask,
     sinkhorn_config,
+    sorted_mask,
     split_sinkhorn_settings,
 )
 from softsort_tf.ops import soft
@@ -159,13 +160,7 @@ class SoftSortLayer(_SoftLayer):
         Built with `keras.ops` (Keras calls it on symbolic tensors too)."""
         if mask is None:
             return None
-        ops = keras.ops
-        mask = ops.cast(mask, "bool")
-        if len(mask.shape) == len(inputs.shape) - 1:
-            mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
-        axis = _checks.check_axis(self.axis, len(inputs.shape))
-        return ops.cast(ops.flip(ops.sort(ops.cast(mask, "int32"), axis=axis), axis=axis),
-                        "bool")
+        return sorted_mask(inputs, mask, _checks.check_axis(self.axis, len(inputs.shape)))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
