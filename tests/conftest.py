@@ -1,7 +1,10 @@
 """Shared pytest set-up: quiet TF logs, deterministic seeds, small thread pools, MNIST."""
 
 import os
+import sys
 
+# The shared test helpers (numpy_references, keras_test_layers) live beside this file.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
