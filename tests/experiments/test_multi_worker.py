@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from softsort_tf.experiments import training
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 600  # seconds, for all the rounds
 
 _JOB = r'''

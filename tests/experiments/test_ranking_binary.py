@@ -11,7 +11,7 @@ import pytest
 
 from softsort_tf.experiments import ranking
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_synthetic_queries_have_graded_labels_and_variable_lengths():

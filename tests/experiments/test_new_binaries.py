@@ -21,7 +21,7 @@ import softsort_tf as ss
 from softsort_tf.datasets import arrays, cqr, images
 from softsort_tf.experiments import knn, quantile_grid, quantile_regression, topk
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 150
 STAR_EXTRA = ("stark", "lunchk", "schoolk", "experiencek")
 

@@ -17,7 +17,7 @@ import pytest
 from softsort_tf.experiments import tuning
 from softsort_tf.experiments.large_mnist import ExperimentConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=8,
             num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
 SPACE = dict(methods=("softsort", "neuralsort", "sinkhorn"), tau=(8.0, 64.0),

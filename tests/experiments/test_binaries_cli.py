@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPERIMENT_FLAGS = ("--output_dir", "--method", "--tau", "--epsilon", "--stochastic",
                     "--num_samples", "--n", "--epochs", "--steps_per_epoch", "--batch_size",
                     "--learning_rate", "--seed", "--dataset", "--strategy")

@@ -17,7 +17,7 @@ import scipy.stats
 import softsort_tf as ss
 from softsort_tf.experiments import suquan
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _images(rng, labels, side=6):

@@ -15,7 +15,7 @@ from softsort_tf.experiments import curves, models, training
 from softsort_tf.experiments import large_mnist as experiment
 from softsort_tf.experiments.large_mnist import ExperimentConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = dict(task="sort", n=3, batch_size=4, steps_per_epoch=3, epochs=2, num_val_sequences=4,
             num_test_sequences=8, digits_per_class=10, verbose=0)
 
