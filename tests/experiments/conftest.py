@@ -1,0 +1,6 @@
+"""The harness' tests share small helpers across files."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
