@@ -80,6 +80,37 @@ import tensorflow as tf
 from softsort_tf import _shapes
 
 
+def as_bool(mask):
+    """`mask` as a bool tensor (a 0/1 or other numeric mask: True where non-zero)."""
+    mask = tf.convert_to_tensor(mask)
+    if mask.dtype != tf.bool:
+        mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+    return mask
+
+
+def checked_mask(mask, x, name: str = "mask", shape_rule: str | None = None):
+    """`mask` as bool, checked to broadcast to the static shape of `x`.
+
+    Args:
+      mask: boolean or 0/1 tensor.
+      x: the tensor the mask belongs to.
+      name: the argument name used in error messages.
+      shape_rule: what the message says the shape must be (default: "broadcast to the
+        shape of x").
+
+    Returns:
+      The bool mask, not yet broadcast.
+    """
+    mask = as_bool(mask)
+    try:
+        tf.broadcast_static_shape(mask.shape, x.shape)
+    except ValueError:
+        rule = shape_rule or f"broadcast to the shape {x.shape}"
+        raise ValueError(f"`{name}` must {rule}, got {mask.shape} for an input of shape "
+                         f"{x.shape}.") from None
+    return mask
+
+
 def mask_to_batch(mask, view: _shapes.BatchView, name: str = "mask"):
     """The mask in the `[batch, n]` layout of `_shapes.to_batch`, as bool.
 
@@ -96,9 +127,7 @@ def mask_to_batch(mask, view: _shapes.BatchView, name: str = "mask"):
         return None
     if isinstance(mask, tf.RaggedTensor):
         raise ValueError(f"A ragged `{name}` needs a ragged `x` of the same row lengths.")
-    mask = tf.convert_to_tensor(mask)
-    if mask.dtype != tf.bool:
-        mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+    mask = as_bool(mask)
     rank = mask.shape.rank
     batch = tf.reduce_prod(view.moved_shape[:-1])
     if rank == 1:

@@ -86,12 +86,6 @@ def check_algorithm(algorithm) -> str:
     return algorithm
 
 
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-    return bool(value)
-
-
 def _resolve_algorithm(algorithm: str, static_n, limit: int = PAIRWISE_MAX_N) -> str:
     if algorithm != "auto":
         return algorithm
@@ -175,7 +169,7 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
     [0.5]
     """
     smooth_scale = _check_smooth_scale(smooth_scale, allow_none=True)
-    signed = _check_bool("signed", signed)
+    signed = _checks.check_bool("signed", signed)
     x2d, view = _shapes.to_batch(x, axis, "x")
     valid = _masking.mask_to_batch(mask, view)
     x2d = _masking.replace_padded(x2d, valid)
@@ -438,9 +432,9 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
     0.6667
     """
     algorithm = check_algorithm(algorithm)
-    negative_labels_are_padding = _check_bool("negative_labels_are_padding",
-                                              negative_labels_are_padding)
-    return_weights = _check_bool("return_weights", return_weights)
+    negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
+                                                     negative_labels_are_padding)
+    return_weights = _checks.check_bool("return_weights", return_weights)
     labels, scores, valid, view, missing = _lists(y_true, y_pred, mask, axis,
                                                    negative_labels_are_padding)
     tau, weights = _tau_b(*_counts(labels, scores, valid, algorithm, view.static_n))
@@ -479,9 +473,9 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
     1.0
     """
     smooth_scale = _check_smooth_scale(smooth_scale, allow_none=False)
-    negative_labels_are_padding = _check_bool("negative_labels_are_padding",
-                                              negative_labels_are_padding)
-    return_weights = _check_bool("return_weights", return_weights)
+    negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
+                                                     negative_labels_are_padding)
+    return_weights = _checks.check_bool("return_weights", return_weights)
     labels, scores, valid, view, missing = _lists(y_true, y_pred, mask, axis,
                                                    negative_labels_are_padding)
     dtype = scores.dtype
@@ -517,14 +511,7 @@ def _rows(x, name: str):
 def _row_mask(mask, x, name: str):
     if mask is None:
         return tf.ones_like(x, dtype=tf.bool)
-    mask = tf.convert_to_tensor(mask)
-    if mask.dtype != tf.bool:
-        mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
-    try:
-        tf.broadcast_static_shape(mask.shape, x.shape)
-    except ValueError:
-        raise ValueError(f"`{name}` must broadcast to the shape {x.shape} of its rows, got "
-                         f"{mask.shape}.") from None
+    mask = _masking.checked_mask(mask, x, name, "broadcast to the shape of its rows")
     return tf.broadcast_to(mask, tf.shape(x))
 
 

@@ -51,14 +51,7 @@ def _masked_values(values, mask, name: str = "mask"):
     padding never reaches P̂ @ x or a gradient); `mask` `[..., n]` or `[n]`."""
     if mask is None:
         return values
-    mask = tf.convert_to_tensor(mask)
-    if mask.dtype != tf.bool:
-        mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
-    try:
-        tf.broadcast_static_shape(mask.shape, values.shape)
-    except ValueError:
-        raise ValueError(f"`{name}` must have shape [n] or that of `values`, got "
-                         f"{mask.shape} for values of shape {values.shape}.") from None
+    mask = _masking.checked_mask(mask, values, name, "have shape [n] or that of `values`")
     return tf.where(mask, values, tf.zeros([], values.dtype))
 
 
