@@ -171,13 +171,8 @@ def interval_mean(x, low: float, high: float, axis: int = -1, weights=None, *, m
     a Sinkhorn transport onto a target bin of mass high − low placed after mass `low`.
 
     Args:
-      x: `[..., n, ...]` real tensor.
+      x, axis, weights, mask: as in `weighted_quantile`.
       low, high: cumulative-mass bounds with 0 ≤ low < high ≤ 1.
-      axis: the sample axis.
-      weights: non-negative weights `[n]` or of the shape of x (default uniform).
-      mask: optional boolean of the shape of x (or `[n]`), True = valid entry: padded
-        entries get no mass (on top of `weights`) and zero gradient; a list without
-        valid entries gives 0. See softsort_tf._masking.
 
     Returns:
       The shape of x without `axis`.
