@@ -156,6 +156,15 @@ def _mean_of_bin(index: int):
     return lambda contributions, values, count: contributions[..., index]
 
 
+def _checked_level(quantile, width) -> tuple[float, float | None]:
+    """`(τ, t)` of an S-quantile loss, validated (`quantile_bins` checks t against τ);
+    t stays None for the default width."""
+    quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+    width = None if width is None else _checks.check_positive("width", width)
+    quantile_bins(quantile, width)
+    return quantile, width
+
+
 def _checked_error_power(error_power) -> float:
     return _checks.check_positive("error_power", error_power)
 
@@ -373,9 +382,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_least_quantile_regression_loss", dtype=None, **kwargs):
-        quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
-        width = None if width is None else _checks.check_positive("width", width)
-        quantile_bins(quantile, width)  # validates the width
+        quantile, width = _checked_level(quantile, width)
         super().__init__(
             soft_least_quantile_regression_loss,
             dict(quantile=quantile, width=width, error_power=_checked_error_power(error_power)),
@@ -492,9 +499,7 @@ class SoftQuantileRegressionLoss(_BatchStatisticLoss):
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_quantile_regression_loss", dtype=None, **kwargs):
-        quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
-        width = None if width is None else _checks.check_positive("width", width)
-        quantile_bins(quantile, width)  # validates the width
+        quantile, width = _checked_level(quantile, width)
         super().__init__(soft_quantile_regression_loss, dict(quantile=quantile, width=width),
                          options=options, squash=squash, targets=targets,
                          reduction=reduction, name=name, dtype=dtype, **kwargs)
