@@ -63,6 +63,9 @@ OUTPUT_MODES = ("matrix", "sorted", "ranks")
 class _PermutationLayer(keras.layers.Layer):
     """Common arguments, call and config of the permutation layers.
 
+    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
+    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
+
     Args:
       direction: 'DESCENDING' (default) or 'ASCENDING'.
       hard: straight-through estimator: exact permutation forward, relaxed gradient.
@@ -245,9 +248,6 @@ class _PermutationLayer(keras.layers.Layer):
 class SoftSort(_PermutationLayer):
     """SoftSort relaxed permutation (Prillo & Eisenschlos, 2020); see `soft_sort_matrix`.
 
-    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
-    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
-
     Args:
       tau: temperature τ > 0 (default 1.0), in the units of the scores.
       distance_power: exponent p > 0 of |s_[i] − s_j|^p (default 1).
@@ -276,13 +276,9 @@ class SoftSort(_PermutationLayer):
 class NeuralSort(_PermutationLayer):
     """NeuralSort relaxed permutation (Grover et al., 2019); see `neural_sort_matrix`.
 
-    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
-    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
-
     Args:
       tau: temperature τ > 0 (default 1.0), in the units of the scores.
-      **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
-        `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
+      **kwargs: as in `SoftSort`.
 
     Example:
     >>> layer = NeuralSort(tau=0.1, output_mode="ranks")
@@ -303,9 +299,6 @@ class NeuralSort(_PermutationLayer):
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SinkhornPermutation(_PermutationLayer):
     """Doubly-stochastic Sinkhorn relaxed permutation; see `sinkhorn_permutation_matrix`.
-
-    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
-    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
 
     Args:
       options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
