@@ -1,4 +1,5 @@
-"""Resumable, deterministic mini-batch streams over in-memory arrays.
+"""In-memory data: train / validation / test splits, and resumable, deterministic
+mini-batch streams over arrays.
 
 Batch `step` of a stream depends only on `(seed, step)`: epoch e = step // steps_per_epoch
 visits the examples in a random order keyed by `(seed, e)`, so a run restarted at a
@@ -8,9 +9,36 @@ the stream at `epochs_completed · steps_per_epoch`).
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import tensorflow as tf
 
-__all__ = ["shuffled_batches", "steps_per_epoch"]
+__all__ = ["Splits", "shuffled_batches", "steps_per_epoch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    """Train / validation / test arrays: inputs `x_*` and targets `y_*`, one example per
+    row. The data sets' split classes add their own fields after these six.
+
+    Example:
+    >>> s = Splits(*(np.zeros((n, 2)) for n in (4, 4, 1, 1, 2, 2)))
+    >>> s.map_x(lambda x: x[:, :1]).x_train.shape
+    (4, 1)
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    def map_x(self, fn):
+        """A copy with `fn` applied to the inputs of every split."""
+        return dataclasses.replace(self, x_train=fn(self.x_train), x_val=fn(self.x_val),
+                                   x_test=fn(self.x_test))
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:

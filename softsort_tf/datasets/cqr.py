@@ -43,6 +43,8 @@ import os
 
 import numpy as np
 
+from softsort_tf.datasets.arrays import Splits
+
 __all__ = ["ALL_DATASETS", "DATASETS", "FILES", "RegressionSplit", "load_dataset",
            "load_split", "synthetic"]
 
@@ -195,19 +197,13 @@ def load_dataset(name: str, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class RegressionSplit:
+class RegressionSplit(Splits):
     """Scaled train / validation / test arrays of one data set and seed (float32).
 
     `y_scale` is the mean absolute training response the responses were divided by;
     `x_mean`, `x_std` the training statistics of the features.
     """
 
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
     y_scale: float
     x_mean: np.ndarray
     x_std: np.ndarray

@@ -24,6 +24,8 @@ import os
 
 import numpy as np
 
+from softsort_tf.datasets.arrays import Splits
+
 __all__ = ["SOURCES", "ImageSplits", "load_image_splits"]
 
 SOURCES = ("digits", "embedded", "mnist", "fashion_mnist", "cifar10", "cifar100", "npz")
@@ -33,15 +35,9 @@ _DIGITS_SPLIT_SEED = 20191208
 
 
 @dataclasses.dataclass(frozen=True)
-class ImageSplits:
+class ImageSplits(Splits):
     """Train / validation / test images `[N, H, W, C]` float32 in [0, 1], labels `[N]` int64."""
 
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
     num_classes: int
     source: str
 

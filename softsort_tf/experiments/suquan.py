@@ -69,6 +69,7 @@ import numpy as np
 import tensorflow as tf
 
 import softsort_tf as ss
+from softsort_tf.datasets import arrays, images
 from softsort_tf.experiments import training
 
 __all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "QuantileNormalizer",
@@ -152,39 +153,30 @@ class SuquanConfig:
 # ----------------------------------------------------------------------------- data
 
 
-def load_images(config: SuquanConfig):
-    """`(x_train, y_train, x_val, y_val, x_test, y_test)`: flattened grey images
-    `[N, p]` float32 in [0, 1] (colour images converted to grey levels,
-    0.299 R + 0.587 G + 0.114 B) and int labels; the last `validation_size` training
-    images are the validation part (scikit-learn digits: their fixed split)."""
-    from softsort_tf.datasets import images  # noqa: PLC0415
-
+def load_images(config: SuquanConfig) -> images.ImageSplits:
+    """The images of `config.dataset`, flattened to grey levels `[N, p]` float32 in
+    [0, 1] (colour images: 0.299 R + 0.587 G + 0.114 B), with int labels; the last
+    `validation_size` training images are the validation part (scikit-learn digits:
+    their fixed split)."""
     if config.dataset == "npz" and not os.path.exists(config.mnist_npz):
         raise ValueError(f"mnist_npz: no file {config.mnist_npz!r} (an npz with x_train, "
                          "y_train, x_test, y_test); pass --mnist_npz, or --dataset=digits "
                          "(offline, scikit-learn) or --dataset=mnist / cifar10 "
                          "(tensorflow-datasets).")
-    s = images.load_image_splits(config.dataset, npz_path=config.mnist_npz,
-                                 validation_size=config.validation_size)
+    splits = images.load_image_splits(config.dataset, npz_path=config.mnist_npz,
+                                      validation_size=config.validation_size)
 
-    def flat(x):
+    def grey_rows(x):
         if x.shape[-1] == 3:
             x = x @ np.array([0.299, 0.587, 0.114], np.float32)
         return np.asarray(x, np.float32).reshape(len(x), -1)
 
-    return (flat(s.x_train), s.y_train, flat(s.x_val), s.y_val, flat(s.x_test), s.y_test)
+    return splits.map_x(grey_rows)
 
 
-@dataclasses.dataclass
-class PairData:
+@dataclasses.dataclass(frozen=True)
+class PairData(arrays.Splits):
     """One binary problem: label 1 for digit b, 0 for digit a."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
 
 
 def _subset(x, y, a, b, size, rng):
@@ -194,15 +186,15 @@ def _subset(x, y, a, b, size, rng):
     return x[idx], (y[idx] == b).astype(np.float32)
 
 
-def pair_data(data, a: int, b: int, train_size: int, val_size: int, seed: int) -> PairData:
-    """The problem (a, b): a random sample of `train_size` training and `val_size`
-    validation images of the two classes (seeded by `seed` and the pair), all their
-    test images."""
-    x_train, y_train, x_val, y_val, x_test, y_test = data
+def pair_data(data: arrays.Splits, a: int, b: int, train_size: int, val_size: int,
+              seed: int) -> PairData:
+    """The problem (a, b) of the images `data`: a random sample of `train_size` training
+    and `val_size` validation images of the two classes (seeded by `seed` and the
+    pair), all their test images."""
     rng = np.random.default_rng([seed, a, b])
-    return PairData(*_subset(x_train, y_train, a, b, train_size, rng),
-                    *_subset(x_val, y_val, a, b, val_size, rng),
-                    *_subset(x_test, y_test, a, b, None, rng))
+    return PairData(*_subset(data.x_train, data.y_train, a, b, train_size, rng),
+                    *_subset(data.x_val, data.y_val, a, b, val_size, rng),
+                    *_subset(data.x_test, data.y_test, a, b, None, rng))
 
 
 # ------------------------------------------------------------ quantile normalisation
@@ -504,7 +496,7 @@ def _kernel_pools(data, config: SuquanConfig):
     """Per-digit pools, as indices and labels `(train, train labels, test, test
     labels)`: the first max(kernel_sizes)/2 training images of a seeded permutation of
     each digit, and its first `kernel_test_per_class` test images."""
-    x_train, y_train, _, _, x_test, y_test = data
+    y_train, y_test = data.y_train, data.y_test
     rng = np.random.default_rng([config.seed, 12345])
     per_class = config.kernel_sizes[-1] // 2
     train_idx, test_idx = [], []
@@ -739,7 +731,7 @@ def run(config: SuquanConfig) -> dict:
                 f"{m} {r['test_accuracy']:.4f}" for m, r in result["methods"].items()))
         if config.kernel_sizes and not stop():
             train_idx, train_labels, test_idx, test_labels = _kernel_pools(data, config)
-            train_x, test_x = data[0][train_idx], data[4][test_idx]
+            train_x, test_x = data.x_train[train_idx], data.x_test[test_idx]
             gram_train = gram_blocks(train_x, train_x, os.path.join(kernel_dir, "gram", "train"),
                                      config.kernel_block, True, log)
             gram_test = gram_blocks(test_x, train_x, os.path.join(kernel_dir, "gram", "test"),

@@ -208,8 +208,7 @@ def test_run_resumes_and_writes_results(npz_path, tmp_path):
 
 def test_kernel_gram_is_scipy_kendall_tau_b(npz_path, tmp_path):
     config = _config(npz_path, tmp_path / "g").finalize()
-    data = suquan.load_images(config)
-    x = data[0][:5]
+    x = suquan.load_images(config).x_train[:5]
     gram = suquan.gram_blocks(x, x, str(tmp_path / "g" / "blocks"), 2, True)
     ref = [[scipy.stats.kendalltau(a, b)[0] for b in x] for a in x]
     np.testing.assert_allclose(gram, ref, atol=1e-6)
@@ -242,8 +241,9 @@ def test_colour_images_become_grey_levels(tmp_path):
     path = str(tmp_path / "colour.npz")
     np.savez(path, x_train=x[:20], y_train=y[:20], x_test=x[20:], y_test=y[20:])
     config = suquan.SuquanConfig(mnist_npz=path, validation_size=5).finalize()
-    x_train, y_train, x_val, _, x_test, _ = suquan.load_images(config)
-    assert x_train.shape == (15, 16) and x_val.shape == (5, 16) and x_test.shape == (10, 16)
+    data = suquan.load_images(config)
+    assert data.x_train.shape == (15, 16) and data.x_val.shape == (5, 16)
+    assert data.x_test.shape == (10, 16)
     grey = (x[:15].astype(np.float64) / 255) @ [0.299, 0.587, 0.114]
-    np.testing.assert_allclose(x_train, grey.reshape(15, 16), atol=1e-6)
-    np.testing.assert_array_equal(y_train, y[:15])
+    np.testing.assert_allclose(data.x_train, grey.reshape(15, 16), atol=1e-6)
+    np.testing.assert_array_equal(data.y_train, y[:15])
