@@ -23,27 +23,23 @@ from softsort_tf.experiments import quantile_regression
 
 __all__ = ["DATASETS", "LOSSES", "NUM_SEEDS", "PAPER_TABLE1", "QUANTILES", "Grid", "format_table"]
 
-DATASETS = ("bio", "bike", "star", "concrete", "community")
+DATASETS = cqr.DATASETS
 QUANTILES = (0.1, 0.2, 0.5)
 LOSSES = quantile_regression.LOSSES
 NUM_SEEDS = 12
 RUNS_PER_PROCESS = 30  # see Grid.run
-# Cuturi, Teboul & Vert (2019), Table 1: pinball loss averaged over 12 runs (the
-# paper's `facebook` column is not among our data sets).
-PAPER_TABLE1 = {
-    (0.1, "pinball"): {"bio": 0.109, "bike": 0.145, "star": 0.170, "concrete": 0.105,
-                       "community": 0.099},
-    (0.1, "squantile"): {"bio": 0.281, "bike": 0.144, "star": 0.353, "concrete": 0.482,
-                         "community": 0.100},
-    (0.2, "pinball"): {"bio": 0.206, "bike": 0.272, "star": 0.279, "concrete": 0.176,
-                       "community": 0.178},
-    (0.2, "squantile"): {"bio": 0.206, "bike": 0.274, "star": 0.367, "concrete": 0.367,
-                         "community": 0.176},
-    (0.5, "pinball"): {"bio": 0.430, "bike": 0.513, "star": 0.421, "concrete": 0.299,
-                       "community": 0.337},
-    (0.5, "squantile"): {"bio": 0.442, "bike": 0.572, "star": 0.434, "concrete": 0.287,
-                         "community": 0.357},
+# Cuturi, Teboul & Vert (2019), Table 1: pinball loss averaged over 12 runs, one row per
+# (τ, loss), one column per data set of DATASETS (the paper's `facebook` column is not
+# among our data sets).
+_PAPER_ROWS = {
+    (0.1, "pinball"): (0.109, 0.145, 0.170, 0.105, 0.099),
+    (0.1, "squantile"): (0.281, 0.144, 0.353, 0.482, 0.100),
+    (0.2, "pinball"): (0.206, 0.272, 0.279, 0.176, 0.178),
+    (0.2, "squantile"): (0.206, 0.274, 0.367, 0.367, 0.176),
+    (0.5, "pinball"): (0.430, 0.513, 0.421, 0.299, 0.337),
+    (0.5, "squantile"): (0.442, 0.572, 0.434, 0.287, 0.357),
 }
+PAPER_TABLE1 = {key: dict(zip(DATASETS, row, strict=True)) for key, row in _PAPER_ROWS.items()}
 BEGIN_MARKER = "<!-- quantile-regression-table:begin -->"
 END_MARKER = "<!-- quantile-regression-table:end -->"
 
