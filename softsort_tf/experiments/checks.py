@@ -1,9 +1,10 @@
 """Allowed values of the experiment settings, written once for configs and flags.
 
 `setting_error(name, value)` says why a value is not allowed for a setting of that name
-(`None`: it is allowed). The experiment configs (`ExperimentConfig.finalize`) raise it as
-a `ValueError`; the binaries' flags (`softsort_tf.experiments.flags`) register it as an
-absl validator, so that a bad flag value is a one-line error naming the flag.
+(`None`: it is allowed); a name means one thing in every binary. The experiment configs
+raise it as a `ValueError` (`check_config`, from their `finalize`); the binaries' flags
+(`softsort_tf.experiments.flags`) register it as an absl validator, so that a bad flag
+value is a one-line error naming the flag.
 
 A value of `None` always passes: it stands for "the task's default".
 
@@ -18,11 +19,12 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
 
-__all__ = ["check_settings", "setting_error"]
+__all__ = ["check_config", "check_settings", "setting_error"]
 
 # name -> smallest allowed int.
 _INTS = {
@@ -30,6 +32,14 @@ _INTS = {
     "num_val_sequences": 1, "num_test_sequences": 1, "digits_per_class": 1,
     "stop_after_epochs": 1, "num_cpu_devices": 0, "max_trials": 1,
     "executions_per_trial": 1, "warmup_steps": 0, "patience": 1,
+    # kNN, top-k, ranking
+    "k": 1, "num_queries": 1, "num_candidates": 1, "num_val_episodes": 1,
+    "limit_per_split": 1, "num_targets": 1, "num_seeds": 1, "num_features": 1,
+    "num_train_queries": 1, "num_val_queries": 1, "num_test_queries": 1,
+    # SUQUAN
+    "validation_size": 1, "train_size": 1, "val_size": 1, "num_levels": 1, "steps": 1,
+    "eval_every": 1, "kernel_test_per_class": 1, "kernel_block": 1, "cv_folds": 2,
+    "stop_after_pairs": 1,
 }
 # Finite numbers > 0.
 _POSITIVE = ("tau", "epsilon", "alpha", "steepness", "learning_rate", "max_train_minutes")
@@ -72,3 +82,28 @@ def check_settings(settings: dict) -> None:
         error = setting_error(name, value)
         if error:
             raise ValueError(error)
+
+
+def check_config(config, **choices: tuple) -> None:
+    """Raises a ValueError for the first field of the dataclass `config` that is not
+    allowed: a field named in `choices` (name=allowed values) outside its values (for a
+    tuple or list field: any of its items), or any field `setting_error` rejects.
+
+    Example:
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     loss: str = "mse"
+    ...     epochs: int = 0
+    >>> check_config(Config(), loss=("mse", "mae"))
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be an int >= 1, got 0.
+    """
+    for name, allowed in choices.items():
+        value = getattr(config, name)
+        several = isinstance(value, (tuple, list))
+        for item in value if several else (value,):
+            if item not in allowed:
+                rule = "be among" if several else "be one of"
+                raise ValueError(f"{name} must {rule} {allowed}, got {item!r}.")
+    check_settings(dataclasses.asdict(config))

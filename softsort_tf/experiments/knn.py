@@ -155,10 +155,9 @@ def negative_probability(y_true, probs):
 
 
 @dataclasses.dataclass
-class KnnConfig:
+class KnnConfig(training.RunConfig):
     """Everything a kNN run depends on (the binary's flags)."""
 
-    output_dir: str = "/tmp/softsort_tf_knn"
     dataset: str = "embedded"
     mnist_npz: str | None = None
     method: str = "softsort"
@@ -168,38 +167,23 @@ class KnnConfig:
     tau: float = 0.1
     num_queries: int = 100
     num_candidates: int = 100
-    learning_rate: float = 1e-2
-    epochs: int = 20
     steps_per_epoch: int = 100
     num_val_episodes: int = 10
     seed: int = 0
     limit_per_split: int | None = None
-    strategy: str = "default"
-    num_cpu_devices: int = 0
-    deterministic_ops: bool = False
     jit_compile: bool = True
-    stop_after_epochs: int | None = None
-    verbose: int | str = 2
+    # This binary's defaults of `RunConfig` fields.
+    output_dir: str = "/tmp/softsort_tf_knn"
+    epochs: int = 20
+    learning_rate: float = 1e-2
 
     def finalize(self) -> KnnConfig:
         """Validates the fields; returns self."""
-        if self.method not in KNN_METHODS:
-            raise ValueError(f"method must be one of {KNN_METHODS}, got {self.method!r}.")
-        if self.dataset not in images.SOURCES:
-            raise ValueError(f"dataset must be one of {images.SOURCES}, got {self.dataset!r}.")
         if self.mnist_npz and self.dataset == "embedded":
             self.dataset = "npz"
-        for name in ("num_samples", "k", "num_queries", "num_candidates", "epochs",
-                     "steps_per_epoch", "num_val_episodes"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
+        self.check(method=KNN_METHODS, dataset=images.SOURCES)
         if self.k > self.num_candidates:
             raise ValueError(f"k={self.k} must be <= num_candidates={self.num_candidates}.")
-        if not (self.tau > 0 and self.learning_rate > 0):
-            raise ValueError("tau and learning_rate must be > 0.")
-        if self.strategy not in training.STRATEGIES:
-            raise ValueError(f"strategy must be one of {training.STRATEGIES}, got "
-                             f"{self.strategy!r}.")
         return self
 
 

@@ -38,7 +38,7 @@ import tensorflow as tf
 
 import softsort_tf
 from softsort_tf.datasets import large_mnist
-from softsort_tf.experiments import checks, models, training
+from softsort_tf.experiments import models, training
 
 __all__ = ["TASKS", "ExperimentConfig", "build_model", "dataset_error", "default_tau",
            "evaluate", "make_datasets", "n_error", "objective", "prepare_runtime", "run"]
@@ -57,7 +57,7 @@ def default_tau(n: int) -> float:
 
 
 @dataclasses.dataclass
-class ExperimentConfig:
+class ExperimentConfig(training.RunConfig):
     """Everything a run depends on (the binaries' flags).
 
     `None` budget / hyper-parameter fields take the task's published default (module
@@ -65,7 +65,6 @@ class ExperimentConfig:
     """
 
     task: str = "sort"
-    output_dir: str = "/tmp/softsort_tf_run"
     method: str = "softsort"
     stochastic: bool = False
     num_samples: int = 5
@@ -75,9 +74,7 @@ class ExperimentConfig:
     alpha: float | None = None
     steepness: float | None = None
     log_cross_entropy: bool = True
-    learning_rate: float | None = None
     batch_size: int | None = None
-    epochs: int = 100
     steps_per_epoch: int | None = None
     seed: int = 0
     eval_seed: int = 1
@@ -86,11 +83,6 @@ class ExperimentConfig:
     digits_per_class: int | None = None
     num_val_sequences: int = 1000
     num_test_sequences: int = 10000
-    strategy: str = "default"
-    num_cpu_devices: int = 0
-    deterministic_ops: bool = True
-    stop_after_epochs: int | None = None
-    verbose: int | str = "auto"
     precision: str = "float32"
     lr_schedule: str = "constant"
     warmup_steps: int = 0
@@ -98,16 +90,15 @@ class ExperimentConfig:
     max_train_minutes: float | None = None
     save_every_epoch: bool = False
     jit_compile: bool = False
+    # This binary's defaults of `RunConfig` fields.
+    epochs: int = 100
+    deterministic_ops: bool = True
+    verbose: int | str = "auto"
 
     def finalize(self) -> ExperimentConfig:
         """Validates the config and fills in the task's defaults."""
-        for name, allowed in (("task", TASKS), ("method", models.METHODS),
-                              ("dataset", large_mnist.SOURCES),
-                              ("strategy", training.STRATEGIES),
-                              ("precision", PRECISIONS), ("lr_schedule", LR_SCHEDULES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
-        checks.check_settings(dataclasses.asdict(self))
+        self.check(task=TASKS, method=models.METHODS, dataset=large_mnist.SOURCES,
+                   precision=PRECISIONS, lr_schedule=LR_SCHEDULES)
         for error in (n_error(self.task, self.n), dataset_error(self.dataset, self.mnist_npz)):
             if error:
                 raise ValueError(error)

@@ -56,56 +56,38 @@ HIDDEN_UNITS = 64
 
 
 @dataclasses.dataclass
-class QuantileRegressionConfig:
+class QuantileRegressionConfig(training.RunConfig):
     """Everything a quantile-regression run depends on (the binary's flags)."""
 
-    output_dir: str = "/tmp/softsort_tf_quantile_regression"
     dataset: str = "synthetic"
     data_dir: str | None = None
     loss: str = "squantile"
     quantile: float = 0.1
     seed: int = 0
-    epochs: int = 100
     steps_per_epoch: int = 200
     patience: int = 10
     batch_size: int = 64
-    learning_rate: float = 1e-4
     epsilon: float = 0.01
     width: float | None = None
     squash: str | None = "logistic"
     targets: str = "regular"
     output_init: str = "quantile"
     validation_fraction: float = 0.2
-    strategy: str = "default"
-    num_cpu_devices: int = 0
-    deterministic_ops: bool = False  # Keras turns XLA off under op determinism (5x slower)
     jit_compile: bool = True
-    stop_after_epochs: int | None = None
+    # This binary's defaults of `RunConfig` fields.
+    output_dir: str = "/tmp/softsort_tf_quantile_regression"
+    epochs: int = 100
+    learning_rate: float = 1e-4
     verbose: int | str = 0
 
     def finalize(self) -> QuantileRegressionConfig:
         """Validates the fields; returns self."""
-        if self.dataset not in cqr.ALL_DATASETS:
-            raise ValueError(f"dataset must be one of {cqr.ALL_DATASETS}, got "
-                             f"{self.dataset!r}.")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
-        if self.output_init not in OUTPUT_INITS:
-            raise ValueError(f"output_init must be one of {OUTPUT_INITS}, got "
-                             f"{self.output_init!r}.")
-        for name in ("epochs", "steps_per_epoch", "patience", "batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
-        if not (self.learning_rate > 0 and self.epsilon > 0):
-            raise ValueError("learning_rate and epsilon must be > 0.")
+        self.check(dataset=cqr.ALL_DATASETS, loss=LOSSES, output_init=OUTPUT_INITS)
         # The losses check the quantile, width, squash and targets.
         make_loss(self, "squantile")
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1), got "
                              f"{self.validation_fraction}.")
-        if self.strategy not in training.STRATEGIES:
-            raise ValueError(f"strategy must be one of {training.STRATEGIES}, got "
-                             f"{self.strategy!r}.")
         return self
 
 

@@ -56,10 +56,9 @@ EVAL_BATCH_SIZE = 64
 
 
 @dataclasses.dataclass
-class RankingConfig:
+class RankingConfig(training.RunConfig):
     """Everything a ranking run depends on (the binary's flags)."""
 
-    output_dir: str = "/tmp/softsort_tf_ranking"
     losses: tuple = ("mse", "soft_ndcg_sinkhorn", "soft_ndcg_neuralsort",
                      "listwise_neuralsort")
     num_features: int = 16
@@ -72,38 +71,24 @@ class RankingConfig:
     tau: float | None = None
     epsilon: float | None = None
     seed: int = 0
-    epochs: int = 10
     steps_per_epoch: int | None = None
     batch_size: int = 16
+    # This binary's defaults of `RunConfig` fields.
+    output_dir: str = "/tmp/softsort_tf_ranking"
     learning_rate: float = 1e-3
-    strategy: str = "default"
-    num_cpu_devices: int = 0
-    deterministic_ops: bool = False
-    stop_after_epochs: int | None = None
-    verbose: int | str = 2
 
     def finalize(self) -> RankingConfig:
         """Validates the fields (a `ValueError` names the field); returns self."""
         self.losses = tuple(self.losses)
         if not self.losses:
-            raise ValueError("losses must name at least one of " f"{LOSSES}.")
-        for loss in self.losses:
-            if loss not in LOSSES:
-                raise ValueError(f"losses must be among {LOSSES}, got {loss!r}.")
-        for name in ("num_features", "num_train_queries", "num_val_queries",
-                     "num_test_queries", "epochs", "batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)}.")
+            raise ValueError(f"losses must name at least one of {LOSSES}.")
+        self.check(losses=LOSSES)
         if not 1 <= self.min_list_size <= self.max_list_size:
             raise ValueError(f"min_list_size and max_list_size must satisfy 1 <= "
                              f"min_list_size <= max_list_size, got {self.min_list_size}, "
                              f"{self.max_list_size}.")
-        for name in ("tau", "epsilon"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}.")
-        if not (self.learning_rate > 0 and self.label_noise >= 0):
-            raise ValueError("learning_rate must be > 0 and label_noise >= 0.")
+        if not self.label_noise >= 0:
+            raise ValueError(f"label_noise must be >= 0, got {self.label_noise}.")
         return self
 
     def steps(self) -> int:

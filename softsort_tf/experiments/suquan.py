@@ -70,7 +70,7 @@ import tensorflow as tf
 
 import softsort_tf as ss
 from softsort_tf.datasets import arrays, images
-from softsort_tf.experiments import training
+from softsort_tf.experiments import checks, training
 
 __all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "QuantileNormalizer",
            "SuquanConfig",
@@ -96,7 +96,7 @@ class SuquanConfig:
 
     output_dir: str = "/tmp/softsort_tf_suquan"
     dataset: str = "npz"
-    mnist_npz: str = DEFAULT_MNIST_NPZ
+    mnist_npz: str | None = DEFAULT_MNIST_NPZ  # read with dataset='npz' only
     validation_size: int = 5000
     pairs: tuple = ()  # (a, b) problems; empty: all 45
     methods: tuple = METHODS  # empty: the kernel methods only
@@ -118,30 +118,22 @@ class SuquanConfig:
 
     def finalize(self) -> SuquanConfig:
         """Validates the fields (ValueError naming the field); returns self."""
-        if self.dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}.")
         self.pairs = tuple(tuple(int(c) for c in p) for p in (self.pairs or PAIRS))
         for a, b in self.pairs:
             if not (0 <= a < b <= 9):
                 raise ValueError(f"pairs must be (a, b) with 0 <= a < b <= 9, got {(a, b)}.")
         self.methods = tuple(self.methods)
-        for m in self.methods:
-            if m not in METHODS:
-                raise ValueError(f"methods must be among {METHODS}, got {m!r}.")
-        for name in ("train_size", "val_size", "steps", "eval_every", "kernel_test_per_class",
-                     "kernel_block", "validation_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
-        if self.cv_folds < 2:
-            raise ValueError(f"cv_folds must be >= 2, got {self.cv_folds}.")
-        if self.num_levels is not None and self.num_levels < 1:
-            raise ValueError(f"num_levels must be a positive int or None, got "
-                             f"{self.num_levels}.")
+        if self.dataset != "npz":
+            self.mnist_npz = None  # read by the npz source only
+        elif not (self.mnist_npz and os.path.isfile(self.mnist_npz)):
+            raise ValueError(f"mnist_npz: no file {self.mnist_npz!r} (an npz with x_train, "
+                             "y_train, x_test, y_test); pass --mnist_npz, or "
+                             "--dataset=digits (offline, scikit-learn) or --dataset=mnist / "
+                             "cifar10 (tensorflow-datasets).")
+        checks.check_config(self, dataset=DATASETS, methods=METHODS)
         self.l2_grid = tuple(float(v) for v in self.l2_grid)
         if not self.l2_grid or min(self.l2_grid) < 0:
             raise ValueError(f"l2_grid must be non-empty values >= 0, got {self.l2_grid}.")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
         self.kernel_sizes = tuple(sorted(int(s) for s in self.kernel_sizes))
         for s in self.kernel_sizes:
             if s < 2 * self.cv_folds or s % 2:
@@ -158,11 +150,6 @@ def load_images(config: SuquanConfig) -> images.ImageSplits:
     [0, 1] (colour images: 0.299 R + 0.587 G + 0.114 B), with int labels; the last
     `validation_size` training images are the validation part (scikit-learn digits:
     their fixed split)."""
-    if config.dataset == "npz" and not os.path.exists(config.mnist_npz):
-        raise ValueError(f"mnist_npz: no file {config.mnist_npz!r} (an npz with x_train, "
-                         "y_train, x_test, y_test); pass --mnist_npz, or --dataset=digits "
-                         "(offline, scikit-learn) or --dataset=mnist / cifar10 "
-                         "(tensorflow-datasets).")
     splits = images.load_image_splits(config.dataset, npz_path=config.mnist_npz,
                                       validation_size=config.validation_size)
 

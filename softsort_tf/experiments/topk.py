@@ -110,10 +110,9 @@ def build_cnn(image_shape: tuple, num_classes: int, quantile_norm: bool = False,
 
 
 @dataclasses.dataclass
-class TopKConfig:
+class TopKConfig(training.RunConfig):
     """Everything a top-k run depends on (the binary's flags)."""
 
-    output_dir: str = "/tmp/softsort_tf_topk"
     dataset: str = "digits"
     npz_path: str | None = None
     losses: tuple = ("cross_entropy", "soft_topk")
@@ -123,15 +122,12 @@ class TopKConfig:
     epsilon: float = 0.01
     topk_form: str = "rank"
     num_seeds: int = 3
-    epochs: int = 30
     batch_size: int = 32
-    learning_rate: float = 1e-3
     limit_per_split: int | None = None
-    strategy: str = "default"
-    num_cpu_devices: int = 0
-    deterministic_ops: bool = False
-    stop_after_epochs: int | None = None
-    verbose: int | str = 2
+    # This binary's defaults of `RunConfig` fields.
+    output_dir: str = "/tmp/softsort_tf_topk"
+    epochs: int = 30
+    learning_rate: float = 1e-3
 
     def variants(self) -> list[str]:
         out = list(self.losses)
@@ -142,23 +138,9 @@ class TopKConfig:
     def finalize(self) -> TopKConfig:
         """Validates the fields; returns self."""
         self.losses = tuple(self.losses)
-        for loss in self.losses:
-            if loss not in VARIANTS[:2]:
-                raise ValueError(f"losses must be among {VARIANTS[:2]}, got {loss!r}.")
+        self.check(losses=VARIANTS[:2], dataset=images.SOURCES, topk_form=("rank", "cdf"))
         if not self.variants():
             raise ValueError("nothing to train: give losses or quantile_norm_layers.")
-        if self.dataset not in images.SOURCES:
-            raise ValueError(f"dataset must be one of {images.SOURCES}, got {self.dataset!r}.")
-        if self.topk_form not in ("rank", "cdf"):
-            raise ValueError(f"topk_form must be 'rank' or 'cdf', got {self.topk_form!r}.")
-        for name in ("num_targets", "k", "num_seeds", "epochs", "batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)}.")
-        if not (self.epsilon > 0 and self.learning_rate > 0):
-            raise ValueError("epsilon and learning_rate must be > 0.")
-        if self.strategy not in training.STRATEGIES:
-            raise ValueError(f"strategy must be one of {training.STRATEGIES}, got "
-                             f"{self.strategy!r}.")
         return self
 
 
@@ -265,12 +247,8 @@ def run(config: TopKConfig) -> dict:
     """Trains every variant × seed (resumable), writes the curves; returns the summary."""
     config = config.finalize()
     wall = time.time()
-    if config.num_cpu_devices:
-        training.set_cpu_devices(config.num_cpu_devices)
-    if config.deterministic_ops:
-        tf.config.experimental.enable_op_determinism()
+    strategy = training.prepare_runtime(config)
     os.makedirs(config.output_dir, exist_ok=True)
-    strategy = training.make_strategy(config.strategy)
     splits = images.load_image_splits(config.dataset, config.npz_path,
                                       limit_per_split=config.limit_per_split)
     runs = {v: [_run_one(config, splits, v, seed, strategy) for seed in range(config.num_seeds)]

@@ -55,14 +55,38 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "StopAfterEpochs",
-           "TimeBudgetStop", "adapt_to_strategy", "best_epoch", "distribute_batches",
-           "fit_resumable", "is_chief",
-           "is_multi_worker", "machine_info", "make_strategy", "output_directory",
-           "prepare_runtime", "read_history", "set_cpu_devices", "should_stop_early",
-           "split_batches", "worker_index", "write_json"]
+from softsort_tf.experiments import checks
+
+__all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "RunConfig",
+           "StopAfterEpochs", "TimeBudgetStop", "adapt_to_strategy", "best_epoch",
+           "distribute_batches", "fit_resumable", "is_chief", "is_multi_worker",
+           "machine_info", "make_strategy", "output_directory", "prepare_runtime",
+           "read_history", "set_cpu_devices", "should_stop_early", "split_batches",
+           "worker_index", "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The settings of a training run that every training binary has (the flags of
+    `flags.define_run_flags`); a binary's config adds its own fields and may change
+    these defaults."""
+
+    output_dir: str = "/tmp/softsort_tf_run"
+    epochs: int = 10
+    learning_rate: float | None = None
+    strategy: str = "default"
+    num_cpu_devices: int = 0
+    deterministic_ops: bool = False
+    stop_after_epochs: int | None = None
+    verbose: int | str = 2
+
+    def check(self, **choices: tuple) -> None:
+        """Raises a `ValueError` naming the first field that is not allowed: `strategy`
+        and the fields of `choices` (name=allowed values) outside their values, or a
+        field `checks.setting_error` rejects."""
+        checks.check_config(self, strategy=STRATEGIES, **choices)
 
 
 def set_cpu_devices(count: int) -> None:
@@ -100,12 +124,13 @@ def prepare_runtime(config) -> tf.distribute.Strategy:
     """Devices, seeds and op determinism of a run; returns its strategy.
 
     Args:
-      config: any config with the run fields `num_cpu_devices`, `seed`,
-        `deterministic_ops` and `strategy` (those of `flags.define_run_flags`).
+      config: a `RunConfig`; its `seed`, if it has one, seeds Python, numpy and
+        TensorFlow.
     """
     if config.num_cpu_devices:
         set_cpu_devices(config.num_cpu_devices)
-    keras.utils.set_random_seed(config.seed)
+    if getattr(config, "seed", None) is not None:
+        keras.utils.set_random_seed(config.seed)
     if config.deterministic_ops:
         tf.config.experimental.enable_op_determinism()
     return make_strategy(config.strategy)
