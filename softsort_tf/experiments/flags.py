@@ -72,16 +72,98 @@ flags.disclaim_key_flags()
 _DEFAULTS = ExperimentConfig()
 
 
-def _validate(*names: str) -> None:
-    """Registers `checks.setting_error` as the validator of each flag in `names`."""
-    for name in names:
-        def checker(value, name=name):
-            error = checks.setting_error(name, value)
-            if error:
-                raise flags.ValidationError(error)
-            return True
+# Every flag of the groups below: name -> (type, help). The type is bool, int, float, str,
+# or the tuple of allowed values of an enum flag. A flag's default is that of the
+# `ExperimentConfig` field of its name, unless its group passes another.
+_FLAGS = {
+    # define_run_flags
+    "output_dir": (str, "Run folder: checkpoints, TensorBoard, results. Restarting with the "
+                   "same folder resumes the run."),
+    "seed": (int, "Seed of initialisation, training data and noise."),
+    "epochs": (int, "Epochs."),
+    "steps_per_epoch": (int, "Training steps per epoch."),
+    "batch_size": (int, "Batch size."),
+    "learning_rate": (float, "Learning rate of the optimiser."),
+    "strategy": (STRATEGIES, "tf.distribute strategy."),
+    "num_cpu_devices": (int, "Split the CPU into this many logical devices (0: leave as is), "
+                        "e.g. to try --strategy=mirrored without GPUs."),
+    "deterministic_ops": (bool, "tf.config.experimental.enable_op_determinism()."),
+    "stop_after_epochs": (int, "Stop (as if interrupted) after this many epochs; rerun "
+                          "without it to resume. For tests."),
+    "verbose": (int, "Keras verbosity: 0 silent, 1 progress bar, 2 one line per epoch."),
+    # define_relaxation_flags
+    "method": (METHODS, "Relaxed sorting operator."),
+    "tau": (float, "SoftSort/NeuralSort temperature on raw scores; default: the binary's "
+            "(large-MNIST: 1024 for n <= 7, else 128, SoftSort paper; kNN: 0.1)."),
+    "epsilon": (float, "Sinkhorn regularisation (Cuturi et al.: 0.005)."),
+    "alpha": (float, "LapSum's Laplace scale on raw scores; default that of --tau."),
+    "steepness": (float, "Sorting networks' (diffsort) steepness on raw scores; default "
+                  "1 / the default of --tau."),
+    "log_cross_entropy": (bool, "Sorting loss from log P-hat (SoftSort, NeuralSort, "
+                          "Sinkhorn), without the probability floor."),
+    "stochastic": (bool, "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce)."),
+    "num_samples": (int, "Gumbel samples per sequence (stochastic)."),
+    # define_large_mnist_flags
+    "task": (TASKS, "Large-MNIST task."),
+    "n": (int, "Numbers per sequence."),
+    "dataset": (SOURCES, "Digit source: embedded (scikit-learn digits, offline), tfds, npz."),
+    "mnist_npz": (str, "npz with x_train/y_train/x_test/y_test (--dataset=npz; implied when "
+                  "given)."),
+    "digits_per_class": (int, "Keep only this many digit images per class and split "
+                         "(quick runs)."),
+    "eval_seed": (int, "Seed of the validation and test sequences (fixed across runs)."),
+    "num_val_sequences": (int, "Validation sequences."),
+    "num_test_sequences": (int, "Test sequences."),
+    # define_speed_flags
+    "precision": (PRECISIONS, "Dtype policy of the CNN (mixed_bfloat16: ~2x faster on CPUs "
+                  "with AVX-512 BF16; scores, operator and loss stay float32)."),
+    "lr_schedule": (LR_SCHEDULES, "constant (published) or cosine: linear warm-up over "
+                    "--warmup_steps, then cosine decay to 0 at the last step of --epochs."),
+    "warmup_steps": (int, "Warm-up steps of --lr_schedule=cosine."),
+    "patience": (int, "Stop when validation has not improved for this many epochs (None: "
+                 "train all epochs)."),
+    "max_train_minutes": (float, "Stop after the epoch at which training (all sessions, "
+                          "validation included) has taken this long."),
+    "save_every_epoch": (bool, "Keep every epoch's weights (scripts/time_to_accuracy.py)."),
+    "jit_compile": (bool, "XLA-compile the train step (ignored under --deterministic_ops, "
+                    "which Keras runs without XLA)."),
+}
+_DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+           str: flags.DEFINE_string}
 
-        flags.register_validator(name, checker)
+
+def _validate(name: str) -> None:
+    """Registers `checks.setting_error` as the validator of the flag `name`."""
+    def checker(value):
+        error = checks.setting_error(name, value)
+        if error:
+            raise flags.ValidationError(error)
+        return True
+
+    flags.register_validator(name, checker)
+
+
+def _define(names: tuple[str, ...], defaults: dict | None = None,
+            notes: dict[str, str] | None = None) -> None:
+    """Defines the flags `names` of `_FLAGS`, each validated with `checks.setting_error`.
+
+    Args:
+      names: keys of `_FLAGS`.
+      defaults: name -> default, for flags whose default is not the `ExperimentConfig`
+        field's.
+      notes: name -> text appended to the flag's help (`"Batch size; <text>."`).
+    """
+    defaults, notes = defaults or {}, notes or {}
+    for name in names:
+        kind, help_text = _FLAGS[name]
+        if name in notes:
+            help_text = f"{help_text.removesuffix('.')}; {notes[name]}."
+        default = defaults[name] if name in defaults else getattr(_DEFAULTS, name)
+        if isinstance(kind, tuple):
+            flags.DEFINE_enum(name, default, kind, help_text)
+        else:
+            _DEFINE[kind](name, default, help_text)
+        _validate(name)
 
 
 def _multi_validate(names: list[str], error_fn: Callable[..., str | None]) -> None:
@@ -111,78 +193,31 @@ def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | N
       defaults_help: flag name -> text appended to its help, e.g.
         `{"batch_size": "default 20"}`.
     """
-    extra = defaults_help or {}
-
-    def help_text(name: str, text: str) -> str:
-        return f"{text}; {extra[name]}." if name in extra else f"{text}."
-
-    flags.DEFINE_string("output_dir", None, "Run folder: checkpoints, TensorBoard, "
-                        "results. Restarting with the same folder resumes the run.")
+    _define(("output_dir", "seed", "epochs", "steps_per_epoch", "batch_size", "learning_rate",
+             "strategy", "num_cpu_devices", "deterministic_ops", "stop_after_epochs",
+             "verbose"),
+            defaults=dict(output_dir=None, seed=seed, epochs=epochs,
+                          steps_per_epoch=steps_per_epoch, batch_size=batch_size,
+                          learning_rate=learning_rate, verbose=1),
+            notes=defaults_help)
     flags.mark_flag_as_required("output_dir")
-    flags.DEFINE_integer("seed", seed, "Seed of initialisation, training data and noise.")
-    flags.DEFINE_integer("epochs", epochs, help_text("epochs", "Epochs"))
-    flags.DEFINE_integer("steps_per_epoch", steps_per_epoch,
-                         help_text("steps_per_epoch", "Training steps per epoch"))
-    flags.DEFINE_integer("batch_size", batch_size, help_text("batch_size", "Batch size"))
-    flags.DEFINE_float("learning_rate", learning_rate,
-                       help_text("learning_rate", "Learning rate of the optimiser"))
-    flags.DEFINE_enum("strategy", _DEFAULTS.strategy, STRATEGIES, "tf.distribute strategy.")
-    flags.DEFINE_integer("num_cpu_devices", _DEFAULTS.num_cpu_devices,
-                         "Split the CPU into this many logical devices (0: leave as is), "
-                         "e.g. to try --strategy=mirrored without GPUs.")
-    flags.DEFINE_bool("deterministic_ops", _DEFAULTS.deterministic_ops,
-                      "tf.config.experimental.enable_op_determinism().")
-    flags.DEFINE_integer("stop_after_epochs", None, "Stop (as if interrupted) after this many "
-                         "epochs; rerun without it to resume. For tests.")
-    flags.DEFINE_integer("verbose", 1, "Keras verbosity: 0 silent, 1 progress bar, "
-                         "2 one line per epoch.")
-    _validate("epochs", "steps_per_epoch", "batch_size", "learning_rate", "num_cpu_devices",
-              "stop_after_epochs", "verbose")
 
 
 def define_relaxation_flags() -> None:
     """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`, `alpha`,
     `steepness`, `log_cross_entropy`, `stochastic`, `num_samples`."""
-    flags.DEFINE_enum("method", _DEFAULTS.method, METHODS, "Relaxed sorting operator.")
-    flags.DEFINE_float("tau", None, "SoftSort/NeuralSort temperature on raw scores; default: "
-                       "the binary's (large-MNIST: 1024 for n <= 7, else 128, SoftSort "
-                       "paper; kNN: 0.1).")
-    flags.DEFINE_float("epsilon", _DEFAULTS.epsilon,
-                       "Sinkhorn regularisation (Cuturi et al.: 0.005).")
-    flags.DEFINE_float("alpha", None, "LapSum's Laplace scale on raw scores; default that "
-                       "of --tau.")
-    flags.DEFINE_float("steepness", None, "Sorting networks' (diffsort) steepness on raw "
-                       "scores; default 1 / the default of --tau.")
-    flags.DEFINE_bool("log_cross_entropy", _DEFAULTS.log_cross_entropy,
-                      "Sorting loss from log P-hat (SoftSort, NeuralSort, Sinkhorn), "
-                      "without the probability floor.")
-    flags.DEFINE_bool("stochastic", _DEFAULTS.stochastic,
-                      "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce).")
-    flags.DEFINE_integer("num_samples", _DEFAULTS.num_samples,
-                         "Gumbel samples per sequence (stochastic).")
-    _validate("tau", "epsilon", "alpha", "steepness", "num_samples")
+    _define(("method", "tau", "epsilon", "alpha", "steepness", "log_cross_entropy",
+             "stochastic", "num_samples"))
 
 
 def define_large_mnist_flags(task: str | None) -> None:
     """Defines the large-MNIST data flags of `task` ('sort', 'median', or None: a
     `--task` flag chooses): `n`, `dataset`, `mnist_npz`, `digits_per_class`,
     `eval_seed`, `num_val_sequences`, `num_test_sequences`."""
-    if task is None:
-        flags.DEFINE_enum("task", TASKS[0], TASKS, "Large-MNIST task.")
-    flags.DEFINE_integer("n", _DEFAULTS.n, "Numbers per sequence" + (
-        "." if task == "sort" else " (odd for the median)."))
-    flags.DEFINE_enum("dataset", _DEFAULTS.dataset, SOURCES,
-                      "Digit source: embedded (scikit-learn digits, offline), tfds, npz.")
-    flags.DEFINE_string("mnist_npz", None, "npz with x_train/y_train/x_test/y_test "
-                        "(--dataset=npz; implied when given).")
-    flags.DEFINE_integer("digits_per_class", None,
-                         "Keep only this many digit images per class and split (quick runs).")
-    flags.DEFINE_integer("eval_seed", _DEFAULTS.eval_seed,
-                         "Seed of the validation and test sequences (fixed across runs).")
-    flags.DEFINE_integer("num_val_sequences", _DEFAULTS.num_val_sequences,
-                         "Validation sequences.")
-    flags.DEFINE_integer("num_test_sequences", _DEFAULTS.num_test_sequences, "Test sequences.")
-    _validate("n", "mnist_npz", "digits_per_class", "num_val_sequences", "num_test_sequences")
+    _define(("task",) if task is None else ())
+    _define(("n", "dataset", "mnist_npz", "digits_per_class", "eval_seed", "num_val_sequences",
+             "num_test_sequences"),
+            notes=None if task == "sort" else {"n": "odd for the median"})
     if task is None:
         _multi_validate(["task", "n"], n_error)
     else:
@@ -195,24 +230,8 @@ def define_speed_flags() -> None:
     """Defines the flags of the faster large-MNIST schedules (defaults: the published
     protocol): `precision`, `lr_schedule`, `warmup_steps`, `patience`,
     `max_train_minutes`, `save_every_epoch`, `jit_compile`."""
-    flags.DEFINE_enum("precision", _DEFAULTS.precision, PRECISIONS,
-                      "Dtype policy of the CNN (mixed_bfloat16: ~2x faster on CPUs with "
-                      "AVX-512 BF16; scores, operator and loss stay float32).")
-    flags.DEFINE_enum("lr_schedule", _DEFAULTS.lr_schedule, LR_SCHEDULES,
-                      "constant (published) or cosine: linear warm-up over --warmup_steps, "
-                      "then cosine decay to 0 at the last step of --epochs.")
-    flags.DEFINE_integer("warmup_steps", _DEFAULTS.warmup_steps,
-                         "Warm-up steps of --lr_schedule=cosine.")
-    flags.DEFINE_integer("patience", None, "Stop when validation has not improved for this "
-                         "many epochs (None: train all epochs).")
-    flags.DEFINE_float("max_train_minutes", None, "Stop after the epoch at which training "
-                       "(all sessions, validation included) has taken this long.")
-    flags.DEFINE_bool("save_every_epoch", _DEFAULTS.save_every_epoch,
-                      "Keep every epoch's weights (scripts/time_to_accuracy.py).")
-    flags.DEFINE_bool("jit_compile", _DEFAULTS.jit_compile,
-                      "XLA-compile the train step (ignored under --deterministic_ops, "
-                      "which Keras runs without XLA).")
-    _validate("warmup_steps", "patience", "max_train_minutes")
+    _define(("precision", "lr_schedule", "warmup_steps", "patience", "max_train_minutes",
+             "save_every_epoch", "jit_compile"))
 
 
 def define_flags(task: str | None) -> None:
