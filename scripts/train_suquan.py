@@ -34,7 +34,8 @@ flags.DEFINE_integer("validation_size", _D.validation_size,
                      "Last training images held out for validation (npz and "
                      "tensorflow-datasets sources).", lower_bound=1)
 flags.DEFINE_list("pairs", [], "Problems as a-b (e.g. 3-5,4-9); default all 45.")
-flags.DEFINE_list("methods", list(_D.methods), f"Among {', '.join(suquan.METHODS)} "
+flags.DEFINE_list("normalizations", list(_D.normalizations),
+                  f"Inputs of the linear models, among {', '.join(suquan.NORMALIZATIONS)} "
                   "(empty: the kernel methods only).")
 flags.DEFINE_integer("train_size", _D.train_size, "Training images per problem.",
                      lower_bound=1)
@@ -76,16 +77,18 @@ def _check_pairs(values):
     return all(0 <= a < b <= 9 for a, b in _parse_pairs(values))
 
 
-@flags.validator("methods", f"each method must be one of {suquan.METHODS}")
-def _check_methods(values):
-    return all(v in suquan.METHODS for v in values)
+@flags.validator("normalizations",
+                 f"each normalization must be one of {suquan.NORMALIZATIONS}")
+def _check_normalizations(values):
+    return all(v in suquan.NORMALIZATIONS for v in values)
 
 
 def main(argv):
     del argv
     f = flags.FLAGS
     config = experiment_flags.dataclass_from_flags(
-        suquan.SuquanConfig, pairs=_parse_pairs(f.pairs), methods=tuple(f.methods),
+        suquan.SuquanConfig, pairs=_parse_pairs(f.pairs),
+        normalizations=tuple(f.normalizations),
         l2_grid=tuple(float(v) for v in f.l2_grid),
         kernel_sizes=tuple(int(v) for v in f.kernel_sizes))
     suquan.run(config)

@@ -39,7 +39,7 @@ _INTS = {
     # SUQUAN
     "validation_size": 1, "train_size": 1, "val_size": 1, "num_levels": 1, "steps": 1,
     "eval_every": 1, "kernel_test_per_class": 1, "kernel_block": 1, "cv_folds": 2,
-    "stop_after_pairs": 1,
+    "stop_after_pairs": 0,
 }
 # Finite numbers > 0.
 _POSITIVE = ("tau", "epsilon", "alpha", "steepness", "learning_rate", "max_train_minutes")

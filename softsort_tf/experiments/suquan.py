@@ -31,12 +31,12 @@ and needs no relaxation. The learned f uses that layer's parameterisation
 (`target_values()` with `learn_range=False`): f = cumsum(softmax(h)), increasing from
 above 0 to 1 at every step of training; the linear model then fixes the scale.
 
-Training (ours; the talk gives no budget): every method trains, at once, one model per
-L2 strength λ of `l2_grid` (loss: mean logistic loss + λ‖w‖²) by full-batch Adam for
-`steps` steps from w = 0; every `eval_every` steps the validation accuracy is read, and
-the (λ, step) with the best validation accuracy (then the lowest validation loss) is
-kept. The test set is the standard test set restricted to the pair; reported: test
-accuracy and AUC.
+Training (ours; the talk gives no budget): for every normalisation of `NORMALIZATIONS`,
+one model per L2 strength λ of `l2_grid` trains at once (loss: mean logistic loss +
+λ‖w‖²) by full-batch Adam for `steps` steps from w = 0; every `eval_every` steps the
+validation accuracy is read, and the (λ, step) with the best validation accuracy (then
+the lowest validation loss) is kept. The test set is the standard test set restricted
+to the pair; reported: test accuracy and AUC.
 
 Kendall kernels (Jiao & Vert 2015; talk: "kernel trick useful with few samples in
 large dimensions"): an SVM (`sklearn.svm.SVC(kernel='precomputed')`) on the Gram matrix
@@ -52,8 +52,8 @@ chosen by stratified cross-validation on the training images alone.
 `run(config)` writes one JSON file per problem as it finishes (`pairs/a_b.json`,
 `kernel/pairs/a_b.json`, the Gram blocks in `kernel/gram/`): a restarted run skips the
 finished problems and blocks. `results.json` (rewritten after each problem) holds the
-mean ± standard error over the finished problems of every method, and the per-problem
-numbers. `scripts/train_suquan.py` is the binary.
+mean ± standard error over the finished problems of every normalisation and kernel
+method, and the per-problem numbers. `scripts/train_suquan.py` is the binary.
 """
 
 from __future__ import annotations
@@ -72,14 +72,15 @@ import softsort_tf as ss
 from softsort_tf.datasets import arrays, images
 from softsort_tf.experiments import checks, training
 
-__all__ = ["DATASETS", "KERNEL_METHODS", "METHODS", "PAIRS", "PairData", "QuantileNormalizer",
-           "SuquanConfig",
-           "fixed_quantile_function", "format_tables", "gram_blocks", "load_images",
-           "pair_data",
-           "quantile_functions", "quantile_normalize", "rank_intervals", "run",
-           "suquan_targets", "summarize", "train_linear_models"]
+__all__ = ["DATASETS", "KERNEL_METHODS", "NORMALIZATIONS", "PAIRS", "PairData",
+           "QuantileNormalizer", "SuquanConfig", "fixed_quantile_function", "format_tables",
+           "gram_blocks", "load_images", "pair_data", "quantile_functions",
+           "quantile_normalize", "rank_intervals", "run", "suquan_targets", "summarize",
+           "train_linear_models"]
 
-METHODS = ("raw", "uniform", "gaussian", "median", "suquan")
+# The inputs of the linear models: raw pixels, or quantile-normalised onto a fixed f
+# (uniform, Gaussian, median of the training images) or onto SUQUAN's learned f.
+NORMALIZATIONS = ("raw", "uniform", "gaussian", "median", "suquan")
 KERNEL_METHODS = ("kendall_svm", "linear_svm", "logistic")
 PAIRS = tuple(itertools.combinations(range(10), 2))
 DATASETS = ("npz", "digits", "mnist", "cifar10")
@@ -99,7 +100,7 @@ class SuquanConfig:
     mnist_npz: str | None = DEFAULT_MNIST_NPZ  # read with dataset='npz' only
     validation_size: int = 5000
     pairs: tuple = ()  # (a, b) problems; empty: all 45
-    methods: tuple = METHODS  # empty: the kernel methods only
+    normalizations: tuple = NORMALIZATIONS  # empty: the kernel methods only
     train_size: int = 1000
     val_size: int = 1000
     num_levels: int | None = None  # m; None: one level per pixel
@@ -122,7 +123,7 @@ class SuquanConfig:
         for a, b in self.pairs:
             if not (0 <= a < b <= 9):
                 raise ValueError(f"pairs must be (a, b) with 0 <= a < b <= 9, got {(a, b)}.")
-        self.methods = tuple(self.methods)
+        self.normalizations = tuple(self.normalizations)
         if self.dataset != "npz":
             self.mnist_npz = None  # read by the npz source only
         elif not (self.mnist_npz and os.path.isfile(self.mnist_npz)):
@@ -130,7 +131,7 @@ class SuquanConfig:
                              "y_train, x_test, y_test); pass --mnist_npz, or "
                              "--dataset=digits (offline, scikit-learn) or --dataset=mnist / "
                              "cifar10 (tensorflow-datasets).")
-        checks.check_config(self, dataset=DATASETS, methods=METHODS)
+        checks.check_config(self, dataset=DATASETS, normalizations=NORMALIZATIONS)
         self.l2_grid = tuple(float(v) for v in self.l2_grid)
         if not self.l2_grid or min(self.l2_grid) < 0:
             raise ValueError(f"l2_grid must be non-empty values >= 0, got {self.l2_grid}.")
@@ -292,20 +293,21 @@ def quantile_functions(x, m: int) -> np.ndarray:
     return (np.diff(total, axis=1) * m / p).astype(np.float32)
 
 
-def fixed_quantile_function(method: str, m: int, x_train=None) -> np.ndarray:
+def fixed_quantile_function(normalization: str, m: int, x_train=None) -> np.ndarray:
     """The target f of a fixed normalisation: 'uniform' (j − ½)/m, 'gaussian'
     Φ⁻¹((j − ½)/m), 'median' (element-wise median of the training rows' quantile
     functions, needs `x_train`)."""
     levels = (np.arange(m) + 0.5) / m
-    if method == "uniform":
+    if normalization == "uniform":
         return levels.astype(np.float32)
-    if method == "gaussian":
+    if normalization == "gaussian":
         from scipy.special import ndtri  # noqa: PLC0415
 
         return ndtri(levels).astype(np.float32)
-    if method == "median":
+    if normalization == "median":
         return np.median(quantile_functions(x_train, m), axis=0).astype(np.float32)
-    raise ValueError(f"method must be 'uniform', 'gaussian' or 'median', got {method!r}.")
+    raise ValueError(f"normalization must be 'uniform', 'gaussian' or 'median', got "
+                     f"{normalization!r}.")
 
 
 def suquan_targets(f_init, count: int = 1) -> list:
@@ -435,11 +437,12 @@ def _metrics(y, scores) -> dict:
 
 
 def _run_pair(config: SuquanConfig, pair: PairData) -> dict:
-    """Trains and tests every method of `config.methods` on one problem."""
+    """Trains and tests the model of every normalisation of `config.normalizations` on one
+    problem."""
     p = pair.x_train.shape[1]
     m = config.num_levels or p
     out = {"num_train": len(pair.y_train), "num_val": len(pair.y_val),
-           "num_test": len(pair.y_test), "num_levels": m, "methods": {}}
+           "num_test": len(pair.y_test), "num_levels": m, "normalizations": {}}
     kwargs = dict(l2_grid=config.l2_grid, steps=config.steps, eval_every=config.eval_every,
                   learning_rate=config.learning_rate, jit_compile=config.jit_compile)
     split_intervals = {}
@@ -451,25 +454,26 @@ def _run_pair(config: SuquanConfig, pair: PairData) -> dict:
         return split_intervals[name]
 
     f_median = fixed_quantile_function("median", m, pair.x_train)
-    for method in config.methods:
+    for normalization in config.normalizations:
         start = time.time()
         f = None
-        if method == "suquan":
+        if normalization == "suquan":
             layers = suquan_targets(f_median, len(config.l2_grid))
             fit = train_linear_models(intervals("train"), pair.y_train, intervals("val"),
                                       pair.y_val, targets=layers, **kwargs)
             scores = fit["predict"](intervals("test"))
             f = fit["f"]
         else:
-            if method == "raw":
+            if normalization == "raw":
                 feats = {s: getattr(pair, f"x_{s}") for s in ("train", "val", "test")}
             else:
-                f = (f_median if method == "median" else fixed_quantile_function(method, m))
+                f = (f_median if normalization == "median"
+                     else fixed_quantile_function(normalization, m))
                 feats = {s: intervals(s).apply(f).numpy() for s in ("train", "val", "test")}
             fit = train_linear_models(feats["train"], pair.y_train, feats["val"], pair.y_val,
                                       **kwargs)
             scores = fit["predict"](feats["test"])
-        out["methods"][method] = {
+        out["normalizations"][normalization] = {
             **_metrics(pair.y_test, scores), "val_accuracy": fit["val_accuracy"],
             "l2": fit["l2"], "step": fit["step"], "seconds": time.time() - start,
             "f": None if f is None else np.asarray(f, np.float32).round(5).tolist()}
@@ -599,14 +603,14 @@ def _mean_se(values) -> dict:
 
 def summarize(per_pair: dict, kernel_per_pair: dict) -> dict:
     """Mean ± standard error (sample std / √problems) over the finished problems of the
-    test accuracy and AUC of every method (and kernel method at every size)."""
+    test accuracy and AUC of every normalisation (and kernel method at every size)."""
     summary = {"linear": {}, "kernel": {}}
-    methods = sorted({m for r in per_pair.values() for m in r["methods"]},
-                     key=lambda m: METHODS.index(m))
-    for method in methods:
-        rows = [r["methods"][method] for r in per_pair.values() if method in r["methods"]]
-        summary["linear"][method] = {k: _mean_se([r[k] for r in rows])
-                                     for k in ("test_accuracy", "test_auc")}
+    done = {n for r in per_pair.values() for n in r["normalizations"]}
+    for normalization in [n for n in NORMALIZATIONS if n in done]:
+        rows = [r["normalizations"][normalization] for r in per_pair.values()
+                if normalization in r["normalizations"]]
+        summary["linear"][normalization] = {k: _mean_se([r[k] for r in rows])
+                                            for k in ("test_accuracy", "test_auc")}
     sizes = sorted({s for r in kernel_per_pair.values() for s in r if s != "num_test"}, key=int)
     for size in sizes:
         for method in KERNEL_METHODS:
@@ -623,7 +627,7 @@ _NAMES = {"raw": "raw pixels", "uniform": "uniform QN", "gaussian": "Gaussian QN
 
 
 def format_tables(results: dict, baseline: str = "raw") -> str:
-    """Markdown tables of a `results.json`: per method, the mean ± s.e. over the
+    """Markdown tables of a `results.json`: per normalisation, the mean ± s.e. over the
     problems of the test accuracy (%) and AUC, and the paired difference in accuracy
     to `baseline` (mean ± s.e. of the per-problem differences, and the problems won /
     tied / lost); per training size, the same for the kernel methods."""
@@ -631,19 +635,20 @@ def format_tables(results: dict, baseline: str = "raw") -> str:
     pairs = results.get("pairs", {})
     linear = results["summary"]["linear"]
     if linear:
-        lines += [f"| method | test accuracy (%) | test AUC | Δ accuracy vs {_NAMES[baseline]} "
-                  "(points, paired) | won / tied / lost | problems |", "|---|---|---|---|---|---|"]
-        for method in [m for m in METHODS if m in linear]:
-            acc, auc = linear[method]["test_accuracy"], linear[method]["test_auc"]
-            both = [r["methods"] for r in pairs.values()
-                    if method in r["methods"] and baseline in r["methods"]]
-            diff = np.array([100 * (r[method]["test_accuracy"] - r[baseline]["test_accuracy"])
+        lines += [f"| normalisation | test accuracy (%) | test AUC | Δ accuracy vs "
+                  f"{_NAMES[baseline]} (points, paired) | won / tied / lost | problems |",
+                  "|---|---|---|---|---|---|"]
+        for name in [n for n in NORMALIZATIONS if n in linear]:
+            acc, auc = linear[name]["test_accuracy"], linear[name]["test_auc"]
+            both = [r["normalizations"] for r in pairs.values()
+                    if name in r["normalizations"] and baseline in r["normalizations"]]
+            diff = np.array([100 * (r[name]["test_accuracy"] - r[baseline]["test_accuracy"])
                              for r in both])
             paired = (f"{diff.mean():+.2f} ± {diff.std(ddof=1) / math.sqrt(len(diff)):.2f}"
-                      if method != baseline and len(diff) > 1 else "–")
+                      if name != baseline and len(diff) > 1 else "–")
             record = (f"{np.sum(diff > 0)} / {np.sum(diff == 0)} / {np.sum(diff < 0)}"
-                      if method != baseline else "–")
-            lines.append(f"| {_NAMES[method]} | {100 * acc['mean']:.2f} ± {100 * acc['se']:.2f} "
+                      if name != baseline else "–")
+            lines.append(f"| {_NAMES[name]} | {100 * acc['mean']:.2f} ± {100 * acc['se']:.2f} "
                          f"| {auc['mean']:.4f} ± {auc['se']:.4f} | {paired} | {record} "
                          f"| {acc['count']} |")
     kernel = results["summary"]["kernel"]
@@ -705,7 +710,7 @@ def run(config: SuquanConfig) -> dict:
         def stop():
             return config.stop_after_pairs is not None and finished >= config.stop_after_pairs
 
-        for a, b in config.pairs if config.methods else ():
+        for a, b in config.pairs if config.normalizations else ():
             path = os.path.join(pairs_dir, f"{a}_{b}.json")
             if os.path.exists(path) or stop():
                 continue
@@ -715,7 +720,7 @@ def run(config: SuquanConfig) -> dict:
             finished += 1
             _write_results(config, start, sessions_seconds, False)
             log(f"pair {a}-{b}: " + ", ".join(
-                f"{m} {r['test_accuracy']:.4f}" for m, r in result["methods"].items()))
+                f"{m} {r['test_accuracy']:.4f}" for m, r in result["normalizations"].items()))
         if config.kernel_sizes and not stop():
             train_idx, train_labels, test_idx, test_labels = _kernel_pools(data, config)
             train_x, test_x = data.x_train[train_idx], data.x_test[test_idx]
@@ -735,7 +740,7 @@ def run(config: SuquanConfig) -> dict:
                 log(f"kernel pair {a}-{b}: " + ", ".join(
                     f"{m}@{s} {result[s][m]['test_accuracy']:.3f}"
                     for s in map(str, config.kernel_sizes) for m in KERNEL_METHODS))
-        complete = ((not config.methods or all(
+        complete = ((not config.normalizations or all(
                         os.path.exists(os.path.join(pairs_dir, f"{a}_{b}.json"))
                         for a, b in config.pairs))
                     and (not config.kernel_sizes or all(

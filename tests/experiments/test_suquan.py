@@ -110,7 +110,7 @@ def test_quantile_functions_and_fixed_targets():
                                scipy.stats.norm.ppf([0.125, 0.375, 0.625, 0.875]), rtol=1e-6)
     np.testing.assert_allclose(suquan.fixed_quantile_function("median", 12, x),
                                np.median(np.sort(x, axis=1), axis=0), atol=1e-6)
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match="normalization"):
         suquan.fixed_quantile_function("beta", 4)
 
 
@@ -160,7 +160,8 @@ def test_training_fixed_and_learned_targets():
 
 
 def test_config_errors_name_the_field(npz_path, tmp_path):
-    for kwargs, field in (({"pairs": ((3, 3),)}, "pairs"), ({"methods": ("svd",)}, "methods"),
+    for kwargs, field in (({"pairs": ((3, 3),)}, "pairs"),
+                          ({"normalizations": ("svd",)}, "normalizations"),
                           ({"train_size": 0}, "train_size"), ({"kernel_sizes": (7,)},
                                                               "kernel_sizes"),
                           ({"l2_grid": ()}, "l2_grid"), ({"dataset": "svhn"}, "dataset")):
@@ -186,13 +187,14 @@ def test_run_resumes_and_writes_results(npz_path, tmp_path):
     tables = suquan.format_tables(results)
     assert tables.count("\n| SUQUAN (learned f) | ") == 1 and "| 20 | " in tables
     assert tables.index("| raw pixels |") < tables.index("| uniform QN |")
-    for method in suquan.METHODS:
+    for normalization in suquan.NORMALIZATIONS:
         for key in ("test_accuracy", "test_auc"):
-            cell = results["summary"]["linear"][method][key]
+            cell = results["summary"]["linear"][normalization][key]
             assert cell["count"] == 2 and 0.0 <= cell["mean"] <= 1.0
     pair = results["pairs"]["2_3"]
     assert pair["num_train"] == 40 and pair["num_test"] == 24 and pair["num_levels"] == 36
-    assert pair["methods"]["raw"]["f"] is None and len(pair["methods"]["suquan"]["f"]) == 36
+    assert pair["normalizations"]["raw"]["f"] is None
+    assert len(pair["normalizations"]["suquan"]["f"]) == 36
     for size in ("10", "20"):
         for method in suquan.KERNEL_METHODS:
             cell = results["summary"]["kernel"][f"{method}@{size}"]["test_accuracy"]
