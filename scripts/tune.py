@@ -26,10 +26,12 @@ _MAX_TRIALS = flags.DEFINE_integer("max_trials", 10, "Trials of the random/Bayes
                                    lower_bound=1)
 _EXECUTIONS = flags.DEFINE_integer("executions_per_trial", 1,
                                    "Trainings per trial, averaged.", lower_bound=1)
+_OPERATORS = ",".join(models.PERMUTATION_METHODS)
 _METHODS = flags.DEFINE_list("methods", None, "Operators to choose from, a subset of "
-                             f"{','.join(models.METHODS)}; default: --method alone.")
-flags.register_validator(_METHODS, lambda methods: set(methods or ()) <= set(models.METHODS),
-                         f"must be a subset of {','.join(models.METHODS)}.")
+                             f"{_OPERATORS}; default: --method alone.")
+flags.register_validator(_METHODS,
+                         lambda methods: set(methods or ()) <= set(models.PERMUTATION_METHODS),
+                         f"must be a subset of {_OPERATORS}.")
 _TAU_RANGE = flags.DEFINE_list("tau_range", ["16", "4096"], "low,high of τ (log-uniform).")
 _EPSILON_RANGE = flags.DEFINE_list("epsilon_range", ["0.001", "0.1"],
                                    "low,high of the Sinkhorn ε (log-uniform).")

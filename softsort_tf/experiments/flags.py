@@ -58,7 +58,7 @@ from softsort_tf.experiments.large_mnist import (
     dataset_error,
     n_error,
 )
-from softsort_tf.experiments.models import METHODS
+from softsort_tf.experiments.models import PERMUTATION_METHODS
 from softsort_tf.experiments.training import STRATEGIES
 
 __all__ = ["config_from_flags", "dataclass_from_flags", "define_flags",
@@ -92,7 +92,7 @@ _FLAGS = {
                           "without it to resume. For tests."),
     "verbose": (int, "Keras verbosity: 0 silent, 1 progress bar, 2 one line per epoch."),
     # define_relaxation_flags
-    "method": (METHODS, "Relaxed sorting operator."),
+    "method": (PERMUTATION_METHODS, "Relaxed sorting operator."),
     "tau": (float, "SoftSort/NeuralSort temperature on raw scores; default: the binary's "
             "(large-MNIST: 1024 for n <= 7, else 128, SoftSort paper; kNN: 0.1)."),
     "epsilon": (float, "Sinkhorn regularisation (Cuturi et al.: 0.005)."),

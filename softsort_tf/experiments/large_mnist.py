@@ -97,7 +97,7 @@ class ExperimentConfig(training.RunConfig):
 
     def finalize(self) -> ExperimentConfig:
         """Validates the config and fills in the task's defaults."""
-        self.check(task=TASKS, method=models.METHODS, dataset=large_mnist.SOURCES,
+        self.check(task=TASKS, method=models.PERMUTATION_METHODS, dataset=large_mnist.SOURCES,
                    precision=PRECISIONS, lr_schedule=LR_SCHEDULES)
         for error in (n_error(self.task, self.n), dataset_error(self.dataset, self.mnist_npz)):
             if error:

@@ -23,10 +23,11 @@ import tensorflow as tf
 
 import softsort_tf as ss
 
-__all__ = ["METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
+__all__ = ["PERMUTATION_METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
            "temperature_kwargs"]
 
-METHODS = tuple(ss.PERMUTATION_OPERATORS)
+# The `method`s a model can train with: the operators of `ss.PERMUTATION_OPERATORS`.
+PERMUTATION_METHODS = tuple(ss.PERMUTATION_OPERATORS)
 IMAGE_SHAPE = (112, 28, 1)
 
 
@@ -98,8 +99,8 @@ class _LargeMnistModel(keras.Model):
                  steepness: float = 1.0 / 1024.0, **kwargs):
         super().__init__(**kwargs)
         self.cnn_dtype = cnn_dtype
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        if method not in PERMUTATION_METHODS:
+            raise ValueError(f"method must be one of {PERMUTATION_METHODS}, got {method!r}.")
         if tau <= 0 or epsilon <= 0 or alpha <= 0:
             raise ValueError(f"tau, epsilon and alpha must be > 0, got tau={tau}, "
                              f"epsilon={epsilon}, alpha={alpha}.")

@@ -85,9 +85,9 @@ class SearchSpace:
     learning_rate: tuple[float, float] = (1e-4, 1e-2)
 
     def validate(self) -> SearchSpace:
-        if not self.methods or any(m not in models.METHODS for m in self.methods):
-            raise ValueError(f"`methods` must be a non-empty subset of {models.METHODS}, "
-                             f"got {self.methods}.")
+        if not self.methods or any(m not in models.PERMUTATION_METHODS for m in self.methods):
+            raise ValueError(f"`methods` must be a non-empty subset of "
+                             f"{models.PERMUTATION_METHODS}, got {self.methods}.")
         self.methods = tuple(dict.fromkeys(self.methods))
         self.tau = _check_range("tau", self.tau)
         self.epsilon = _check_range("epsilon", self.epsilon)
