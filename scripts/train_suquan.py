@@ -26,7 +26,7 @@ _D = suquan.SuquanConfig()
 flags.DEFINE_string("output_dir", None, "Run folder: per-problem results, Gram blocks, "
                     "results.json. Restarting with the same folder resumes the run.")
 flags.mark_flag_as_required("output_dir")
-flags.DEFINE_enum("dataset", _D.dataset, suquan.DATASETS,
+flags.DEFINE_enum("dataset", _D.dataset, suquan.SOURCES,
                   "npz (an MNIST-format file, --mnist_npz), digits (scikit-learn, offline, "
                   "8×8), mnist or cifar10 (tensorflow-datasets; CIFAR-10 in grey levels).")
 flags.DEFINE_string("mnist_npz", _D.mnist_npz, "npz with x_train, y_train, x_test, y_test.")

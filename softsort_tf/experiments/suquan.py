@@ -72,7 +72,7 @@ import softsort_tf as ss
 from softsort_tf.datasets import arrays, images
 from softsort_tf.experiments import checks, training
 
-__all__ = ["DATASETS", "KERNEL_METHODS", "NORMALIZATIONS", "PAIRS", "PairData",
+__all__ = ["KERNEL_METHODS", "NORMALIZATIONS", "PAIRS", "SOURCES", "PairData",
            "QuantileNormalizer", "SuquanConfig", "fixed_quantile_function", "format_tables",
            "gram_blocks", "load_images", "pair_data", "quantile_functions",
            "quantile_normalize", "rank_intervals", "run", "suquan_targets", "summarize",
@@ -83,7 +83,8 @@ __all__ = ["DATASETS", "KERNEL_METHODS", "NORMALIZATIONS", "PAIRS", "PairData",
 NORMALIZATIONS = ("raw", "uniform", "gaussian", "median", "suquan")
 KERNEL_METHODS = ("kendall_svm", "linear_svm", "logistic")
 PAIRS = tuple(itertools.combinations(range(10), 2))
-DATASETS = ("npz", "digits", "mnist", "cifar10")
+# The image sources of `--dataset` (of `softsort_tf.datasets.images.SOURCES`).
+SOURCES = ("npz", "digits", "mnist", "cifar10")
 DEFAULT_MNIST_NPZ = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     os.pardir, "shared", "data", "mnist.npz")
@@ -131,7 +132,7 @@ class SuquanConfig:
                              "y_train, x_test, y_test); pass --mnist_npz, or "
                              "--dataset=digits (offline, scikit-learn) or --dataset=mnist / "
                              "cifar10 (tensorflow-datasets).")
-        checks.check_config(self, dataset=DATASETS, normalizations=NORMALIZATIONS)
+        checks.check_config(self, dataset=SOURCES, normalizations=NORMALIZATIONS)
         self.l2_grid = tuple(float(v) for v in self.l2_grid)
         if not self.l2_grid or min(self.l2_grid) < 0:
             raise ValueError(f"l2_grid must be non-empty values >= 0, got {self.l2_grid}.")
