@@ -131,6 +131,35 @@ def check_weight_values(name: str, weights, *, allow_zero: bool) -> None:
         raise ValueError(f"`{name}` must have a positive sum along the sorted axis.")
 
 
+def check_real_dtype(name: str, dtype) -> None:
+    """Checks that a tensor of dtype `dtype` holds real numbers (floating point or
+    integer): bool, complex and string tensors are refused (a cast would turn them into
+    numbers silently, dropping an imaginary part or reading any string as True)."""
+    import tensorflow as tf  # local: this module is imported by numpy-only code paths
+
+    dtype = tf.as_dtype(dtype)
+    if not (dtype.is_floating or dtype.is_integer):
+        raise ValueError(f"`{name}` must be a real tensor (floating point or integer), got "
+                         f"dtype {dtype.name}; cast it first if its values are numbers.")
+
+
+def check_mask(name: str, mask) -> None:
+    """Checks a mask tensor (or `tf.RaggedTensor`): boolean, or real numbers read as
+    False at 0 and True elsewhere, of values 0 and 1 where they are known when tracing."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(mask.dtype)
+    if dtype == tf.bool:
+        return
+    if not (dtype.is_floating or dtype.is_integer):
+        raise ValueError(f"`{name}` must be a boolean tensor (True = valid entry) or of "
+                         f"0/1 numbers, got dtype {dtype.name}.")
+    value = None if isinstance(mask, tf.RaggedTensor) else tf.get_static_value(mask)
+    if value is not None and not np.all((value == 0) | (value == 1)):
+        raise ValueError(f"`{name}` must be a boolean tensor (True = valid entry) or of "
+                         f"0/1 numbers, got values {np.unique(value)[:5].tolist()}.")
+
+
 def check_length(name: str, seq: Sequence | None, expected: int) -> None:
     if seq is not None and len(seq) != expected:
         raise ValueError(f"`{name}` must have length {expected}, got {len(seq)}.")

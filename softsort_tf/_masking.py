@@ -77,12 +77,14 @@ import dataclasses
 
 import tensorflow as tf
 
-from softsort_tf import _shapes
+from softsort_tf import _checks, _shapes
 
 
-def as_bool(mask):
-    """`mask` as a bool tensor (a 0/1 or other numeric mask: True where non-zero)."""
+def as_bool(mask, name: str = "mask"):
+    """`mask` as a bool tensor (a 0/1 or other numeric mask: True where non-zero); a
+    string or complex mask raises a `ValueError` naming `name` (`_checks.check_mask`)."""
     mask = tf.convert_to_tensor(mask)
+    _checks.check_mask(name, mask)
     if mask.dtype != tf.bool:
         mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
     return mask
@@ -101,7 +103,7 @@ def checked_mask(mask, x, name: str = "mask", shape_rule: str | None = None):
     Returns:
       The bool mask, not yet broadcast.
     """
-    mask = as_bool(mask)
+    mask = as_bool(mask, name)
     try:
         tf.broadcast_static_shape(mask.shape, x.shape)
     except ValueError:
@@ -127,7 +129,7 @@ def mask_to_batch(mask, view: _shapes.BatchView, name: str = "mask"):
         return None
     if isinstance(mask, tf.RaggedTensor):
         raise ValueError(f"A ragged `{name}` needs a ragged `x` of the same row lengths.")
-    mask = as_bool(mask)
+    mask = as_bool(mask, name)
     rank = mask.shape.rank
     batch = tf.reduce_prod(view.moved_shape[:-1])
     if rank == 1:

@@ -80,8 +80,7 @@ def to_batch(x, axis: int = -1, name: str = "x"):
       `(x2d, view)` with `x2d` of shape `[batch, n]`.
     """
     x = tf.convert_to_tensor(x)
-    if not x.dtype.is_floating and not x.dtype.is_integer:
-        raise ValueError(f"`{name}` must be a real tensor, got dtype {x.dtype.name}.")
+    _checks.check_real_dtype(name, x.dtype)
     rank = x.shape.rank
     axis = _checks.check_axis(axis, rank)
     static = x.shape[axis]

@@ -195,8 +195,14 @@ def _call(operation: str, x, args, method, direction, axis, mask, temperature, k
         if axis not in (-1, x.shape.rank - 1):
             raise ValueError(f"A ragged `x` is operated along its last axis: `axis` must be "
                              f"-1, got {axis!r}.")
+        if not family.masks:
+            raise ValueError(f"method={method!r} takes no padding, and a ragged `x` is "
+                             f"lists padded to a common length: pass one list (or lists of "
+                             f"one length) at a time, or use a method that takes masks, "
+                             f"e.g. 'lapsum'.")
         return fn(x, *args, direction=direction, mask=mask, **kwargs)
     x = tf.convert_to_tensor(x)
+    _checks.check_real_dtype("x", x.dtype)
     if not x.dtype.is_floating:
         x = tf.cast(x, tf.float32)
     axis = _checks.check_axis(axis, x.shape.rank)
