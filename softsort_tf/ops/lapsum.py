@@ -582,7 +582,8 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
     x2d, view, valid = _prepare(x, "ASCENDING" if direction == "DESCENDING" else "DESCENDING")
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
-    k_value, static_k = _check_k(k, view.static_n)
+    # With a mask, rows of n_valid <= k select all their entries: k may reach n.
+    k_value, static_k = _check_k(k, view.static_n if valid is None else None)
     k_t = tf.cast(k_value, dtype)
     count = (tf.cast(tf.fill(tf.shape(x2d)[:1], tf.shape(x2d)[-1]), dtype) if valid is None
              else tf.reduce_sum(tf.cast(valid, dtype), axis=-1))
