@@ -12,6 +12,13 @@ accessor, `softsort_tf._keras.get_keras_mask`) to weight the per-example losses.
 losses of lists `[..., n]` with one value per list (`item_mask = True`) read a mask of
 `y_pred`'s own shape (one flag per item) as the padding of the lists instead, handed
 to `fn` as its `mask` argument, and Keras reduces the per-list losses as usual.
+
+Inputs are checked before Keras casts them to the loss's dtype (a cast would drop an
+imaginary part or fail on strings without naming the argument): `y_pred` must be a
+real tensor (`_checks.check_real_dtype`). The ranking losses (`list_labels = True`)
+check their lists with `softsort_tf.ops.ranking.check_lists` (dtypes, shapes, masks)
+and accept Keras-RS's `y_true = {"labels": ..., "mask": ...}`, whose mask joins the
+Keras mask as `fn`'s `mask`.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from softsort_tf import _checks
 from softsort_tf._keras import full_precision_dtype, get_keras_mask
+from softsort_tf.ops.ranking import check_lists
 from softsort_tf.ops.squash import check_squash
 from softsort_tf.ops.transport import check_targets
 from softsort_tf.options import SinkhornOptions
@@ -45,9 +54,12 @@ class LossFunctionWrapper(keras.losses.Loss):
 
     Class attribute `item_mask`: if True, a Keras mask of `y_pred` of its own shape is
     the padding of the lists, passed to `fn` as `mask=` (see the module docstring).
+    Class attribute `list_labels`: if True (the ranking losses), `y_true` holds one
+    label per item of `y_pred` (or is Keras-RS's dict), checked by `check_lists`.
     """
 
     item_mask: bool = False
+    list_labels: bool = False
 
     def __init__(self, fn: Callable, *, reduction="sum_over_batch_size", name=None,
                  dtype=None, **kwargs):
@@ -67,6 +79,14 @@ class LossFunctionWrapper(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         y_pred, arguments = self.call_arguments(y_pred, sample_weight)
+        if self.list_labels:
+            y_true, y_pred, mask = check_lists(y_true, y_pred, arguments.get("mask"))
+            if mask is not None:
+                arguments = {**arguments, "mask": mask}
+        else:
+            if not isinstance(y_pred, tf.RaggedTensor):
+                y_pred = tf.convert_to_tensor(y_pred)
+            _checks.check_real_dtype("y_pred", y_pred.dtype)
         token = _CALL_ARGUMENTS.set(arguments)
         try:
             return super().__call__(y_true, y_pred, sample_weight)

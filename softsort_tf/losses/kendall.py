@@ -61,6 +61,7 @@ class KendallTauLoss(LossFunctionWrapper):
     """
 
     item_mask = True
+    list_labels = True
 
     def __init__(self, smooth_scale: float = 1.0, axis: int = -1, *,
                  negative_labels_are_padding: bool = False,

@@ -110,6 +110,7 @@ class SpearmanLoss(MethodLoss):
     """
 
     item_mask = True
+    list_labels = True
 
     def __init__(self, axis: int = -1, *, method: str = "sinkhorn",
                  temperature: float | None = None, method_kwargs: dict | None = None,

@@ -51,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking, _shapes
+from softsort_tf.ops import ranking
 
 PAIRWISE_MAX_N = 32
 """`algorithm='auto'` of `kendall_tau` counts pairs pairwise (O(n²) per list) up to this
@@ -351,7 +352,9 @@ def _tau_b(n0, n1, n2, n3, nd):
 def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B])`: NaN-free
     values in the compute dtype, padding from the mask, negative labels and ragged
-    rows; `missing` marks lists with a NaN at a valid entry."""
+    rows; `missing` marks lists with a NaN at a valid entry. Inputs are checked, and
+    Keras-RS's dict `y_true` unpacked, by `ranking.check_lists`."""
+    y_true, y_pred, mask = ranking.check_lists(y_true, y_pred, mask)
     if _masking.is_ragged(y_true) or _masking.is_ragged(y_pred):
         if axis not in (-1,):
             raise ValueError(f"Ragged lists are read along their last axis, got axis={axis}.")
@@ -498,8 +501,7 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
 
 def _rows(x, name: str):
     x = tf.convert_to_tensor(x)
-    if not (x.dtype.is_floating or x.dtype.is_integer):
-        raise ValueError(f"`{name}` must be a real tensor, got dtype {x.dtype.name}.")
+    _checks.check_real_dtype(name, x.dtype)
     if x.shape.rank is None or x.shape.rank < 2:
         raise ValueError(f"`{name}` must have shape [..., rows, n] (rank >= 2), got "
                          f"{x.shape}.")

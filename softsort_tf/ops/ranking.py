@@ -16,13 +16,23 @@ Padding convention of lists of labels and scores (`padded_lists`):
 - The padding becomes the operators' `mask` (softsort_tf._masking): padded entries
   take no part in the ranks, sorts and losses of the valid entries, whatever their
   scores (NaN included), and get a zero gradient.
+- Keras-RS's form `y_true = {"labels": labels, "mask": mask}` (`mask` optional) is
+  accepted wherever `y_true` is: its mask marks padding too (`split_labels`).
+
+Inputs are checked before any arithmetic (`check_lists`): labels and scores must be
+real tensors (floating point or integer; bool, complex and string raise a `ValueError`
+naming `y_true` or `y_pred`), a mask boolean or 0/1, and `y_true` and `y_pred` of the
+same shape (ragged: the same row lengths) — a `ValueError` naming both and their shapes
+when the shapes are known at trace time, else an `InvalidArgumentError` with the same
+message when the graph runs (not checked under XLA, which compiles assertions out).
 
 The list length n may be unknown when the graph is built, also under XLA for dense
 padded lists; `tf.RaggedTensor` inputs cannot be compiled by XLA (pad them with
 `to_tensor(default_value=-1)` outside the compiled function).
 
-Also here: the DCG gains and discounts (`gains`, `dcg_discounts`, `ideal_dcg`), the
-target matrix of the order by relevance (`relevance_permutation_targets`) and the
+Also here: the DCG gains and discounts (`gains`, `dcg_discounts`, `ideal_dcg`; the
+gains of each list are scaled by its largest one, so that labels of any size give
+finite NDCGs), the target matrix of the order by relevance (`relevance_permutation_targets`) and the
 rank correlation behind Spearman's ρ and its soft version (`rank_correlation`).
 """
 
@@ -30,13 +40,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _masking
+from softsort_tf import _checks, _masking
 from softsort_tf.ops import hard_stats
+
+KERAS_RS_KEYS = ("labels", "mask")
 
 
 # ---------------------------------------------------------------------------------
@@ -50,11 +62,132 @@ def _dense(t, default):
     return tf.convert_to_tensor(t), None
 
 
+def _tensor(t):
+    return t if isinstance(t, tf.RaggedTensor) else tf.convert_to_tensor(t)
+
+
+def _bool_mask(mask, name: str = "mask"):
+    """A checked mask as bool (ragged stays ragged)."""
+    if isinstance(mask, tf.RaggedTensor):
+        return mask.with_flat_values(_masking.as_bool(mask.flat_values, name))
+    return _masking.as_bool(mask, name)
+
+
+def _and_masks(a, b):
+    """Logical AND of two masks (None, dense or ragged); a ragged and a dense mask give
+    a dense one, the ragged one padded with False."""
+    if a is None or b is None:
+        return b if a is None else a
+    if isinstance(a, tf.RaggedTensor) != isinstance(b, tf.RaggedTensor):
+        a, b = (t.to_tensor(False) if isinstance(t, tf.RaggedTensor) else t for t in (a, b))
+    return tf.logical_and(a, b)
+
+
+def split_labels(y_true, mask=None):
+    """`(labels, mask)` of `y_true`, unpacking Keras-RS's `{"labels": ..., "mask": ...}`.
+
+    Args:
+      y_true: labels (tensor, array or `tf.RaggedTensor`), or a dict with the key
+        'labels' and optionally 'mask' (boolean or 0/1, True = valid entry).
+      mask: an optional mask of the labels, combined (logical AND) with the dict's.
+
+    Returns:
+      The labels, and the combined mask as bool (None if there is none).
+
+    Example:
+    >>> labels, mask = split_labels({"labels": [[2.0, 1.0]], "mask": [[True, False]]})
+    >>> mask.numpy()
+    array([[ True, False]])
+    """
+    if isinstance(y_true, Mapping):
+        keys = sorted(map(str, y_true))
+        if "labels" not in y_true or not set(y_true) <= set(KERAS_RS_KEYS):
+            raise ValueError(f"`y_true` given as a dict must be Keras-RS's {{'labels': ..., "
+                             f"'mask': ...}} ('mask' optional), got the keys {keys}.")
+        dict_mask = y_true.get("mask")
+        y_true = y_true["labels"]
+        if dict_mask is not None:
+            mask = _and_masks(None if mask is None else _bool_mask(_tensor(mask)),
+                              _bool_mask(_tensor(dict_mask)))
+    if mask is not None:
+        mask = _bool_mask(_tensor(mask))
+    return y_true, mask
+
+
+_SHAPE_RULE = "`y_true` and `y_pred` must have the same shape [..., n] (one label per score)"
+
+
+def _shape_message(a, b) -> str:
+    return f"{_SHAPE_RULE}, got {a} and {b}."
+
+
+def _same_values(a, b):
+    """Scalar bool: the int vectors `a` and `b` are equal (sizes may differ)."""
+    size = tf.minimum(tf.size(a), tf.size(b))
+    return tf.logical_and(tf.equal(tf.size(a), tf.size(b)),
+                          tf.reduce_all(tf.equal(a[:size], tf.cast(b[:size], a.dtype))))
+
+
+def _check_same_lists(labels, scores):
+    """`(labels, scores)`, checked to have the same shape (ragged: row lengths): at once
+    when it is known (always in eager mode), else by an assertion the results depend on."""
+    if isinstance(labels, tf.RaggedTensor) and isinstance(scores, tf.RaggedTensor):
+        if labels.ragged_rank != scores.ragged_rank:
+            raise ValueError(_shape_message(labels.shape, scores.shape))
+        pairs = list(zip(labels.nested_row_lengths(), scores.nested_row_lengths(),
+                         strict=True))
+        shown = pairs[-1]
+        what = "row lengths"
+    elif isinstance(labels, tf.RaggedTensor) or isinstance(scores, tf.RaggedTensor):
+        return labels, scores  # checked once padded (`padded_lists`)
+    else:
+        if labels.shape.is_fully_defined() and scores.shape.is_fully_defined():
+            return labels, scores  # equal: `check_lists` compared the static shapes
+        shown = (tf.shape(labels), tf.shape(scores))
+        pairs = [shown]
+        what = "shapes"
+    same = tf.reduce_all(tf.stack([_same_values(a, b) for a, b in pairs]))
+    if tf.executing_eagerly():
+        if not bool(same):
+            raise ValueError(_shape_message(*(f"{what} {t.numpy().tolist()}" for t in shown)))
+        return labels, scores
+    with tf.control_dependencies([tf.debugging.Assert(
+            same, [f"{_SHAPE_RULE}, got {what}", shown[0], "and", shown[1]])]):
+        identity = (lambda t: t.with_flat_values(tf.identity(t.flat_values))
+                    if isinstance(t, tf.RaggedTensor) else tf.identity(t))
+        return identity(labels), identity(scores)
+
+
+def check_lists(y_true, y_pred, mask=None):
+    """Checks and unpacks the lists of a ranking loss or metric: `(labels, scores, mask)`.
+
+    `y_true` may be Keras-RS's dict (`split_labels`); the labels and scores must be real
+    tensors and of the same shape, the mask boolean or 0/1 (the checks of the module
+    docstring). Tensors and `tf.RaggedTensor`s are returned as such (arrays and lists
+    converted), the mask as bool or None.
+
+    Example:
+    >>> labels, scores, mask = check_lists({"labels": [[1.0, 0.0]], "mask": [[1, 0]]},
+    ...                                    [[0.5, 0.2]])
+    >>> mask.numpy()
+    array([[ True, False]])
+    """
+    labels, mask = split_labels(y_true, mask)
+    labels, scores = _tensor(labels), _tensor(y_pred)
+    _checks.check_real_dtype("y_true", labels.dtype)
+    _checks.check_real_dtype("y_pred", scores.dtype)
+    if not labels.shape.is_compatible_with(scores.shape):
+        raise ValueError(_shape_message(labels.shape, scores.shape))
+    labels, scores = _check_same_lists(labels, scores)
+    return labels, scores, mask
+
+
 def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool = True):
     """Applies the padding convention: `(labels, scores, valid)` as dense `[..., n]` tensors.
 
     Args:
-      y_true: labels `[..., n]` (tensor or `tf.RaggedTensor`).
+      y_true: labels `[..., n]` (tensor or `tf.RaggedTensor`), or Keras-RS's dict
+        `{"labels": ..., "mask": ...}`.
       y_pred: scores of the same shape.
       mask: optional boolean `[..., n]`, False for padding.
       negative_labels_are_padding: whether a label < 0 marks padding (TF-Ranking).
@@ -68,18 +201,25 @@ def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool
     >>> valid.numpy()
     array([[ True, False]])
     """
+    y_true, y_pred, mask = check_lists(y_true, y_pred, mask)
+    mixed = isinstance(y_true, tf.RaggedTensor) != isinstance(y_pred, tf.RaggedTensor)
     labels, present_t = _dense(y_true, -1)
     scores, present_p = _dense(y_pred, 0)
+    if mixed:  # one ragged, one dense: compare the padded shapes
+        if not labels.shape.is_compatible_with(scores.shape):
+            raise ValueError(_shape_message(labels.shape, scores.shape))
+        labels, scores = _check_same_lists(labels, scores)
     if not scores.dtype.is_floating:
         scores = tf.cast(scores, tf.float32)
     if scores.shape.rank is None or scores.shape.rank < 1:
         raise ValueError(f"`y_pred` must have shape [..., n], got {scores.shape}.")
     labels = tf.cast(labels, scores.dtype)
-    if labels.shape.rank is not None and labels.shape.rank != scores.shape.rank:
-        raise ValueError(f"`y_true` and `y_pred` must have the same shape [..., n], got "
-                         f"{labels.shape} and {scores.shape}.")
-    valid = _masking.combine(present_t, present_p,
-                             None if mask is None else tf.cast(mask, tf.bool),
+    if isinstance(mask, tf.RaggedTensor):
+        mask = mask.to_tensor(False)
+    if mask is not None:
+        mask = _masking.checked_mask(mask, scores, "mask",
+                                     "have the shape of `y_pred` (or broadcast to it)")
+    valid = _masking.combine(present_t, present_p, mask,
                              labels >= 0 if negative_labels_are_padding else None)
     if valid is None:
         valid = tf.ones_like(scores, dtype=tf.bool)
@@ -90,7 +230,8 @@ def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool
 
 def per_list_over_groups(fn: Callable) -> Callable:
     """Decorates a per-list function `fn(y_true, y_pred, ..., mask=None, ...)` (results
-    `[...]` without the list axis): for ragged `y_true` and `y_pred` of the same
+    `[...]` without the list axis): the inputs are checked and Keras-RS's dict `y_true`
+    unpacked (`check_lists`); for ragged `y_true` and `y_pred` of the same
     partitions, `fn` runs on groups of lists of similar length, each padded to its own
     longest list (`_masking.map_lists`), labels padded with −1 and the row ends in the
     mask; other inputs go to `fn` unchanged."""
@@ -99,10 +240,13 @@ def per_list_over_groups(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
-        y_true, y_pred = bound.arguments["y_true"], bound.arguments["y_pred"]
+        y_true, y_pred, mask = check_lists(bound.arguments["y_true"],
+                                           bound.arguments["y_pred"],
+                                           bound.arguments.get("mask"))
+        bound.arguments.update(y_true=y_true, y_pred=y_pred, mask=mask)
         if not (isinstance(y_true, tf.RaggedTensor) and isinstance(y_pred, tf.RaggedTensor)
                 and y_true.ragged_rank == y_pred.ragged_rank):
-            return fn(*args, **kwargs)
+            return fn(*bound.args, **bound.kwargs)
 
         def run(lists, aligned, group):
             del group
@@ -120,8 +264,21 @@ def per_list_over_groups(fn: Callable) -> Callable:
 # DCG.
 # ---------------------------------------------------------------------------------
 def gains(labels):
-    """DCG gains 2^label − 1 (a padded entry has label 0 here, hence gain 0)."""
-    return tf.pow(tf.constant(2.0, labels.dtype), labels) - 1.0
+    """DCG gains 2^label − 1 of the lists `[..., n]`, each list's scaled by 2^−m.
+
+    m = max(0, the list's largest label): the gains are 2^(label − m) − 2^−m, at most 1,
+    so that no label overflows (2^128 is beyond float32, 2^1024 beyond float64) and a
+    ratio of DCGs of one list (NDCG) is that of the unscaled gains. A padded entry has
+    label 0 here, hence gain 0.
+
+    Example:
+    >>> gains(tf.constant([[2.0, 0.0, 1.0], [300.0, 299.0, 0.0]])).numpy()
+    array([[0.75, 0.  , 0.25],
+           [1.  , 0.5 , 0.  ]], dtype=float32)
+    """
+    two = tf.constant(2.0, labels.dtype)
+    top = tf.maximum(tf.reduce_max(labels, axis=-1, keepdims=True), 0.0)
+    return tf.pow(two, labels - top) - tf.pow(two, -top)
 
 
 def dcg_discounts(positions, k: int | None = None):
@@ -136,7 +293,8 @@ def dcg_discounts(positions, k: int | None = None):
 
 
 def ideal_dcg(labels, k: int | None = None):
-    """DCG@k of the labels `[..., n]` in decreasing order (the ideal ranking): `[...]`."""
+    """DCG@k of the labels `[..., n]` in decreasing order (the ideal ranking): `[...]`,
+    in the scaled units of `gains`."""
     g = tf.sort(gains(labels), axis=-1, direction="DESCENDING")
     positions = tf.cast(tf.range(1, tf.shape(g)[-1] + 1), g.dtype)
     return tf.reduce_sum(g * dcg_discounts(positions, k), axis=-1)
@@ -209,7 +367,8 @@ def rank_correlation(y_true, y_pred, rank_fn: Callable, axis: int = -1, *, mask=
     entries alone, and a NaN in a padded entry is ignored.
 
     Args:
-      y_true: `[..., n, ...]` targets (or ragged `[batch, (n)]`).
+      y_true: `[..., n, ...]` targets (or ragged `[batch, (n)]`, or Keras-RS's dict
+        `{"labels": ..., "mask": ...}`).
       y_pred: predictions of the same shape.
       rank_fn: `rank_fn(x, axis=..., mask=...)` → ascending ranks of x along `axis`
         among the entries where `mask` (None: all) is True.
@@ -222,6 +381,7 @@ def rank_correlation(y_true, y_pred, rank_fn: Callable, axis: int = -1, *, mask=
       with a NaN target or prediction at a valid entry; 0 for a list whose targets or
       predictions are constant.
     """
+    y_true, y_pred, mask = check_lists(y_true, y_pred, mask)
     padded = (mask is not None or negative_labels_are_padding
               or isinstance(y_true, tf.RaggedTensor) or isinstance(y_pred, tf.RaggedTensor))
     if not padded:
