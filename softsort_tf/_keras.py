@@ -35,6 +35,18 @@ def full_precision_dtype(dtype=None):
     return "float32" if policy.compute_dtype in ("float16", "bfloat16") else dtype
 
 
+def compute_dtype(dtype=None) -> str:
+    """The dtype a loss or layer built with `dtype` computes in: that of its policy
+    (`full_precision_dtype` first), or of `keras.config.floatx()` for None.
+
+    Example:
+    >>> compute_dtype("mixed_float16"), compute_dtype("float64")
+    ('float32', 'float64')
+    """
+    dtype = full_precision_dtype(dtype)
+    return keras.dtype_policies.get(dtype or keras.config.floatx()).compute_dtype
+
+
 def get_keras_mask(x):
     """The Keras mask attached to `x` (a boolean tensor), or None without one."""
     return _keras_get_mask(x)

@@ -15,22 +15,58 @@ rank-based losses):
   construction by one call of the family's soft rank on a three-item list.
 - 'permutahedron' has no masks: a mask, a Keras mask or padding reaching it raises a
   `ValueError`.
+- A temperature must be one the compute dtype holds (`temperature_range`): a normal
+  positive number of that dtype, and for 'sinkhorn' at least `transport.min_epsilon`
+  (32 machine epsilons: 3.8e-6 in float32); checked at construction.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from softsort_tf.ops.soft import get_method, soft_rank, temperature_kwargs
+from softsort_tf.ops.transport import min_epsilon
 
 SINKHORN_DEFAULTS = dict(options=None, squash="logistic", targets="regular")
 _RESERVED = ("direction", "axis", "mask")
 
 
-def check_temperature(method: str, temperature) -> float | None:
-    """`temperature` as a float (None stays None), validated for `method`."""
+def temperature_range(method: str, dtype) -> tuple[float, float]:
+    """`(low, high)`: the temperatures of `method` a computation in `dtype` holds.
+
+    The positive normal numbers of `dtype` (below, the temperature rounds to 0 or loses
+    its precision; above, to inf); for 'sinkhorn' (ε), from `transport.min_epsilon`.
+
+    Example:
+    >>> "%.3g, %.3g" % temperature_range("sinkhorn", "float32")
+    '3.81e-06, 3.4e+38'
+    """
+    info = np.finfo(tf.as_dtype(dtype).as_numpy_dtype)
+    low = min_epsilon(dtype) if method == "sinkhorn" else float(info.tiny)
+    return low, float(info.max)
+
+
+def check_temperature(method: str, temperature, dtype=None, *,
+                      name: str = "temperature") -> float | None:
+    """`temperature` as a float (None stays None), validated for `method` and, when
+    `dtype` (the compute dtype) is given, in `temperature_range(method, dtype)`; `name`
+    is the argument named by the message."""
     temperature_kwargs(method, temperature)
-    return None if temperature is None else float(temperature)
+    if temperature is None:
+        return None
+    temperature = float(temperature)
+    if dtype is not None:
+        low, high = temperature_range(method, dtype)
+        if not low <= temperature <= high:
+            dtype = tf.as_dtype(dtype).name
+            what = "Sinkhorn's ε" if method == "sinkhorn" else f"method={method!r}"
+            raise ValueError(
+                f"`{name}` ({what}) computing in {dtype} must be in [{low:.3g}, {high:.3g}], "
+                f"got {temperature:g}: outside, {dtype} cannot hold the computation"
+                + (" (compute in float64, dtype='float64', for a smaller ε)."
+                   if method == "sinkhorn" and dtype != "float64" else "."))
+    return temperature
 
 
 def check_method_kwargs(method: str, method_kwargs: dict | None,

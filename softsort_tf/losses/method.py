@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from softsort_tf import _methods
+from softsort_tf import _keras, _methods
 from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
 from softsort_tf.options import SinkhornOptions
 
@@ -29,7 +29,9 @@ class MethodLoss(SinkhornLoss):
 
     The config holds `fn_kwargs`, `method`, `temperature`, `method_kwargs` and, for
     'sinkhorn', the fields of the options, `squash` and `targets` (`temperature` is
-    then held as `epsilon`).
+    then held as `epsilon`). The temperature (Sinkhorn's ε, however given) must be one
+    the loss's compute dtype holds (`_methods.temperature_range`: at least 3.8e-6 for
+    Sinkhorn in float32), checked here.
 
     Example (`SpearmanLoss` is a `MethodLoss`):
     >>> from softsort_tf.losses.spearman import SpearmanLoss
@@ -45,7 +47,8 @@ class MethodLoss(SinkhornLoss):
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction="sum_over_batch_size", name=None,
                  dtype=None, **option_kwargs):
-        temperature = _methods.check_temperature(method, temperature)
+        compute_dtype = _keras.compute_dtype(dtype)
+        temperature = _methods.check_temperature(method, temperature, compute_dtype)
         self.method_kwargs = _methods.check_method_kwargs(method, method_kwargs)
         _methods.check_sinkhorn_settings(method, options, squash, targets, option_kwargs)
         if method == "sinkhorn":
@@ -53,6 +56,9 @@ class MethodLoss(SinkhornLoss):
                              options=options, squash=squash, targets=targets,
                              reduction=reduction, name=name, dtype=dtype,
                              **_methods.sinkhorn_option_kwargs(temperature, option_kwargs))
+            if temperature is None:  # ε from `options` or `epsilon`
+                _methods.check_temperature(method, self.options.solver_epsilon,
+                                           compute_dtype, name="epsilon")
             return
         LossFunctionWrapper.__init__(self, fn, reduction=reduction, name=name, dtype=dtype,
                                      **fn_kwargs, method=method, temperature=temperature,

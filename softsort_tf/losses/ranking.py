@@ -17,9 +17,10 @@ unknown when the model is built.
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _methods
+from softsort_tf import _checks, _keras, _methods
 from softsort_tf.losses.base import LossFunctionWrapper
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
@@ -126,6 +127,7 @@ class SoftNDCGLoss(MethodLoss):
     """
 
     item_mask = True
+    list_labels = True
 
     def __init__(self, method: str = "sinkhorn", temperature: float | None = None, *,
                  method_kwargs: dict | None = None, negative_labels_are_padding: bool = True,
@@ -157,7 +159,10 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
     mean over the n_v valid positions of −Σ_j Y_ij log(δ + (1 − δ) P̂_ij)
     (`permutation_cross_entropy`, the objective of the NeuralSort sorting experiments,
     Grover et al. 2019 §6, with the ties of graded labels spread uniformly). P̂ is the
-    operator's masked matrix: its valid block is the P̂ of the unpadded list.
+    operator's masked matrix: its valid block is the P̂ of the unpadded list. A list
+    whose valid labels are all equal (no relevant item, one item, or all tied) has no
+    order to learn: its loss is 0, with zero gradient (Y would be uniform and pull the
+    scores together).
 
     Args:
       y_true: relevance labels `[..., n]` (< 0 = padding), or ragged.
@@ -168,7 +173,8 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
       probability_floor: δ in (0, 1), as in `permutation_cross_entropy`.
 
     Returns:
-      `[...]` per-list losses ≥ 0 (0 for a list without valid entries).
+      `[...]` per-list losses ≥ 0 (0 for a list without valid entries or without an
+      order).
 
     Example:
     >>> v = listwise_permutation_loss([[2.0, 0.0, 1.0]], [[3.0, 1.0, 2.0]], temperature=0.01)
@@ -184,7 +190,11 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
                                              y_true_format="matrix")
     n = tf.cast(tf.shape(scores)[-1], per_row_mean.dtype)
     n_valid = tf.reduce_sum(tf.cast(valid, per_row_mean.dtype), axis=-1)
-    return per_row_mean * n / tf.maximum(n_valid, 1.0)
+    infinity = tf.constant(np.inf, labels.dtype)
+    ordered = (tf.reduce_max(tf.where(valid, labels, -infinity), axis=-1)
+               > tf.reduce_min(tf.where(valid, labels, infinity), axis=-1))
+    loss = per_row_mean * n / tf.maximum(n_valid, 1.0)
+    return tf.where(ordered, loss, tf.zeros_like(loss))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -207,14 +217,16 @@ class ListwisePermutationLoss(LossFunctionWrapper):
     """
 
     item_mask = True
+    list_labels = True
 
     def __init__(self, method: str = "neuralsort", temperature: float | None = None,
                  probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
                  reduction: str = "sum_over_batch_size",
                  name: str = "listwise_permutation_loss", dtype=None):
-        temperature_kwargs(_check_listwise_method(method), temperature)  # validates
+        temperature = _methods.check_temperature(_check_listwise_method(method), temperature,
+                                                 _keras.compute_dtype(dtype))
         super().__init__(
             listwise_permutation_loss, reduction=reduction, name=name, dtype=dtype,
-            method=method, temperature=None if temperature is None else float(temperature),
+            method=method, temperature=temperature,
             probability_floor=_checks.check_in_open_interval(
                 "probability_floor", probability_floor, 0.0, 1.0))
