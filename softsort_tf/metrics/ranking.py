@@ -6,8 +6,19 @@ boolean mask, a Keras mask of the scores with one flag per item, or the ends of
 decreasing score; tied scores keep their input order (a stable sort). Both metrics
 work with lists of any length, also unknown at trace time (no static n needed).
 
-A list without a relevant item (no label > 0) has no ideal ranking: it is left out of
-the means (weight 0), for NDCG and MRR alike.
+`y_true` may also be Keras-RS's `{"labels": ..., "mask": ...}`. Gains are 2^label − 1,
+discounts 1/log₂(1 + position), as in `keras_rs.metrics.NDCG`; NDCG@k and MRR@k equal
+`keras_rs.metrics.NDCG(k)` and `keras_rs.metrics.MeanReciprocalRank(k)` but for two
+conventions:
+
+- A list without a relevant item (no valid label > 0) has no ideal ranking. By default
+  (`lists_without_relevant='skip'`) it is left out of the means (weight 0), for NDCG
+  and MRR alike; Keras-RS counts it with value 0 and weight 1, which
+  `lists_without_relevant='zero'` does too (a list without valid items is left out by
+  both). With per-list sample weights, 'zero' gives such a list its own weight, where
+  Keras-RS gives it the mean weight of the batch's lists with a relevant item.
+- Tied scores keep their input order here; Keras-RS orders them at random. MRR counts
+  labels > 0 as relevant, Keras-RS labels ≥ 1 (the same for integer labels).
 """
 
 from __future__ import annotations
@@ -27,10 +38,29 @@ from softsort_tf.ops.ranking import (
 )
 
 _PACKAGE = "softsort_tf"
+LISTS_WITHOUT_RELEVANT = ("skip", "zero")
 
 
 def _check_k(k) -> int | None:
     return None if k is None else _checks.check_positive_int("k", k)
+
+
+def check_lists_without_relevant(value) -> str:
+    """Validates `lists_without_relevant`: 'skip' (weight 0) or 'zero' (value 0, weight
+    1, as Keras-RS)."""
+    if value not in LISTS_WITHOUT_RELEVANT:
+        raise ValueError(f"`lists_without_relevant` must be 'skip' (leave such lists out) "
+                         f"or 'zero' (count them with value 0, as Keras-RS), got {value!r}.")
+    return value
+
+
+def _weights(has_relevant, valid, lists_without_relevant: str, dtype):
+    """Per-list weights: 1 for lists with a relevant item; for the others 0 ('skip') or,
+    if they have a valid item, 1 ('zero')."""
+    counted = has_relevant
+    if check_lists_without_relevant(lists_without_relevant) == "zero":
+        counted = tf.reduce_any(valid, axis=-1)
+    return tf.cast(counted, dtype)
 
 
 def _predicted_order(scores, valid):
@@ -41,20 +71,27 @@ def _predicted_order(scores, valid):
 
 
 @per_list_over_groups
-def ndcg(y_true, y_pred, mask=None, k: int | None = None):
+def ndcg(y_true, y_pred, mask=None, k: int | None = None, *,
+         lists_without_relevant: str = "skip"):
     """NDCG@k of each list: DCG@k of the predicted order over the ideal DCG@k.
 
-    DCG@k = Σ_{i ≤ k} (2^{label of the i-th item} − 1) / log₂(1 + i).
+    DCG@k = Σ_{i ≤ k} (2^{label of the i-th item} − 1) / log₂(1 + i), computed with the
+    gains of each list scaled by its largest (`ops.ranking.gains`): finite for labels
+    of any size (2^128 overflows float32).
 
     Args:
-      y_true: relevance labels `[..., n]` (< 0 = padding), or ragged.
+      y_true: relevance labels `[..., n]` (< 0 = padding), or ragged, or Keras-RS's
+        `{"labels": ..., "mask": ...}`.
       y_pred: scores of the same shape, or ragged.
       mask: optional boolean `[..., n]`, False for padding.
       k: cut-off (default: the whole list).
+      lists_without_relevant: 'skip' (default: weight 0) or 'zero' (weight 1 if the
+        list has a valid item, as Keras-RS; see the module docstring).
 
     Returns:
-      `(values, weights)`, both `[...]`: NDCG@k in [0, 1], and 1 for lists with a
-      relevant item, 0 for the others (whose value is 0).
+      `(values, weights)`, both `[...]`: NDCG@k in [0, 1] (0 for a list without a
+      relevant item), and the weights: 1 for lists with a relevant item, for the others
+      as `lists_without_relevant` says.
 
     Example:
     >>> v, w = ndcg([[0.0, 1.0, 2.0, -1.0]], [[3.0, 2.0, 1.0, 9.0]], k=2)
@@ -71,20 +108,23 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None):
     has_relevant = ideal > 0
     values = tf.where(has_relevant, dcg / tf.where(has_relevant, ideal, tf.ones_like(ideal)),
                       tf.zeros_like(ideal))
-    return values, tf.cast(has_relevant, values.dtype)
+    return values, _weights(has_relevant, valid, lists_without_relevant, values.dtype)
 
 
 @per_list_over_groups
-def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
+def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None, *,
+                    lists_without_relevant: str = "skip"):
     """1 / (position of the first relevant item, label > 0) in the predicted order.
 
     Args:
       y_true, y_pred, mask: as in `ndcg`.
       k: only the first k positions count (0 if no relevant item is there).
+      lists_without_relevant: as in `ndcg`.
 
     Returns:
-      `(values, weights)`, both `[...]`; value 0 and weight 0 for lists without a
-      relevant item (empty lists included).
+      `(values, weights)`, both `[...]`; value 0 for lists without a relevant item,
+      weighted 0 (default 'skip'; also for empty lists) or 1 ('zero', for lists with a
+      valid item).
 
     Example:
     >>> v, w = reciprocal_rank([[0.0, 1.0, 0.0]], [[3.0, 2.0, 1.0]])
@@ -103,7 +143,7 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None):
     has_relevant = tf.reduce_any(relevant, axis=-1)
     best = tf.reduce_max(reciprocal, axis=-1)  # −inf for an empty list
     values = tf.where(has_relevant, best, tf.zeros_like(best))
-    return values, tf.cast(has_relevant, values.dtype)
+    return values, _weights(has_relevant, valid, lists_without_relevant, values.dtype)
 
 
 class PerListMean(keras.metrics.Metric):
@@ -156,14 +196,18 @@ class PerListMean(keras.metrics.Metric):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class NDCGMetric(PerListMean):
-    """Mean NDCG@k (`ndcg`) over the lists that have a relevant item.
+    """Mean NDCG@k (`ndcg`) over the lists that have a relevant item (or over all lists
+    with a valid item, `lists_without_relevant='zero'`, as `keras_rs.metrics.NDCG`).
 
     Args:
       k: cut-off (default None: the whole list).
       name, dtype: as in `keras.metrics.Metric`.
+      lists_without_relevant: 'skip' (default: lists without a relevant item are left
+        out) or 'zero' (they count with NDCG 0, Keras-RS's convention).
 
     `update_state(y_true, y_pred, sample_weight=None)`: labels and scores `[batch, n]`
-    (or ragged; label < 0 = padding), `sample_weight` `[batch]`.
+    (or ragged; label < 0 = padding; or Keras-RS's `{"labels": ..., "mask": ...}`),
+    `sample_weight` `[batch]`.
 
     Example:
     >>> m = NDCGMetric(k=2)
@@ -174,18 +218,24 @@ class NDCGMetric(PerListMean):
 
     _fn = staticmethod(ndcg)
 
-    def __init__(self, k: int | None = None, name: str | None = None, dtype=None):
+    def __init__(self, k: int | None = None, name: str | None = None, dtype=None, *,
+                 lists_without_relevant: str = "skip"):
         k = _check_k(k)
-        super().__init__(name or ("ndcg" if k is None else f"ndcg_at_{k}"), dtype, k=k)
+        super().__init__(name or ("ndcg" if k is None else f"ndcg_at_{k}"), dtype, k=k,
+                         lists_without_relevant=check_lists_without_relevant(
+                             lists_without_relevant))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MRRMetric(PerListMean):
-    """Mean reciprocal rank of the first relevant item (`reciprocal_rank`).
+    """Mean reciprocal rank of the first relevant item (`reciprocal_rank`) over the
+    lists that have one (or over all lists with a valid item,
+    `lists_without_relevant='zero'`, as `keras_rs.metrics.MeanReciprocalRank`).
 
     Args:
       k: only the first k positions count (default None: the whole list).
       name, dtype: as in `keras.metrics.Metric`.
+      lists_without_relevant: 'skip' (default) or 'zero', as in `NDCGMetric`.
 
     Example:
     >>> m = MRRMetric()
@@ -196,6 +246,9 @@ class MRRMetric(PerListMean):
 
     _fn = staticmethod(reciprocal_rank)
 
-    def __init__(self, k: int | None = None, name: str | None = None, dtype=None):
+    def __init__(self, k: int | None = None, name: str | None = None, dtype=None, *,
+                 lists_without_relevant: str = "skip"):
         k = _check_k(k)
-        super().__init__(name or ("mrr" if k is None else f"mrr_at_{k}"), dtype, k=k)
+        super().__init__(name or ("mrr" if k is None else f"mrr_at_{k}"), dtype, k=k,
+                         lists_without_relevant=check_lists_without_relevant(
+                             lists_without_relevant))
