@@ -1,5 +1,5 @@
 """Golden values of the diffsort package (Petersen et al., differentiable sorting
-networks) written to `tests/golden/diffsort.json` for `tests/test_sorting_networks.py`,
+networks) written to `tests/golden/diffsort.json` for `tests/ops/test_sorting_networks.py`,
 which compares `softsort_tf.ops.sorting_networks` against them without PyTorch.
 
 diffsort and PyTorch are in the `benchmark` extra; install the CPU wheel of torch first

@@ -1,7 +1,7 @@
 """Reference values of ott-jax's `soft_sort` on small fixed problems, in float64.
 
 ott-jax is not a dependency of softsort_tf or of its tests: run this script in a
-separate environment and paste what it prints into `tests/test_target_grid.py`
+separate environment and paste what it prints into `tests/ops/sinkhorn/test_target_grid.py`
 (`OTT_REFERENCE`), which checks our operators with `targets='regular'` against it:
 
     python3 -m venv /tmp/ottenv && /tmp/ottenv/bin/pip install ott-jax jax jaxlib

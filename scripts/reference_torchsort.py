@@ -1,6 +1,6 @@
 """Golden values of torchsort's `soft_rank` and `soft_sort` (values and vector-Jacobian
 products, float64), written to `tests/golden/torchsort.json` for
-`tests/test_permutahedron.py`, which compares the permutahedron operators against them
+`tests/ops/test_permutahedron.py`, which compares the permutahedron operators against them
 without PyTorch.
 
 torchsort (the PyTorch implementation of Blondel et al. 2020) cannot be a requirement of

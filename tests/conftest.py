@@ -17,6 +17,20 @@ except RuntimeError:
     pass
 
 
+@pytest.fixture
+def policy(request):
+    """The Keras dtype policy `request.param` (e.g. 'mixed_float16') for the test, then
+    'float32' again; use with `@pytest.mark.parametrize("policy", [...], indirect=True)`."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(request.param)
+    keras.utils.set_random_seed(0)
+    try:
+        yield request.param
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     np.random.seed(0)

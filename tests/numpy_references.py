@@ -1,6 +1,7 @@
 """Exact float64 numpy references shared by several test modules (not a test module)."""
 
 import numpy as np
+import scipy.stats
 
 
 def np_window_mean(x, low, high, weights=None):
@@ -44,3 +45,36 @@ def np_log_sinkhorn_plan(x, y, epsilon, iterations):
         f = epsilon * log_a - epsilon * softmin((g[None, :] - cost) / epsilon, 1)
         g = epsilon * log_b - epsilon * softmin((f[:, None] - cost) / epsilon, 0)
     return np.exp((f[:, None] + g[None, :] - cost) / epsilon)
+
+
+def scipy_tau(a, b):
+    """τ-b of scipy, 0 where scipy is undefined (fewer than 2 items, constant input)."""
+    if len(a) < 2:
+        return 0.0
+    t = scipy.stats.kendalltau(a, b).statistic
+    return 0.0 if not np.isfinite(t) else float(t)
+
+
+def np_perm_matrix(s, direction):
+    order = np.argsort(-s if direction == "DESCENDING" else s, axis=-1, kind="stable")
+    return np.eye(s.shape[-1])[order]
+
+
+def np_dcg(labels_in_order, k=None):
+    g = 2.0 ** np.asarray(labels_in_order, np.float64) - 1.0
+    disc = 1.0 / np.log2(np.arange(2, g.size + 2))
+    if k is not None:
+        disc[k:] = 0.0
+    return float(g @ disc)
+
+
+def np_ndcg(labels, scores, k=None):
+    """(value, weight) of one list; labels < 0 are padding; stable order by -score."""
+    labels, scores = np.asarray(labels, np.float64), np.asarray(scores, np.float64)
+    keep = labels >= 0
+    labels, scores = labels[keep], scores[keep]
+    ideal = np_dcg(np.sort(labels)[::-1], k)
+    if ideal == 0:
+        return 0.0, 0.0
+    order = np.argsort(-scores, kind="stable")
+    return np_dcg(labels[order], k) / ideal, 1.0

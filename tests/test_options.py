@@ -1,12 +1,10 @@
-"""SinkhornOptions (one validated settings object) and the relaxed-permutation table."""
+"""Tests of `softsort_tf.options`: `SinkhornOptions`, one validated settings object
+shared by the Sinkhorn operators, layers and losses."""
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import softsort_tf as ss
-from softsort_tf.ops import registry
 from softsort_tf.options import ImplicitDiff, SinkhornOptions
 from softsort_tf.solvers import sinkhorn as solver_lib
 
@@ -123,38 +121,3 @@ def test_former_argument_names_are_rejected():
         ss.SoftSort(tau=0.5, power=2.0)
     with pytest.raises(TypeError, match="epsilon"):
         ss.PermutationCrossEntropy(epsilon=1e-7)
-
-
-def test_top_k_loss_epsilon_rule_unless_given():
-    logits = tf.constant([[0.0, 3.0, 1.0, 2.0]])
-    rule = ss.soft_top_k_loss([1], logits, from_sparse=True)
-    explicit = ss.soft_top_k_loss([1], logits, from_sparse=True,
-                                  epsilon=ss.losses.top_k.default_top_k_epsilon(4))
-    np.testing.assert_allclose(rule.numpy(), explicit.numpy())
-    assert ss.SoftTopKLoss().options.epsilon is None
-    assert ss.SoftTopKLoss(epsilon=0.1).options.epsilon == 0.1
-
-
-def test_permutation_table_drives_permutation_matrix():
-    scores = tf.constant([[0.2, 1.5, -0.3, 0.9]])
-    assert registry.METHODS == tuple(ss.PERMUTATION_OPERATORS)
-    assert {"softsort", "neuralsort", "sinkhorn", "lapsum"} <= set(registry.METHODS)
-    for name, op in ss.PERMUTATION_OPERATORS.items():
-        temperature = {op.temperature: op.default_temperature}
-        np.testing.assert_allclose(
-            ss.permutation_matrix(scores, name).numpy(),
-            op.matrix(scores, **temperature).numpy(), atol=1e-6)
-        perm = op.matrix(scores).numpy()[0]
-        np.testing.assert_allclose(perm.sum(axis=1), 1.0, atol=1e-3)
-        if op.doubly_stochastic:
-            np.testing.assert_allclose(perm.sum(axis=0), 1.0, atol=1e-2)
-    assert ss.get_permutation_operator("sinkhorn").temperature == "epsilon"
-    with pytest.raises(ValueError, match="softsort"):
-        ss.get_permutation_operator("bitonic")
-
-
-def test_layers_share_the_table():
-    for layer_cls in (ss.SoftSort, ss.NeuralSort, ss.SinkhornPermutation):
-        assert layer_cls.method in ss.PERMUTATION_OPERATORS
-    layer = ss.SinkhornPermutation(epsilon=1e-3)
-    keras.layers.deserialize(keras.layers.serialize(layer))

@@ -7,8 +7,8 @@
   replaced by gross outliers around y = 4 − 6x; one Dense(1) unit from zero weights,
   full batch, Adam 0.1, 100 steps; returns the fitted slope (true: 3).
 
-`tests/test_losses.py` asserts on them and `scripts/compare_target_grids.py` runs them
-on both target grids (docs/RESULTS.md).
+`tests/losses/test_top_k.py` and `tests/losses/test_regression.py` assert on them and
+`scripts/compare_target_grids.py` runs them on both target grids (docs/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ P_ij = |I_i ∩ J_j| (north-west corner rule, Prop. 1), so that
 - S-quantile: the same mean over [τ − t/2, τ + t/2].
 - quantile normalisation: T̃_i → a_i⁻¹ Σ_j P_ij f_j.
 - top-k mask: the fraction of I_i inside the first k/n of the mass.
-Tied inputs share their joint interval (equal outputs). `tests/test_hard_limits.py`
-checks each of these in float64 with weights and with m ≠ n.
+Tied inputs share their joint interval (equal outputs).
+`tests/ops/sinkhorn/test_hard_limits.py` checks each of these in float64 with weights and
+with m ≠ n.
 
 Conventions shared by all operators:
 

@@ -1,0 +1,131 @@
+"""Tests of `softsort_tf.ops.sinkhorn` on inputs over the whole float range: huge,
+subnormal, offset and mixed-scale rows.
+
+Every Sinkhorn operator must give finite values that keep their hard limits at small
+ε whatever the magnitude of the inputs (the squashing and the sorted-value read-out are
+computed in float64 after centring; see `softsort_tf.ops.squash`, tested in
+`tests/ops/test_squash.py`)."""
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+from hypothesis import given, settings
+
+import softsort_tf as ss
+
+SMALL = dict(epsilon=1e-4, threshold=1e-6)
+
+
+def _ranks(x, **kwargs):
+    return ss.sinkhorn_rank(x, **SMALL, **kwargs).numpy()
+
+
+def _sort(x, **kwargs):
+    return ss.sinkhorn_sort(x, **SMALL, **kwargs).numpy()
+
+
+@pytest.mark.parametrize("row, dtype", [
+    ([3e38, -1e38, 2e38, 0.0, 1e37], np.float32),
+    ([-3.4e38, 3.4e38, 1e38, -2e37], np.float32),
+    ([1.7e308, -1.7e308, 1e308, 0.0], np.float64),
+])
+def test_values_near_the_largest_float_give_every_operator_finite_exact_limits(row, dtype):
+    x = np.array([row], dtype)
+    expected = scipy.stats.rankdata(row)
+    np.testing.assert_allclose(_ranks(x), [expected], atol=1e-3)
+    np.testing.assert_allclose(ss.sinkhorn_cdf(x, **SMALL).numpy(), [expected / len(row)],
+                               atol=1e-3)
+    s = _sort(x)
+    assert np.all(np.isfinite(s))
+    np.testing.assert_allclose(s, [np.sort(x[0])], rtol=1e-3, atol=1e-3 * np.abs(x).max())
+    q = ss.sinkhorn_quantile(x, 0.5, **SMALL).numpy()
+    assert np.isfinite(q).all() and x.min() <= q[0] <= x.max()
+    mask = ss.sinkhorn_topk_mask(x, 2, **SMALL).numpy()
+    np.testing.assert_allclose(mask, [(expected > len(row) - 2).astype(float)], atol=1e-3)
+    t = ss.sinkhorn_quantile_normalization(x, np.arange(len(row), dtype=dtype),
+                                           **SMALL).numpy()
+    np.testing.assert_allclose(t, [expected - 1], atol=1e-3)
+    P = ss.sinkhorn_permutation_matrix(x, **SMALL).numpy()
+    assert np.all(np.isfinite(P))
+
+
+def test_subnormal_float32_inputs_keep_their_order():
+    row = np.array([[6e-40, 1e-40, 3e-40, 2e-40, 5e-40, 4e-40, 0.0]], np.float32)
+    np.testing.assert_allclose(_ranks(row), [scipy.stats.rankdata(row[0])], atol=1e-3)
+    np.testing.assert_allclose(ss.sinkhorn_topk_mask(row, 3, **SMALL).numpy(),
+                               [[1, 0, 0, 0, 1, 1, 0]], atol=1e-3)
+    # Sorted values are themselves subnormal, which TensorFlow's CPU kernels flush to
+    # zero (documented limit); they stay finite and in [min, max] of what TF reads.
+    s = _sort(row)
+    assert np.all(np.isfinite(s)) and np.all(s >= 0) and np.all(s <= row.max())
+
+
+def test_a_large_common_offset_keeps_sorted_values_exact_and_monotone():
+    row = (1e7 + np.array([[6, 5, 4, 3, 2, 1, 0]], np.float32)).astype(np.float32)
+    s = _sort(row)
+    assert np.all(np.diff(s[0]) >= 0), s
+    np.testing.assert_allclose(s, [np.sort(row[0])], atol=0.5)
+    topk = ss.sinkhorn_sort(row, topk=2, direction="DESCENDING", **SMALL).numpy()
+    np.testing.assert_allclose(topk, [[1e7 + 6, 1e7 + 5]], atol=0.5)
+    q = ss.sinkhorn_quantile(row, [0.25, 0.75], **SMALL).numpy()
+    assert np.all(np.abs(q - 1e7 - 3) <= 3.0) and q[0, 0] < q[0, 1]
+
+
+def test_robust_squash_resolves_mixed_scales_that_the_logistic_squash_merges():
+    row = np.array([[1e-3, 1e30, 0.5, 1.0, 2.0, 4.0, 8.0, 1e15]], np.float32)
+    expected = scipy.stats.rankdata(row[0])
+    np.testing.assert_allclose(_ranks(row, squash="robust"), [expected], atol=1e-2)
+    # The default logistic squash standardises with the mean and std, which the
+    # outliers dominate: the bulk's ranks merge (the reason for 'robust').
+    merged = _ranks(row)
+    assert np.ptp(merged[0, [0, 2, 3, 4, 5, 6]]) < 1.0
+    s = _sort(row, squash="robust")
+    np.testing.assert_allclose(s[0, :6], np.sort(row[0])[:6], rtol=1e-2, atol=1e-4)
+
+
+def _distinct_row(draw, n):
+    grid = draw(st.permutations(list(range(-10, 11))))[:n]
+    return np.array(grid, np.float64) / 10.0
+
+
+@st.composite
+def scaled_rows(draw, dtype):
+    n = draw(st.integers(2, 6))
+    low, high = (-36, 37) if dtype == np.float32 else (-300, 300)
+    scale = 10.0 ** draw(st.integers(low, high))
+    offset = draw(st.sampled_from([0.0, 0.0, 1.0, -3.0]))
+    return ((_distinct_row(draw, n) + offset) * scale).astype(dtype)[None, :]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_property_every_scale_gives_exact_ranks_and_bounded_monotone_sorts(dtype, data):
+    x = data.draw(scaled_rows(dtype))
+    ranks = _ranks(x)
+    assert np.all(np.isfinite(ranks))
+    np.testing.assert_allclose(ranks, [scipy.stats.rankdata(x[0])], atol=0.05)
+    s = _sort(x)
+    assert np.all(np.isfinite(s))
+    span = float(np.ptp(x.astype(np.float64)))
+    tol = 1e-5 * span
+    assert np.all(np.diff(s[0]) >= -tol)
+    assert s.min() >= x.min() - tol and s.max() <= x.max() + tol
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-10, 1.0, 1e10, 1e30])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_extreme_magnitudes_are_finite(scale, dtype):
+    x = tf.constant(np.random.RandomState(0).randn(2, 6) * scale, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outs = [ss.sinkhorn_rank(x), ss.sinkhorn_sort(x), ss.sinkhorn_quantile(x, 0.5),
+                ss.sinkhorn_cdf(x), ss.sinkhorn_topk_mask(x, 2)]
+        loss = tf.add_n([tf.reduce_sum(o) for o in outs[::2]])
+    for o in outs:
+        assert np.all(np.isfinite(o.numpy()))
+    assert np.all(np.isfinite(tape.gradient(loss, x).numpy()))
+    r = outs[0].numpy()
+    np.testing.assert_array_equal(np.argsort(r, 1), np.argsort(x.numpy(), 1))

@@ -1,0 +1,460 @@
+"""LapSum operators (softsort_tf.ops.lapsum) against a float64 numpy reference written
+from the definition F(x) = Σ_j Lap_α(x − r_j): direct pairwise sums and bisection for
+F⁻¹ (never the closed form of the module)."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+
+from softsort_tf.ops import lapsum as L
+
+
+def lap(z):
+    z = np.asarray(z, np.float64)
+    return np.where(z <= 0, 0.5 * np.exp(np.minimum(z, 0)), 1 - 0.5 * np.exp(-np.maximum(z, 0)))
+
+
+def big_f(x, r, alpha):
+    """F(x) = Σ_j Lap_α(x − r_j) for an array of x (last axis of r summed)."""
+    return lap((np.asarray(x)[..., None] - r) / alpha).sum(-1)
+
+
+def f_inverse(levels, r, alpha):
+    """F⁻¹ by bisection (200 halvings of a bracket that contains every solution)."""
+    levels = np.asarray(levels, np.float64)
+    n = len(r)
+    pad = alpha * (40 + np.log(2 * n + 2))
+    lo = np.full(levels.shape, r.min() - pad)
+    hi = np.full(levels.shape, r.max() + pad)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        above = big_f(mid, r, alpha) > levels
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def ref_rank(r, alpha):
+    return 0.5 + big_f(r, r, alpha)
+
+
+def ref_sort(r, alpha):
+    return f_inverse(np.arange(len(r)) + 0.5, r, alpha)
+
+
+def ref_topk(r, k, alpha):
+    # t solves Σ_i Lap_α(r_i − t) = k, i.e. F(t) = n − k.
+    t = f_inverse(np.array(len(r) - k, np.float64), r, alpha)
+    return lap((r - t) / alpha)
+
+
+def ref_quantile(r, taus, alpha):
+    return f_inverse(len(r) * np.asarray(taus, np.float64), r, alpha)
+
+
+def ref_permutation(r, alpha):
+    """Ascending: row k = inputs landing at position k."""
+    n = len(r)
+    t = f_inverse(np.arange(1, n, dtype=np.float64), r, alpha)
+    lower = np.concatenate([[-np.inf], t])
+    upper = np.concatenate([t, [np.inf]])
+    return lap((upper[:, None] - r[None]) / alpha) - lap((lower[:, None] - r[None]) / alpha)
+
+
+def rows(x):
+    return np.asarray(x, np.float64).reshape(-1, np.shape(x)[-1])
+
+
+def scores(shape, seed=0, ties=True):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape)
+    if ties and shape[-1] > 3:
+        x[..., 2] = x[..., 0]
+    return x
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.5, 3.0])
+def test_rank_matches_definition(alpha):
+    x = scores([2, 3, 9])
+    for direction, sign in (("ASCENDING", 1.0), ("DESCENDING", -1.0)):
+        out = L.lapsum_rank(x, alpha, direction).numpy()
+        assert out.shape == x.shape and np.all(np.isfinite(out))
+        want = np.stack([ref_rank(sign * r, alpha) for r in rows(x)]).reshape(x.shape)
+        np.testing.assert_allclose(out, want, atol=1e-12)
+        np.testing.assert_allclose(out.sum(-1), 9 * 10 / 2, atol=1e-10)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.5, 3.0])
+def test_sort_matches_definition(alpha):
+    x = scores([3, 8], seed=1)
+    out = L.lapsum_sort(x, alpha).numpy()
+    want = np.stack([ref_sort(r, alpha) for r in x])
+    np.testing.assert_allclose(out, want, atol=1e-10)
+    desc = L.lapsum_sort(x, alpha, "DESCENDING").numpy()
+    np.testing.assert_allclose(desc, np.stack([-ref_sort(-r, alpha) for r in x]), atol=1e-10)
+    assert np.all(np.diff(out, axis=-1) > 0) and np.all(np.diff(desc, axis=-1) < 0)
+
+
+@pytest.mark.parametrize("k", [1, 2.5, 4, 6.75])
+def test_topk_matches_definition_and_sums_to_k(k):
+    x = scores([3, 8], seed=2)
+    for alpha in (0.1, 1.0):
+        out = L.lapsum_topk_mask(x, k, alpha).numpy()
+        np.testing.assert_allclose(out, np.stack([ref_topk(r, k, alpha) for r in x]),
+                                   atol=1e-10)
+        np.testing.assert_allclose(out.sum(-1), k, atol=1e-10)
+        assert np.all((out > 0) & (out < 1))
+        low = L.lapsum_topk_mask(x, k, alpha, "ASCENDING").numpy()
+        np.testing.assert_allclose(low, np.stack([ref_topk(-r, k, alpha) for r in x]),
+                                   atol=1e-10)
+
+
+def test_quantile_matches_definition():
+    x = scores([2, 3, 11], seed=3)
+    taus = [0.1, 0.5, 0.77]
+    out = L.lapsum_quantile(x, taus, 0.3).numpy()
+    assert out.shape == (2, 3, 3)
+    want = np.stack([ref_quantile(r, taus, 0.3) for r in rows(x)]).reshape(2, 3, 3)
+    np.testing.assert_allclose(out, want, atol=1e-10)
+    scalar = L.lapsum_quantile(x, 0.5, 0.3).numpy()
+    assert scalar.shape == (2, 3)
+    np.testing.assert_allclose(scalar, want[..., 1], atol=1e-10)
+
+
+def test_permutation_matrix_matches_definition():
+    x = scores([2, 7], seed=4)
+    for alpha in (0.05, 0.7):
+        out = L.lapsum_permutation_matrix(x, alpha, "ASCENDING").numpy()
+        np.testing.assert_allclose(out, np.stack([ref_permutation(r, alpha) for r in x]),
+                                   atol=1e-10)
+        np.testing.assert_allclose(out.sum(-1), 1.0, atol=1e-12)
+        np.testing.assert_allclose(out.sum(-2), 1.0, atol=1e-12)
+        assert np.all(out >= 0)
+        desc = L.lapsum_permutation_matrix(x, alpha).numpy()
+        np.testing.assert_allclose(desc, np.stack([ref_permutation(-r, alpha) for r in x]),
+                                   atol=1e-10)
+
+
+def test_hard_limits():
+    x = np.array([[2.5, -1.0, 0.3, 4.0, 0.3, 7.0, -3.0]])
+    a = 1e-4
+    np.testing.assert_allclose(L.lapsum_rank(x, a).numpy(), scipy.stats.rankdata(x, axis=-1),
+                               atol=1e-9)
+    np.testing.assert_allclose(L.lapsum_rank(x, a, "DESCENDING").numpy(),
+                               scipy.stats.rankdata(-x, axis=-1), atol=1e-9)
+    np.testing.assert_allclose(L.lapsum_sort(x, a).numpy(), np.sort(x), atol=1e-3)
+    np.testing.assert_allclose(L.lapsum_sort(x, a, "DESCENDING").numpy(), -np.sort(-x),
+                               atol=1e-3)
+    for k in (1, 2, 3, 5):
+        hard = np.zeros_like(x)
+        hard[0, np.argsort(-x[0])[:k]] = 1.0
+        np.testing.assert_allclose(L.lapsum_topk_mask(x, k, a).numpy(), hard, atol=1e-9)
+    # A tie at the boundary shares the mass: the 0.3's are 4th/5th largest.
+    np.testing.assert_allclose(L.lapsum_topk_mask(x, 4, a).numpy()[0, [2, 4]], [0.5, 0.5],
+                               atol=1e-9)
+    taus = [0.1, 2 / 7, 0.5, 0.9]
+    np.testing.assert_allclose(L.lapsum_quantile(x, taus, a).numpy()[0],
+                               np.quantile(x[0], taus, method="averaged_inverted_cdf"),
+                               atol=1e-3)
+    y = np.array([[0.3, 2.0, 1.0, -1.0]])
+    P = L.lapsum_permutation_matrix(y, a).numpy()[0]
+    np.testing.assert_allclose(P, np.eye(4)[np.argsort(-y[0])], atol=1e-9)
+
+
+def test_float32_hard_limit_and_large_temperature():
+    x = np.array([[3.0, 1.0, 2.0, 2.0]], np.float32)
+    r = L.lapsum_rank(x, 1e-6).numpy()
+    assert r.dtype == np.float32
+    np.testing.assert_allclose(r, [[4.0, 1.0, 2.5, 2.5]])
+    flat = L.lapsum_rank(x, 1e8).numpy()
+    np.testing.assert_allclose(flat, 2.5, atol=1e-6)
+
+
+def test_monotone_in_scores():
+    x = scores([4, 30], seed=5, ties=False)
+    order = np.argsort(x, axis=-1)
+    for out in (L.lapsum_rank(x, 0.3).numpy(), L.lapsum_topk_mask(x, 7, 0.3).numpy()):
+        assert np.all(np.diff(np.take_along_axis(out, order, -1), axis=-1) > 0)
+    assert np.all(np.diff(L.lapsum_sort(x, 0.3).numpy(), axis=-1) > 0)
+
+
+def test_long_list_matches_definition():
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=[1, 2000])
+    out = L.lapsum_rank(x, 0.01).numpy()[0]
+    np.testing.assert_allclose(out, ref_rank(x[0], 0.01), atol=1e-9)
+    sort = L.lapsum_sort(x, 0.01).numpy()[0]
+    idx = rng.choice(2000, 40, replace=False)
+    np.testing.assert_allclose(sort[idx], f_inverse(idx + 0.5, x[0], 0.01), atol=1e-9)
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 33, 257])
+def test_rank_across_scan_block_boundaries(n):
+    """The prefix sums run in blocks of 16: lengths around and across block edges."""
+    x = np.random.default_rng(n).normal(size=[2, n])
+    out = L.lapsum_rank(x, 0.05).numpy()
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, np.stack([ref_rank(row, 0.05) for row in x]), atol=1e-10)
+
+
+def test_float32_sort_key_ties_and_special_values():
+    """float32 rows are ordered by a packed integer key: ties, ±0, denormals and the
+    extremes give the ranks and sort of the float64 computation, eagerly, in a graph
+    and under XLA."""
+    x = np.array([[0.0, -0.0, 1.0, -1.0, 3e38, -3e38, 1e-45, -1e-45, 1.0, -1.0, 0.0,
+                   2.0, 2.0, -2.5]], np.float32)
+    want_rank = L.lapsum_rank(x.astype(np.float64), 0.5).numpy()
+    want_sort = L.lapsum_sort(x.astype(np.float64), 0.5).numpy()
+    both = tf.autograph.experimental.do_not_convert(
+        lambda v: (L.lapsum_rank(v, 0.5), L.lapsum_sort(v, 0.5)))
+    for fn in (both, tf.function(both), tf.function(both, jit_compile=True)):
+        rank, sort = (t.numpy() for t in fn(tf.constant(x)))
+        assert np.all(np.isfinite(rank)) and np.all(np.isfinite(sort))
+        np.testing.assert_allclose(rank, want_rank, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(sort, want_sort, rtol=1e-6, atol=1e-5)
+
+
+def _finite_difference_check(fn, x, eps=1e-6, atol=1e-6):
+    x = tf.constant(x, tf.float64)
+    w = tf.constant(np.random.default_rng(7).normal(size=fn(x).shape))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(w * fn(x))
+    grad = tape.gradient(loss, x).numpy()
+    assert np.all(np.isfinite(grad))
+    xv = x.numpy()
+    # All perturbed inputs in one batch: row i·2 (+eps) and i·2 + 1 (−eps) of entry i.
+    flat = xv.reshape(-1)
+    shifted = np.repeat(xv[None], 2 * flat.size, axis=0)
+    for i, idx in enumerate(np.ndindex(xv.shape)):
+        shifted[(2 * i,) + idx] += eps
+        shifted[(2 * i + 1,) + idx] -= eps
+    vals = np.sum(w.numpy() * fn(tf.constant(shifted)).numpy(),
+                  axis=tuple(range(1, 1 + len(fn(x).shape))))
+    num = ((vals[0::2] - vals[1::2]) / (2 * eps)).reshape(xv.shape)
+    np.testing.assert_allclose(grad, num, atol=atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["rank", "sort", "topk", "quantile", "perm"])
+def test_gradients_match_finite_differences(name):
+    x = scores([2, 6], seed=8, ties=False)
+    fns = {
+        "rank": lambda v: L.lapsum_rank(v, 0.4),
+        "sort": lambda v: L.lapsum_sort(v, 0.4, "DESCENDING"),
+        "topk": lambda v: L.lapsum_topk_mask(v, 2.5, 0.4),
+        "quantile": lambda v: L.lapsum_quantile(v, [0.2, 0.5], 0.4),
+        "perm": lambda v: L.lapsum_permutation_matrix(v, 0.4),
+    }
+    _finite_difference_check(fns[name], x)
+
+
+@pytest.mark.parametrize("name", ["rank", "sort", "topk", "quantile", "perm"])
+def test_gradient_wrt_alpha_and_k(name):
+    x = tf.constant(scores([2, 6], seed=9, ties=False))
+
+    def fn(alpha, k):
+        return {
+            "rank": lambda: L.lapsum_rank(x, alpha),
+            "sort": lambda: L.lapsum_sort(x, alpha),
+            "topk": lambda: L.lapsum_topk_mask(x, k, alpha),
+            "quantile": lambda: L.lapsum_quantile(x, [0.3, 0.8], alpha),
+            "perm": lambda: L.lapsum_permutation_matrix(x, alpha),
+        }[name]()
+
+    w = tf.constant(np.random.default_rng(10).normal(size=fn(0.5, 2.5).shape))
+    alpha, k = tf.constant(0.5, tf.float64), tf.constant(2.5, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch([alpha, k])
+        loss = tf.reduce_sum(w * fn(alpha, k))
+    ga, gk = tape.gradient(loss, [alpha, k])
+    eps = 1e-6
+
+    def value(a, kk):
+        return float(tf.reduce_sum(w * fn(tf.constant(a, tf.float64),
+                                          tf.constant(kk, tf.float64))))
+
+    np.testing.assert_allclose(float(ga), (value(0.5 + eps, 2.5) - value(0.5 - eps, 2.5))
+                               / (2 * eps), rtol=1e-5, atol=1e-7)
+    if name == "topk":
+        np.testing.assert_allclose(float(gk), (value(0.5, 2.5 + eps) - value(0.5, 2.5 - eps))
+                                   / (2 * eps), rtol=1e-5, atol=1e-7)
+
+
+def test_gradients_finite_at_ties_and_extreme_temperatures():
+    x = tf.constant([[1.0, 1.0, 1.0, 2.0, -4.0]])
+    for alpha in (1e-30, 1e-6, 1.0, 1e30):
+        for fn in (lambda v, alpha=alpha: L.lapsum_rank(v, alpha),
+                   lambda v, alpha=alpha: L.lapsum_sort(v, alpha),
+                   lambda v, alpha=alpha: L.lapsum_topk_mask(v, 2, alpha),
+                   lambda v, alpha=alpha: L.lapsum_topk_mask(v, 3, alpha),
+                   lambda v, alpha=alpha: L.lapsum_quantile(v, [0.4, 0.5], alpha),
+                   lambda v, alpha=alpha: L.lapsum_permutation_matrix(v, alpha)):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fn(x)
+                loss = tf.reduce_sum(y * tf.cos(tf.cast(tf.range(tf.size(y)), tf.float32)
+                                                 )[None] if y.shape.rank == 2 else y)
+            g = tape.gradient(loss, x)
+            assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(g.numpy())), alpha
+
+
+def test_extreme_scales_float32_finite():
+    x = np.array([[1e30, -1e30, 3.0, 1e-30, -2e38, 3e38, -1e-30, 0.0]], np.float32)
+    w = tf.constant(np.random.default_rng(11).normal(size=[8]).astype(np.float32))
+    for alpha in (1e-30, 1e-3, 1.0, 1e30):
+        for fn in (lambda v, alpha=alpha: L.lapsum_rank(v, alpha),
+                   lambda v, alpha=alpha: L.lapsum_sort(v, alpha),
+                   lambda v, alpha=alpha: L.lapsum_topk_mask(v, 3, alpha),
+                   lambda v, alpha=alpha: L.lapsum_quantile(v, [0.25, 0.5, 0.75], alpha),
+                   lambda v, alpha=alpha: L.lapsum_permutation_matrix(v, alpha)):
+            xt = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                y = fn(xt)
+                loss = tf.reduce_sum(y * w[: y.shape[-1]])
+            g = tape.gradient(loss, xt)
+            assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(g.numpy()))
+    # Sharp: the hard results, the outliers not disturbing the small scores.
+    np.testing.assert_allclose(L.lapsum_rank(x, 1e-33).numpy(),
+                               scipy.stats.rankdata(x.astype(np.float64), axis=-1))
+    np.testing.assert_allclose(L.lapsum_sort(x, 1e-33).numpy(), np.sort(x), rtol=1e-6)
+
+
+def test_outlier_does_not_blur_a_cluster():
+    """The scan keeps full relative precision: a 1e30 outlier does not change the soft
+    ranks of scores 1e-3 apart at α = 1e-3 (no common reference point)."""
+    x = np.array([[-1e30, 0.0, 1e-3, 2e-3, 5e-3]], np.float32)
+    out = L.lapsum_rank(x, 1e-3).numpy()[0]
+    want = ref_rank(x[0].astype(np.float64), 1e-3)
+    np.testing.assert_allclose(out, want, rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_reduced_precision(dtype):
+    x = scores([2, 6], seed=12, ties=False).astype(np.float32)
+    xt = tf.cast(tf.constant(x), dtype)
+    x32 = tf.cast(xt, tf.float32)
+    for fn in (lambda v: L.lapsum_rank(v, 0.5), lambda v: L.lapsum_sort(v, 0.5),
+               lambda v: L.lapsum_topk_mask(v, 2, 0.5),
+               lambda v: L.lapsum_quantile(v, [0.5], 0.5),
+               lambda v: L.lapsum_permutation_matrix(v, 0.5)):
+        out = fn(xt)
+        assert out.dtype == dtype
+        ref = fn(x32).numpy()
+        np.testing.assert_allclose(tf.cast(out, tf.float32).numpy(), ref,
+                                   atol=0.05 * max(1.0, np.abs(ref).max()))
+
+
+def test_xla_equals_eager_dynamic_n():
+    """Every operator and its gradient, traced with unknown batch and n (`None` dims),
+    compiled by XLA (one function: one compilation), with a mask."""
+    spec = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.bool)]
+
+    @tf.autograph.experimental.do_not_convert
+    def all_ops(x, mask):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outs = [L.lapsum_rank(x, 0.3, mask=mask),
+                    L.lapsum_sort(x, 0.3, "DESCENDING", mask=mask),
+                    L.lapsum_topk_mask(x, 2, 0.3, mask=mask),
+                    L.lapsum_quantile(x, [0.3, 0.6], 0.3, mask=mask),
+                    L.lapsum_permutation_matrix(x, 0.3, mask=mask)]
+            loss = sum(tf.reduce_sum(o * tf.sin(o + 1.0)) for o in outs)
+        return outs + [tape.gradient(loss, x)]
+
+    xla = tf.function(all_ops, jit_compile=True, input_signature=spec)
+    n = 9
+    x = tf.constant(scores([3, n], seed=n).astype(np.float32))
+    mask = tf.constant(np.arange(n)[None, :] < np.array([[n], [n - 2], [3]]))
+    for got, want in zip(xla(x, mask), all_ops(x, mask), strict=True):
+        assert np.all(np.isfinite(got.numpy()))
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
+
+
+def _ops():
+    return {
+        "rank": lambda v, m=None: L.lapsum_rank(v, 0.4, mask=m),
+        "sort": lambda v, m=None: L.lapsum_sort(v, 0.4, mask=m),
+        "topk": lambda v, m=None: L.lapsum_topk_mask(v, 2.5, 0.4, mask=m),
+        "quantile": lambda v, m=None: L.lapsum_quantile(v, [0.25, 0.5], 0.4, mask=m),
+        "perm": lambda v, m=None: L.lapsum_permutation_matrix(v, 0.4, mask=m),
+    }
+
+
+@pytest.mark.parametrize("name", ["rank", "sort", "topk", "quantile", "perm"])
+def test_mask_equals_unpadded(name):
+    fn = _ops()[name]
+    valid_x = scores([5], seed=13)
+    padded = np.array([np.nan, valid_x[0], np.inf, valid_x[1], valid_x[2], -np.inf,
+                       valid_x[3], valid_x[4]])
+    mask = ~np.isin(np.arange(8), [0, 2, 5])
+    xt = tf.constant(padded[None])
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        out = fn(xt, tf.constant(mask[None]))
+        loss = tf.reduce_sum(out * tf.sin(out))
+    grad = tape.gradient(loss, xt).numpy()[0]
+    assert np.all(np.isfinite(out.numpy())) and np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(grad[~mask], 0.0)
+    ut = tf.constant(valid_x[None])
+    with tf.GradientTape() as tape:
+        tape.watch(ut)
+        want = fn(ut)
+        loss = tf.reduce_sum(want * tf.sin(want))
+    want_grad = tape.gradient(loss, ut).numpy()[0]
+    out, want = out.numpy()[0], want.numpy()[0]
+    np.testing.assert_allclose(grad[mask], want_grad, atol=1e-12)
+    if name in ("rank", "topk"):
+        np.testing.assert_allclose(out[mask], want, atol=1e-12)
+        np.testing.assert_array_equal(out[~mask], 0.0)
+    elif name == "sort":
+        np.testing.assert_allclose(out[:5], want, atol=1e-12)
+        np.testing.assert_array_equal(out[5:], 0.0)
+    elif name == "quantile":
+        np.testing.assert_allclose(out, want, atol=1e-12)
+    else:
+        np.testing.assert_allclose(out[:5][:, mask], want, atol=1e-12)
+        assert np.all(out[5:] == 0) and np.all(out[:, ~mask] == 0)
+
+
+def test_mask_edge_rows():
+    x = tf.constant(scores([3, 4], seed=14))
+    mask = tf.constant([[True, True, False, False], [False] * 4, [True] * 4])
+    p = L.lapsum_topk_mask(x, 2, 0.3, mask=mask).numpy()
+    np.testing.assert_array_equal(p[0], [1.0, 1.0, 0.0, 0.0])   # n_valid <= k: all chosen
+    np.testing.assert_array_equal(p[1], 0.0)
+    np.testing.assert_allclose(p[2].sum(), 2.0, atol=1e-12)
+    for fn in _ops().values():
+        out = fn(x, mask).numpy()
+        assert np.all(np.isfinite(out)) and np.all(out[1] == 0)
+    rank1 = L.lapsum_rank(x, 0.3, mask=[True, False, True, True]).numpy()
+    assert np.all(rank1[:, 1] == 0)
+
+
+def test_bad_input_raises_value_error_naming_the_argument():
+    x = tf.constant([[1.0, 2.0, 3.0]])
+    for bad in (0.0, -1.0, float("nan"), float("inf"), "a", True):
+        with pytest.raises(ValueError, match="alpha"):
+            L.lapsum_rank(x, bad)
+    with pytest.raises(ValueError, match="alpha"):
+        L.lapsum_sort(x, tf.constant(-2.0))
+    for bad in (0, -1, 3, 3.5, float("nan"), True):
+        with pytest.raises(ValueError, match="`k`"):
+            L.lapsum_topk_mask(x, bad)
+    with pytest.raises(ValueError, match="direction"):
+        L.lapsum_rank(x, direction="UP")
+    with pytest.raises(ValueError, match="quantiles"):
+        L.lapsum_quantile(x, [0.5, 1.0])
+
+
+def test_runtime_checks_of_tensor_arguments():
+    f = tf.function(lambda x, a, k: L.lapsum_topk_mask(x, k, a),
+                    input_signature=[tf.TensorSpec([None, None]), tf.TensorSpec([]),
+                                     tf.TensorSpec([])])
+    x = tf.constant([[1.0, 2.0, 3.0]])
+    assert np.isclose(float(tf.reduce_sum(f(x, 1.0, 2.0))), 2.0, atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="alpha"):
+        f(x, -1.0, 2.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`k`"):
+        f(x, 1.0, 3.0)

@@ -1,0 +1,250 @@
+"""Tests of `softsort_tf.ops.ranking`, the maths of ranked lists shared by the ranking
+losses and metrics, on every list loss and metric: the padding convention (labels < 0,
+masks, ragged lists) changes no value and no gradient, and list lengths unknown at trace
+time (graph, XLA, Keras models fed two lengths) give the values of static shapes."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from operator_cases import random_padded
+from scipy import stats
+
+import softsort_tf as ss
+from softsort_tf.losses.ranking import (
+    ListwisePermutationLoss,
+    SoftNDCGLoss,
+    listwise_permutation_loss,
+    soft_ndcg,
+)
+from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
+from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric
+from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
+
+
+def padded_lists(rng, batch, n):
+    """Graded labels 0–3 with a padded tail (−1) per list, Gaussian scores."""
+    labels = rng.randint(0, 4, (batch, n)).astype(np.float32)
+    labels[:, 0] = 2.0
+    for b, length in enumerate(rng.randint(2, n + 1, batch)):
+        labels[b, length:] = -1.0
+    return labels, rng.randn(batch, n).astype(np.float32)
+
+
+def _metric_value(metric):
+    def value(y_true, y_pred):
+        metric.reset_state()
+        metric.update_state(y_true, y_pred)
+        return metric.result()
+    return value
+
+
+LIST_FUNCTIONS = {
+    "spearman_loss": lambda: ss.SpearmanLoss(),
+    "spearman_loss_padded": lambda: ss.SpearmanLoss(negative_labels_are_padding=True),
+    "spearman_loss_axis0": lambda: (lambda y, p: ss.SpearmanLoss(
+        axis=0, negative_labels_are_padding=True)(tf.transpose(y), tf.transpose(p))),
+    "soft_spearman": lambda: (lambda y, p: ss.losses.spearman.soft_spearman_correlation(
+        y, p, mask=y >= 0)),
+    "spearman_metric": lambda: _metric_value(
+        ss.SpearmanCorrelation(negative_labels_are_padding=True)),
+    "ndcg_sinkhorn": lambda: ss.losses.ranking.SoftNDCGLoss(),
+    "ndcg_softsort": lambda: ss.losses.ranking.SoftNDCGLoss("softsort"),
+    "ndcg_neuralsort": lambda: ss.losses.ranking.SoftNDCGLoss("neuralsort"),
+    "listwise_neuralsort": lambda: ss.losses.ranking.ListwisePermutationLoss(),
+    "listwise_softsort": lambda: ss.losses.ranking.ListwisePermutationLoss("softsort"),
+    "ndcg_metric": lambda: _metric_value(ss.metrics.ranking.NDCGMetric(k=3)),
+    "mrr_metric": lambda: _metric_value(ss.metrics.ranking.MRRMetric()),
+    "top_k_rank": lambda: (lambda y, p: ss.SoftTopKLoss(2, epsilon=1e-2)(
+        tf.one_hot(tf.argmax(y, axis=-1), tf.shape(y)[-1]), p)),
+    "top_k_cdf_sparse": lambda: (lambda y, p: ss.SoftTopKLoss(
+        1, form="cdf", from_sparse=True, epsilon=1e-2)(tf.argmax(y, axis=-1), p)),
+}
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("name", sorted(LIST_FUNCTIONS))
+def test_list_losses_and_metrics_with_an_unknown_list_length(name, jit):
+    fn = LIST_FUNCTIONS[name]()
+    spec = tf.TensorSpec([None, None], tf.float32)
+    traced = tf.function(fn, input_signature=[spec, spec], jit_compile=jit)
+    rng = np.random.RandomState(4)
+    for n in (7, 4):
+        labels, scores = padded_lists(rng, 3, n)
+        want = fn(tf.constant(labels), tf.constant(scores)).numpy()
+        got = traced(labels, scores).numpy()
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+    assert traced.experimental_get_tracing_count() == 1
+
+
+LIST_LOSSES = {name: LIST_FUNCTIONS[name] for name in (
+    "spearman_loss_padded", "ndcg_sinkhorn", "ndcg_softsort", "ndcg_neuralsort",
+    "listwise_neuralsort", "listwise_softsort")}
+
+
+@pytest.mark.parametrize("name", sorted(LIST_LOSSES))
+def test_keras_model_fed_two_list_lengths(name):
+    keras.utils.set_random_seed(1)
+    inputs = keras.Input((None, 2))
+    scores = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(inputs))
+    model = keras.Model(inputs, scores)
+    loss = LIST_LOSSES[name]()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss,
+                  metrics=[ss.metrics.ranking.NDCGMetric(k=3)])
+    rng = np.random.RandomState(5)
+    for n in (5, 9):
+        labels, _ = padded_lists(rng, 8, n)
+        x = rng.randn(8, n, 2).astype(np.float32)
+        history = model.fit(x, labels, batch_size=4, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"]).all()
+        got = model.evaluate(x, labels, batch_size=8, verbose=0, return_dict=True)
+        pred = model.predict(x, batch_size=8, verbose=0)
+        assert pred.shape == (8, n)
+        assert got["loss"] == pytest.approx(float(loss(labels, pred)), rel=1e-4, abs=1e-6)
+
+
+# Sinkhorn runs to a tight marginal error so that padded and unpadded problems, which
+# stop at different iterations, agree to far below the loss scale.
+TIGHT = {"threshold": 1e-9, "max_iterations": 5000}
+
+
+LOSSES = [
+    ("ndcg-sinkhorn", lambda y, s: 1.0 - soft_ndcg(y, s, method="sinkhorn", temperature=0.05,
+                                                   **TIGHT)),
+    ("ndcg-softsort", lambda y, s: 1.0 - soft_ndcg(y, s, method="softsort", temperature=0.3)),
+    ("ndcg-neuralsort", lambda y, s: 1.0 - soft_ndcg(y, s, method="neuralsort",
+                                                     temperature=0.3)),
+    ("perm-neuralsort", lambda y, s: listwise_permutation_loss(y, s, temperature=0.3)),
+    ("perm-softsort", lambda y, s: listwise_permutation_loss(y, s, method="softsort",
+                                                             temperature=0.3)),
+    ("spearman", lambda y, s: 1.0 - soft_spearman_correlation(
+        y, s, negative_labels_are_padding=True, epsilon=0.05, **TIGHT)),
+    ("ndcg-lapsum", lambda y, s: 1.0 - soft_ndcg(y, s, method="lapsum", temperature=0.3)),
+    ("spearman-lapsum", lambda y, s: 1.0 - soft_spearman_correlation(
+        y, s, negative_labels_are_padding=True, method="lapsum", temperature=0.3)),
+    ("spearman-softsort", lambda y, s: 1.0 - soft_spearman_correlation(
+        y, s, negative_labels_are_padding=True, method="softsort", temperature=0.3)),
+]
+
+
+def _value_and_grad(fn, labels, scores):
+    s = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        value = fn(tf.constant(labels), s)
+    return value.numpy(), tape.gradient(value, s).numpy()
+
+
+@pytest.mark.parametrize("name,fn", LOSSES, ids=[n for n, _ in LOSSES])
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 9), extra=st.integers(1, 7))
+def test_padding_changes_no_value_and_no_gradient(name, fn, seed, n, extra):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 5, size=(1, n)).astype(np.float64)
+    labels[0, 0] = 3.0  # at least one relevant item
+    scores = rng.normal(size=(1, n))
+    pad_scores = rng.normal(scale=100.0, size=(1, extra))
+    pad_scores[0, 0] = np.nan
+    value, grad = _value_and_grad(fn, labels, scores)
+    padded_labels = np.concatenate([labels, -np.ones((1, extra))], axis=1)
+    padded_scores = np.concatenate([scores, pad_scores], axis=1)
+    # Shuffle, so padding is not only a tail.
+    perm = rng.permutation(n + extra)
+    p_value, p_grad = _value_and_grad(fn, padded_labels[:, perm], padded_scores[:, perm])
+    inverse = np.argsort(perm)
+    p_grad = p_grad[:, inverse]
+    tol = 1e-6 if "sinkhorn" in name or "lapsum" in name or name == "spearman" else 1e-10
+    np.testing.assert_allclose(p_value, value, rtol=tol, atol=tol)
+    np.testing.assert_allclose(p_grad[:, :n], grad, rtol=1e-4 if tol > 1e-9 else 1e-8,
+                               atol=tol)
+    np.testing.assert_array_equal(p_grad[:, n:], 0.0)
+
+
+def test_ragged_inputs_equal_padded_inputs():
+    labels = tf.ragged.constant([[2.0, 0.0, 1.0], [1.0, 3.0], [0.0, 1.0, 0.0, 2.0]],
+                                dtype=tf.float64)
+    scores = tf.ragged.constant([[0.5, 0.1, -0.2], [0.3, 0.9], [1.0, 0.0, 0.2, -1.0]],
+                                dtype=tf.float64)
+    dense_labels = labels.to_tensor(default_value=-1.0)
+    dense_scores = scores.to_tensor(default_value=123.0)
+    for loss in (SoftNDCGLoss(method="softsort"), ListwisePermutationLoss(),
+                 SoftNDCGLoss(), SpearmanLoss(negative_labels_are_padding=True)):
+        assert float(loss(labels, scores)) == pytest.approx(
+            float(loss(dense_labels, dense_scores)), abs=1e-6)
+    ragged_rho = spearman_correlation(labels, scores).numpy()
+    for b in range(3):
+        ref = stats.spearmanr(labels[b].numpy(), scores[b].numpy()).statistic
+        assert ragged_rho[b] == pytest.approx(ref, abs=1e-12)
+
+
+DYNAMIC_LOSSES = {
+    "ndcg-sinkhorn": lambda: SoftNDCGLoss(temperature=0.05),
+    "ndcg-softsort": lambda: SoftNDCGLoss(method="softsort"),
+    "ndcg-neuralsort": lambda: SoftNDCGLoss(method="neuralsort"),
+    "perm-neuralsort": lambda: ListwisePermutationLoss(),
+    "perm-softsort": lambda: ListwisePermutationLoss(method="softsort"),
+    "spearman": lambda: SpearmanLoss(negative_labels_are_padding=True, threshold=1e-7),
+    "ndcg-lapsum": lambda: SoftNDCGLoss(method="lapsum", temperature=0.1),
+    "spearman-neuralsort": lambda: SpearmanLoss(method="neuralsort",
+                                                negative_labels_are_padding=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_LOSSES))
+def test_unknown_list_length_in_tf_function(name):
+    # The list axis may be unknown (`None`) when the graph is built.
+    spec = [tf.TensorSpec([None, None], tf.float32)] * 2
+    loss = DYNAMIC_LOSSES[name]()
+    metric = NDCGMetric(k=3)
+
+    @tf.function(input_signature=spec)
+    def step(labels, scores):
+        metric.update_state(labels, scores)
+        return loss(labels, scores)
+
+    rng = np.random.default_rng(5)
+    for n in (4, 11):
+        labels, scores = random_padded(rng, 3, n, np.float32, ties=False)
+        labels[:, 0] = 1.0
+        np.testing.assert_allclose(step(labels, scores), loss(labels, scores), rtol=1e-5,
+                                   atol=1e-6)
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_padding_rule_of_the_ranking_losses_and_metrics():
+    rng = np.random.default_rng(23)
+    labels = rng.integers(0, 4, size=(3, 6)).astype(np.float32)
+    labels[:, 0] = 3.0
+    labels[:, -2:] = -1.0  # padding for relevance labels, a value for correlations
+    scores = rng.normal(size=(3, 6)).astype(np.float32)
+    truncated = (labels[:, :4], scores[:, :4])
+    for padded, plain in (
+            (SoftNDCGLoss("softsort"), lambda y, s: SoftNDCGLoss("softsort")(y, s)),
+            (ListwisePermutationLoss(), lambda y, s: ListwisePermutationLoss()(y, s))):
+        assert float(padded(labels, scores)) == pytest.approx(float(plain(*truncated)),
+                                                              rel=1e-6)
+    for metric_type in (NDCGMetric, MRRMetric):
+        whole, cut = metric_type(), metric_type()
+        whole.update_state(labels, scores)
+        cut.update_state(*truncated)
+        assert float(whole.result()) == pytest.approx(float(cut.result()), rel=1e-6)
+    # Correlations: a negative target is a value (equal to an explicit all-valid list).
+    for loss, kendall in ((SpearmanLoss(method="lapsum"), False),
+                          (ss.KendallTauLoss(), True)):
+        assert not loss.get_config()["negative_labels_are_padding"]
+        expected = (1.0 - ss.soft_kendall_tau(labels, scores) if kendall else
+                    1.0 - soft_spearman_correlation(labels, scores, method="lapsum"))
+        assert float(loss(labels, scores)) == pytest.approx(
+            float(tf.reduce_mean(expected)), rel=1e-6)
+        masked = type(loss).from_config({**loss.get_config(),
+                                         "negative_labels_are_padding": True})
+        assert float(masked(labels, scores)) != pytest.approx(float(loss(labels, scores)))
+    for metric, reference in ((SpearmanCorrelation(), spearman_correlation),
+                              (ss.KendallTau(), ss.kendall_tau)):
+        assert not metric.get_config()["negative_labels_are_padding"]
+        metric.update_state(labels, scores)
+        assert float(metric.result()) == pytest.approx(
+            float(tf.reduce_mean(reference(labels, scores))), rel=1e-6)

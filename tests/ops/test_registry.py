@@ -1,0 +1,85 @@
+"""Tests of `softsort_tf.ops.registry`, the table of relaxed-permutation operators:
+`permutation_matrix` and `get_permutation_operator`, the layers that share the table,
+log matrices, and the Sinkhorn entry on padded lists."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from operator_cases import embed_block, matrix_and_gradient, padded_batches
+
+import softsort_tf as ss
+from softsort_tf.ops import registry
+
+
+def test_permutation_table_drives_permutation_matrix():
+    scores = tf.constant([[0.2, 1.5, -0.3, 0.9]])
+    assert registry.METHODS == tuple(ss.PERMUTATION_OPERATORS)
+    assert {"softsort", "neuralsort", "sinkhorn", "lapsum"} <= set(registry.METHODS)
+    for name, op in ss.PERMUTATION_OPERATORS.items():
+        temperature = {op.temperature: op.default_temperature}
+        np.testing.assert_allclose(
+            ss.permutation_matrix(scores, name).numpy(),
+            op.matrix(scores, **temperature).numpy(), atol=1e-6)
+        perm = op.matrix(scores).numpy()[0]
+        np.testing.assert_allclose(perm.sum(axis=1), 1.0, atol=1e-3)
+        if op.doubly_stochastic:
+            np.testing.assert_allclose(perm.sum(axis=0), 1.0, atol=1e-2)
+    assert ss.get_permutation_operator("sinkhorn").temperature == "epsilon"
+    with pytest.raises(ValueError, match="softsort"):
+        ss.get_permutation_operator("bitonic")
+
+
+def test_layers_share_the_table():
+    for layer_cls in (ss.SoftSort, ss.NeuralSort, ss.SinkhornPermutation):
+        assert layer_cls.method in ss.PERMUTATION_OPERATORS
+    layer = ss.SinkhornPermutation(epsilon=1e-3)
+    keras.layers.deserialize(keras.layers.serialize(layer))
+
+
+@pytest.mark.filterwarnings("ignore::softsort_tf.SinkhornConvergenceWarning")
+@pytest.mark.parametrize("hard", [False, True])
+@settings(max_examples=10, deadline=None)
+@given(batch=padded_batches())
+def test_registry_sinkhorn_matrix_and_straight_through_on_padded_lists(hard, batch):
+    # The Sinkhorn plan itself is tested with its operators; here the registry's
+    # straight-through wrapper and mask plumbing: up to the solver's threshold.
+    x, mask, seed = batch
+    weights = np.random.RandomState(seed).randn(2, x.shape[1], x.shape[1])
+    fn = lambda s, **kw: ss.permutation_matrix(  # noqa: E731
+        s, "sinkhorn", hard=hard, epsilon=1e-2, threshold=1e-9, max_iterations=5000, **kw)
+    perm, grad = matrix_and_gradient(fn, x, mask, weights, True)
+    assert np.all(np.isfinite(perm)) and np.all(np.isfinite(grad))
+    for r in range(2):
+        valid = mask[r]
+        nv = valid.sum()
+        ref, ref_grad = matrix_and_gradient(fn, x[r, valid][None], None,
+                                             weights[r][:nv][:, valid][None], True)
+        np.testing.assert_allclose(perm[r], embed_block(ref[0], valid), atol=1e-6)
+        np.testing.assert_allclose(grad[r][valid], ref_grad[0], rtol=1e-4, atol=1e-5)
+        assert np.all(grad[r][~valid] == 0)
+
+
+@pytest.mark.parametrize("method", ["softsort", "neuralsort", "sinkhorn"])
+def test_log_matrices_are_the_log_of_the_matrices_with_minus_inf_at_padding(method):
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=(4, 6)).astype(np.float32)
+    mask = np.ones((4, 6), bool)
+    mask[1, 4:] = False
+    p = ss.permutation_matrix(s, method, mask=mask).numpy()
+    log_p = ss.permutation_matrix(s, method, mask=mask, log=True).numpy()
+    np.testing.assert_allclose(np.exp(log_p), p, atol=1e-6)
+    assert np.all(np.isneginf(log_p[1, 4:, :])) and np.all(np.isneginf(log_p[1, :, 4:]))
+    assert np.all(np.isfinite(log_p[0]))
+    xla = tf.function(lambda v: ss.permutation_matrix(v, method, log=True), jit_compile=True,
+                      input_signature=[tf.TensorSpec([None, None])])
+    np.testing.assert_allclose(xla(s).numpy(), ss.permutation_matrix(s, method, log=True),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="`log=True`"):
+        ss.permutation_matrix(s, method, hard=True, log=True)
+
+
+def test_log_matrix_is_refused_by_a_family_without_one():
+    with pytest.raises(ValueError, match="no log-domain matrix"):
+        ss.permutation_matrix([[1.0, 2.0]], "lapsum", log=True)

@@ -1,0 +1,209 @@
+"""Tests of `softsort_tf.ops.soft`, the front door `soft_rank` / `soft_sort` /
+`soft_topk` / `soft_quantile` and its table of methods: hard limits, axes, masks and
+ragged lists, gradients and XLA, errors."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+from scipy import stats
+
+import softsort_tf as ss
+from softsort_tf.ops.registry import METHODS
+from softsort_tf.ops.sinkhorn import sinkhorn_rank
+from softsort_tf.ops.soft import soft_rank
+
+# A temperature at which every family is within 1e-3 of the hard operation on the data
+# below (standard normal values, n = 7: neighbours at least 0.02 apart).
+SHARP = {"sinkhorn": 1e-5, "lapsum": 1e-4, "permutahedron": 1e-4, "softsort": 1e-4,
+         "neuralsort": 1e-4, "diffsort": 1e12}  # the steepness sharpens as it grows
+
+
+MASKABLE = [m for m in ss.METHODS if m != "permutahedron"]
+
+
+def _data(shape=(3, 7), seed=0):
+    rng = np.random.default_rng(seed)
+    while True:
+        x = rng.normal(size=shape)
+        gaps = np.diff(np.sort(x, axis=-1), axis=-1)
+        if gaps.min() > 0.02:
+            return x.astype(np.float32)
+
+
+def _hard_topk(x, k, direction):
+    order = np.argsort(-x if direction == "DESCENDING" else x, axis=-1, kind="stable")
+    out = np.zeros_like(x)
+    np.put_along_axis(out, order[..., :k], 1.0, axis=-1)
+    return out
+
+
+def test_table_names_each_temperature_argument_of_its_operations():
+    import inspect
+    for name, family in ss.METHODS.items():
+        assert family.name == name and family.default_temperature > 0 and family.meaning
+        assert set(family.operations) <= {"rank", "sort", "topk", "quantile"}
+        operator = {"sinkhorn": ss.sinkhorn_rank, "lapsum": ss.lapsum_rank,
+                    "permutahedron": ss.permutahedron_rank, "softsort": ss.soft_sort_matrix,
+                    "neuralsort": ss.neural_sort_matrix,
+                    "diffsort": ss.sorting_network_matrix}[name]
+        names = set(inspect.signature(operator).parameters)
+        if name == "sinkhorn":
+            names |= set(ss.SinkhornOptions.field_names())
+        assert family.temperature in names
+
+
+@pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
+@pytest.mark.parametrize("method", sorted(ss.METHODS))
+def test_every_method_reaches_the_hard_operations(method, direction):
+    x = _data()
+    t = SHARP[method]
+    ranks = scipy.stats.rankdata(-x if direction == "DESCENDING" else x, axis=-1)
+    got = ss.soft_rank(x, method, direction, temperature=t).numpy()
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, ranks, atol=1e-3)
+    sort = np.sort(x, axis=-1)
+    sort = sort[..., ::-1] if direction == "DESCENDING" else sort
+    np.testing.assert_allclose(ss.soft_sort(x, method, direction, temperature=t).numpy(), sort,
+                               atol=1e-3)
+    family = ss.METHODS[method]
+    if "topk" in family.operations:
+        np.testing.assert_allclose(ss.soft_topk(x, 3, method, direction, temperature=t).numpy(),
+                                   _hard_topk(x, 3, direction), atol=1e-3)
+    if "quantile" in family.operations:
+        levels = [0.2, 0.5, 0.9]
+        source = -x if direction == "DESCENDING" else x
+        expected = np.quantile(source, levels, axis=-1, method="averaged_inverted_cdf").T
+        expected = -expected if direction == "DESCENDING" else expected
+        got = ss.soft_quantile(x, levels, method, direction, temperature=t).numpy()
+        np.testing.assert_allclose(got, expected, atol=1e-3)
+
+
+@pytest.mark.parametrize("method", sorted(ss.METHODS))
+def test_any_axis_equals_the_last_axis(method):
+    x = _data((3, 7, 2))
+    moved = np.moveaxis(x, 1, -1)
+    kw = dict(temperature=0.3)
+    np.testing.assert_allclose(ss.soft_rank(x, method, axis=1, **kw).numpy(),
+                               np.moveaxis(ss.soft_rank(moved, method, **kw).numpy(), -1, 1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ss.soft_sort(x, method, axis=1, **kw).numpy(),
+                               np.moveaxis(ss.soft_sort(moved, method, **kw).numpy(), -1, 1),
+                               rtol=1e-5, atol=1e-5)
+    if "quantile" in ss.METHODS[method].operations:
+        got = ss.soft_quantile(x, [0.3, 0.6], method, axis=1, **kw).numpy()
+        ref = ss.soft_quantile(moved, [0.3, 0.6], method, **kw).numpy()
+        np.testing.assert_allclose(got, np.moveaxis(ref, -1, 1), rtol=1e-5, atol=1e-5)
+        assert ss.soft_quantile(x, 0.5, method, axis=1, **kw).shape == (3, 2)
+
+
+@pytest.mark.parametrize("method", MASKABLE)
+def test_masks_and_ragged_lists_equal_the_unpadded_lists(method):
+    x = _data((2, 7))
+    mask = np.array([[True] * 7, [True] * 4 + [False] * 3])
+    kw = dict(temperature=0.3)
+    padded = np.where(mask, x, np.nan).astype(np.float32)
+    ranks = ss.soft_rank(padded, method, mask=mask, **kw).numpy()
+    assert np.all(np.isfinite(ranks))
+    alone = ss.soft_rank(x[1:, :4], method, **kw).numpy()
+    np.testing.assert_allclose(ranks[1, :4], alone[0], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(ranks[1, 4:], 0.0)
+    ragged = tf.ragged.constant([x[0].tolist(), x[1, :4].tolist()])
+    out = ss.soft_rank(ragged, method, **kw)
+    assert isinstance(out, tf.RaggedTensor)
+    np.testing.assert_allclose(out[1].numpy(), alone[0], rtol=1e-5, atol=1e-4)
+    if "topk" in ss.METHODS[method].operations:
+        top = ss.soft_topk(padded, 2, method, mask=mask, **kw).numpy()
+        np.testing.assert_allclose(top[1, 4:], 0.0)
+        np.testing.assert_allclose(top[1, :4], ss.soft_topk(x[1:, :4], 2, method, **kw)[0],
+                                   rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", sorted(ss.METHODS))
+def test_gradients_are_finite_and_xla_equals_eager_for_unknown_n(method):
+    x = tf.constant(_data((2, 7)))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(ss.soft_rank(x, method, temperature=0.5) * tf.range(7.0))
+    grad = tape.gradient(loss, x).numpy()
+    assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 0
+    fn = tf.function(lambda v: ss.soft_sort(v, method, temperature=0.5),
+                     input_signature=[tf.TensorSpec([None, None])], jit_compile=True)
+    np.testing.assert_allclose(fn(x).numpy(), ss.soft_sort(x, method, temperature=0.5).numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_bad_calls_name_the_argument():
+    x = _data()
+    with pytest.raises(ValueError, match="`method` must be one of"):
+        ss.soft_rank(x, "bubble")
+    with pytest.raises(ValueError, match="does not define a soft quantile"):
+        ss.soft_quantile(x, 0.5, "softsort")
+    with pytest.raises(ValueError, match="does not define a soft topk"):
+        ss.soft_topk(x, 2, "permutahedron")
+    with pytest.raises(ValueError, match="set the same argument"):
+        ss.soft_rank(x, "lapsum", temperature=0.1, alpha=0.2)
+    with pytest.raises(ValueError, match="`temperature`"):
+        ss.soft_rank(x, "sinkhorn", temperature=-1.0)
+    with pytest.raises(ValueError, match="`mask`"):
+        ss.soft_rank(x, "permutahedron", mask=np.ones_like(x, bool))
+
+
+# Sinkhorn runs to a tight marginal error so that padded and unpadded problems, which
+# stop at different iterations, agree to far below the loss scale.
+TIGHT = {"threshold": 1e-9, "max_iterations": 5000}
+
+
+# Temperatures near the hard limit: small (1e-3 unless listed) or, for the steepness of
+# 'diffsort', large.
+NEAR_HARD = {"sinkhorn": 1e-4, "diffsort": 1e5}
+
+
+def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
+    """What the op does with `weights=mask`: n·(weighted CDF) with n the padded length,
+    on a grid of n bins, so rescaling by n_v/n is still off by up to half a bin;
+    `soft_rank` passes the padding as the op's `mask` (the target grid of the valid
+    entries) and matches."""
+    x = np.array([[0.3, -1.2, 2.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    mask = np.arange(10) < 4
+    valid = sinkhorn_rank(x[:, :4], epsilon=1e-3, **TIGHT).numpy()[0]
+    np.testing.assert_allclose(valid, [2, 1, 4, 3], atol=1e-3)
+    weighted = sinkhorn_rank(x, weights=mask.astype(float), epsilon=1e-3, **TIGHT).numpy()[0]
+    assert np.abs(weighted[:4] * 4 / 10 - valid).max() > 0.01
+    ours = soft_rank(x, "sinkhorn", "DESCENDING", mask=mask[None], temperature=1e-3,
+                     options=None, **TIGHT).numpy()[0]
+    np.testing.assert_allclose(ours[:4], 5.0 - valid, atol=1e-6)  # descending
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, 8))
+    mask = np.arange(8)[None, :] < np.array([[8], [5], [1]])
+    x[~mask] = np.nan  # padded values never matter
+    temperature = NEAR_HARD.get(method, 1e-3)
+    r = soft_rank(x, method, "DESCENDING", mask=mask, temperature=temperature).numpy()
+    for b in range(3):
+        v = x[b, mask[b]]
+        np.testing.assert_allclose(r[b, mask[b]], stats.rankdata(-v), atol=1e-3)
+
+
+@pytest.mark.parametrize("targets", ["centres", "regular"])
+def test_sinkhorn_soft_ranks_of_padded_lists_on_either_target_grid(targets):
+    # With the op's `mask` the target grid is that of the valid entries.
+    x = np.array([[0.3, -1.2, 9.0, 2.0, 0.7, np.nan], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    mask = np.array([[1, 1, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], bool)
+    s = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        ranks = soft_rank(s, "sinkhorn", "DESCENDING", mask=mask, temperature=1e-2,
+                          targets=targets, threshold=1e-6, max_iterations=5000)
+        total = tf.reduce_sum(ranks * np.arange(1.0, 7.0))
+    grad = tape.gradient(total, s).numpy()
+    for b in range(2):
+        alone = soft_rank(x[b:b + 1, mask[b]], "sinkhorn", "DESCENDING", temperature=1e-2,
+                          targets=targets, threshold=1e-6, max_iterations=5000).numpy()[0]
+        np.testing.assert_allclose(ranks.numpy()[b, mask[b]], alone, atol=1e-4)
+    np.testing.assert_array_equal(ranks.numpy()[~mask], 0.0)  # the documented fill
+    np.testing.assert_array_equal(grad[~mask], 0.0)
+    assert np.isfinite(grad).all()

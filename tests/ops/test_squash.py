@@ -1,0 +1,88 @@
+"""Tests of `softsort_tf.ops.squash`: the weighted standardisation and the 'robust'
+squash (median and MAD), its weights, gradients and documented limit."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import softsort_tf as ss
+from softsort_tf.ops import squash as squash_lib
+
+SETTINGS = settings(max_examples=15, deadline=None)
+
+
+seeds = st.integers(0, 10_000)
+
+
+@SETTINGS
+@given(st.integers(2, 12), seeds, st.floats(1e-20, 1e20))
+def test_weighted_standardisation(n, seed, scale):
+    """Weighted mean 0 and weighted variance 1; zero-weight entries change nothing."""
+    rng = np.random.RandomState(seed)
+    x = rng.randn(3, n) * scale
+    w = rng.uniform(0.1, 1.0, (3, n))
+    z = squash_lib.standardize(x, weights=w).numpy()
+    wn = w / w.sum(1, keepdims=True)
+    np.testing.assert_allclose((wn * z).sum(1), 0.0, atol=1e-9)
+    np.testing.assert_allclose((wn * z * z).sum(1), 1.0, rtol=1e-9)
+    expected = (x - (wn * x).sum(1, keepdims=True))
+    expected /= np.sqrt((wn * expected**2).sum(1, keepdims=True))
+    np.testing.assert_allclose(z, expected, rtol=1e-7, atol=1e-9)
+    # Uniform weights give the unweighted standardisation.
+    np.testing.assert_allclose(squash_lib.standardize(x, weights=np.ones_like(x)).numpy(),
+                               squash_lib.standardize(x).numpy(), rtol=1e-9, atol=1e-12)
+    # A zero-weight outlier, however large, leaves the squashed values of the others alone.
+    outlier = np.concatenate([x, np.full((3, 1), 1e30 * np.sign(scale))], axis=1)
+    w0 = np.concatenate([w, np.zeros((3, 1))], axis=1)
+    s = squash_lib.squash_values(outlier, weights=w0).numpy()
+    np.testing.assert_allclose(s[:, :n], squash_lib.squash_values(x, weights=w).numpy(),
+                               rtol=1e-9, atol=1e-12)
+    assert np.all(np.isfinite(s)) and np.all(s[:, n] > 0.99)
+
+
+def test_robust_squash_is_weighted_and_differentiable():
+    x = tf.constant([[0.3, -1.0, 2.0, 5.0, 1e6]], tf.float64)
+    w = tf.constant([[1.0, 1.0, 1.0, 1.0, 0.0]], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        r = ss.sinkhorn_rank(x, weights=w, squash="robust", epsilon=1e-2)
+        loss = tf.reduce_sum(r * tf.constant([[1.0, 2.0, 3.0, 4.0, 5.0]], tf.float64))
+    g = tape.gradient(loss, x).numpy()
+    assert np.all(np.isfinite(g)) and np.any(g != 0)
+    with pytest.raises(ValueError, match="`squash`"):
+        ss.sinkhorn_rank(x, squash="median")
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 2.0, 1.0, 0.5, 1.0, 1.5]])
+def test_robust_squash_gradients_match_finite_differences(weights):
+    # The median and the MAD move with the entries they are read from: their
+    # derivatives are part of the gradient (a stopped gradient fails here).
+    x = tf.constant([[0.3, -1.2, 2.0, 0.9, -0.1, 5.0]], tf.float64)
+    kwargs = dict(squash="robust", epsilon=0.05, threshold=1e-12, max_iterations=20000)
+    if weights is not None:
+        kwargs["weights"] = tf.constant([weights], tf.float64)
+    for op in (ss.sinkhorn_rank, ss.sinkhorn_sort):
+        theoretical, numerical = tf.test.compute_gradient(lambda v, op=op: op(v, **kwargs), [x],
+                                                          delta=1e-6)
+        assert np.abs(theoretical[0]).max() > 1e-3
+        np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-5, rtol=1e-3)
+    squashed = lambda v: ss.squash_values(v, "robust")
+    theoretical, numerical = tf.test.compute_gradient(squashed, [x], delta=1e-6)
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-6, rtol=1e-4)
+
+
+def test_robust_squash_limit_on_rows_mostly_of_huge_values_and_the_remedy():
+    """The documented limit of squash='robust': when most of a row is orders of
+    magnitude larger than the rest, the small entries tie; LapSum (no squashing)
+    resolves them."""
+    x = np.array([[3.0e38, 3.1e38, 3.2e38, 1.0, -5.0, 2.5e38, 0.5]], np.float32)
+    hard = scipy.stats.rankdata(x, axis=-1)
+    robust = ss.sinkhorn_rank(x, squash="robust", epsilon=1e-4).numpy()
+    small = robust[0, [3, 4, 6]]
+    assert small.max() - small.min() < 0.5  # the small entries tie (the limit)
+    lapsum = ss.soft_rank(x, "lapsum", temperature=0.01).numpy()
+    assert np.all(np.isfinite(lapsum))
+    np.testing.assert_allclose(lapsum, hard, atol=0.05)
