@@ -1,5 +1,7 @@
-"""Tests of `softsort_tf.layers.soft`: the front-door layers `SoftRankLayer`,
-`SoftSortLayer`, `SoftTopKLayer` and `SoftQuantileLayer`."""
+"""Tests of `softsort_tf.layers.soft`, the front-door layers (`SoftRankLayer`,
+`SoftSortLayer`, `SoftTopKLayer`, `SoftQuantileLayer`): the values and finite gradients
+of the front door, Keras masking, mixed precision, config and `.keras` round trips,
+dynamic shapes and XLA."""
 
 import keras
 import numpy as np
@@ -14,19 +16,13 @@ FAMILIES = {
     "permutahedron": (0.3, {"regularization": "kl"}),
     "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None),
     "diffsort": (5.0, {"network": "bitonic"})}
-
-
 assert set(FAMILIES) == set(ss.METHODS)  # a new family gets these tests
-
-
 LAYERS = {  # layer class, its operation's front door, its leading arguments
     "rank": (ss.SoftRankLayer, ss.soft_rank, ()),
     "sort": (ss.SoftSortLayer, ss.soft_sort, ()),
     "topk": (ss.SoftTopKLayer, ss.soft_topk, (2,)),
     "quantile": (ss.SoftQuantileLayer, ss.soft_quantile, ([0.25, 0.5],)),
 }
-
-
 CASES = [(operation, method) for operation in LAYERS for method in FAMILIES
          if operation in ss.METHODS[method].operations]
 

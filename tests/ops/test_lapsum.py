@@ -10,6 +10,9 @@ import tensorflow as tf
 from softsort_tf.ops import lapsum as L
 
 
+# ---------------------------------------------------------------------------------
+# Reference from the definition.
+# ---------------------------------------------------------------------------------
 def lap(z):
     z = np.asarray(z, np.float64)
     return np.where(z <= 0, 0.5 * np.exp(np.minimum(z, 0)), 1 - 0.5 * np.exp(-np.maximum(z, 0)))
@@ -74,6 +77,9 @@ def scores(shape, seed=0, ties=True):
     return x
 
 
+# ---------------------------------------------------------------------------------
+# Values against the definition.
+# ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("alpha", [0.05, 0.5, 3.0])
 def test_rank_matches_definition(alpha):
     x = scores([2, 3, 9])
@@ -136,6 +142,9 @@ def test_permutation_matrix_matches_definition():
                                    atol=1e-10)
 
 
+# ---------------------------------------------------------------------------------
+# Hard limits and structure.
+# ---------------------------------------------------------------------------------
 def test_hard_limits():
     x = np.array([[2.5, -1.0, 0.3, 4.0, 0.3, 7.0, -3.0]])
     a = 1e-4
@@ -215,6 +224,9 @@ def test_float32_sort_key_ties_and_special_values():
         np.testing.assert_allclose(sort, want_sort, rtol=1e-6, atol=1e-5)
 
 
+# ---------------------------------------------------------------------------------
+# Gradients.
+# ---------------------------------------------------------------------------------
 def _finite_difference_check(fn, x, eps=1e-6, atol=1e-6):
     x = tf.constant(x, tf.float64)
     w = tf.constant(np.random.default_rng(7).normal(size=fn(x).shape))
@@ -299,6 +311,9 @@ def test_gradients_finite_at_ties_and_extreme_temperatures():
             assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(g.numpy())), alpha
 
 
+# ---------------------------------------------------------------------------------
+# Extreme scales, dtypes.
+# ---------------------------------------------------------------------------------
 def test_extreme_scales_float32_finite():
     x = np.array([[1e30, -1e30, 3.0, 1e-30, -2e38, 3e38, -1e-30, 0.0]], np.float32)
     w = tf.constant(np.random.default_rng(11).normal(size=[8]).astype(np.float32))
@@ -346,6 +361,9 @@ def test_reduced_precision(dtype):
                                    atol=0.05 * max(1.0, np.abs(ref).max()))
 
 
+# ---------------------------------------------------------------------------------
+# XLA with dynamic shapes.
+# ---------------------------------------------------------------------------------
 def test_xla_equals_eager_dynamic_n():
     """Every operator and its gradient, traced with unknown batch and n (`None` dims),
     compiled by XLA (one function: one compilation), with a mask."""
@@ -372,6 +390,9 @@ def test_xla_equals_eager_dynamic_n():
         np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
 
 
+# ---------------------------------------------------------------------------------
+# Masks.
+# ---------------------------------------------------------------------------------
 def _ops():
     return {
         "rank": lambda v, m=None: L.lapsum_rank(v, 0.4, mask=m),
@@ -432,6 +453,9 @@ def test_mask_edge_rows():
     assert np.all(rank1[:, 1] == 0)
 
 
+# ---------------------------------------------------------------------------------
+# Bad input.
+# ---------------------------------------------------------------------------------
 def test_bad_input_raises_value_error_naming_the_argument():
     x = tf.constant([[1.0, 2.0, 3.0]])
     for bad in (0.0, -1.0, float("nan"), float("inf"), "a", True):

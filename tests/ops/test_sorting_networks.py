@@ -25,6 +25,9 @@ from softsort_tf.ops.sorting_networks import (
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden", "diffsort.json")
 
 
+# ---------------------------------------------------------------------------------
+# A float64 numpy network, one comparator at a time.
+# ---------------------------------------------------------------------------------
 def _step(v, sigmoid, beta, lam=0.25):
     u = beta * v
     if sigmoid == "logistic":
@@ -98,6 +101,9 @@ def _exact(x, direction="DESCENDING"):
     return np.eye(x.shape[-1])[order]
 
 
+# ---------------------------------------------------------------------------------
+# Parity.
+# ---------------------------------------------------------------------------------
 def _golden():
     with open(GOLDEN) as f:
         return json.load(f)
@@ -176,6 +182,9 @@ def test_static_layers_are_the_textbook_networks():
                 np.testing.assert_array_equal(moved[0, :, 0], partner)
 
 
+# ---------------------------------------------------------------------------------
+# Properties.
+# ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("network", NETWORKS)
 @pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
 def test_hard_limit_is_the_exact_permutation(network, direction):

@@ -5,7 +5,8 @@ float64 numpy reference.
 In the limit the transport plan is the north-west-corner plan of the sorted inputs
 (Prop. 1 of Cuturi et al., 2019): input i holds the mass interval [W_i − a_i, W_i] of
 the sorted sample, target bin j the interval [B_j − b_j, B_j], and P_ij is the length
-of their overlap. Every read-out is a fixed linear function of that plan."""
+of their overlap. Every read-out is a fixed linear function of that plan.
+"""
 
 import numpy as np
 import pytest
@@ -20,8 +21,6 @@ from softsort_tf.ops.hard_stats import interval_mean
 # input's mass barely overlaps a bin (a near-degenerate problem) Sinkhorn converges
 # slowly; the comparisons then allow for the marginal error the solver reports.
 HARD = dict(epsilon=1e-7, threshold=1e-10, max_iterations=20000)
-
-
 TOL = 1e-6
 
 
@@ -33,14 +32,8 @@ def run(op, *args, **kwargs):
     """`op(*args, **kwargs, **HARD)` as numpy, and the largest reported marginal error."""
     out, info = op(*args, return_info=True, **kwargs, **HARD)
     return out.numpy(), float(np.max(info.error.numpy()))
-
-
 SETTINGS = settings(max_examples=12, deadline=None)
-
-
 directions = st.sampled_from(["ASCENDING", "DESCENDING"])
-
-
 seeds = st.integers(0, 10_000)
 
 
