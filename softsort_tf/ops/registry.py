@@ -106,7 +106,6 @@ PERMUTATION_OPERATORS: dict[str, PermutationOperator] = {
                             True, "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)"),
     )
 }
-METHODS = tuple(PERMUTATION_OPERATORS)
 
 
 def get_permutation_operator(method: str) -> PermutationOperator:
@@ -114,7 +113,8 @@ def get_permutation_operator(method: str) -> PermutationOperator:
     try:
         return PERMUTATION_OPERATORS[method]
     except (KeyError, TypeError):
-        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.") from None
+        raise ValueError(f"`method` must be one of {tuple(PERMUTATION_OPERATORS)}, "
+                         f"got {method!r}.") from None
 
 
 @tf.autograph.experimental.do_not_convert
