@@ -49,7 +49,9 @@ X8 = np.array([0.62, 0.05, 0.91, 0.33, 0.48, 0.27, 0.76, 0.14])  # float64
 TIGHT = dict(threshold=1e-12, max_iterations=100_000)
 
 
-GRAD = dict(epsilon=1e-2, **TIGHT)
+# At ε = 3e-2 every solve of the finite differences converges to 1e-12 in a few hundred
+# iterations (the top-k targets need about 10⁴ at ε = 1e-2).
+GRAD = dict(epsilon=3e-2, **TIGHT)
 
 
 def _x8_ours(name, epsilon, targets):
