@@ -95,6 +95,23 @@ def random_padded(rng, batch, n, dtype=np.float64, ties=True):
     return labels, scores.astype(dtype)
 
 
+def masked_label_batch(seed, batch=12, n=6):
+    """`(labels, mask, scores)` in float32 / bool, as Keras-RS's `{"labels", "mask"}`:
+    graded labels 0–3, a random mask, list 0 without a relevant item, list 1 with
+    relevant items only where masked, list 2 empty, and tied scores of equal labels."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 4, size=(batch, n)).astype(np.float32)
+    mask = rng.random((batch, n)) > 0.25
+    labels[0] = 0.0
+    labels[1] = np.where(mask[1], 0.0, 3.0)
+    mask[2] = False
+    scores = rng.normal(size=(batch, n)).astype(np.float32)
+    for b in range(batch):
+        same = np.flatnonzero(labels[b] == labels[b, 0])
+        scores[b, same[:2]] = scores[b, same[0]]
+    return labels, mask, scores
+
+
 # Losses (tests/losses).
 def separated_values(rng, shape, gap=0.3):
     """Random values whose entries along the last axis are distinct by at least 1 − 2·gap."""

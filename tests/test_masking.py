@@ -176,3 +176,13 @@ def test_eager_ragged_batches_with_empty_lists(name):
     else:
         np.testing.assert_allclose(out.numpy()[[0, 2]], 0.0)
         np.testing.assert_allclose(out.numpy()[[1, 3]], without.numpy(), rtol=1e-6)
+
+
+def test_string_and_complex_masks_are_rejected_by_the_operators():
+    x = np.array([[0.3, 0.1, 0.2], [0.5, 0.4, 0.9]], np.float32)
+    with pytest.raises(ValueError, match=r"`mask`.*string"):
+        ss.sinkhorn_rank(x, mask=tf.constant([["1", "0", "1"], ["1", "1", "1"]]))
+    with pytest.raises(ValueError, match=r"`mask`.*complex"):
+        ss.soft_rank(x, "lapsum", mask=tf.complex(x, x))
+    with pytest.raises(ValueError, match=r"`mask`.*0/1"):
+        ss.soft_rank(x, "lapsum", mask=np.full(x.shape, 0.5))

@@ -148,3 +148,32 @@ def test_method_arguments_are_validated_at_construction():
     for make, message in cases:
         with pytest.raises(ValueError, match=message):
             make()
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: ss.SoftNDCGLoss(method="sinkhorn", temperature=t),
+    lambda t: ss.SpearmanLoss(temperature=t),
+    lambda t: ss.SoftTopKLoss(k=1, temperature=t),
+])
+def test_sinkhorn_temperature_below_the_dtype_is_rejected_at_construction(make):
+    with pytest.raises(ValueError, match=r"`temperature`.*float32.*\[3\.81e-06, 3\.4"):
+        make(1e-8)
+    make(1e-5)  # within float32's range
+
+
+def test_sinkhorn_temperature_range_follows_the_loss_dtype():
+    ss.SoftNDCGLoss(method="sinkhorn", temperature=1e-8, dtype="float64")
+    with pytest.raises(ValueError, match=r"`epsilon`.*float32"):
+        ss.SoftNDCGLoss(method="sinkhorn", epsilon=1e-8)
+    with pytest.raises(ValueError, match=r"`temperature`.*float64"):
+        ss.SoftNDCGLoss(method="sinkhorn", temperature=1e-20, dtype="float64")
+
+
+@pytest.mark.parametrize("method,temperature", [("lapsum", 1e-50), ("softsort", 1e39),
+                                                ("neuralsort", 1e-46), ("diffsort", 1e39)])
+def test_temperatures_float32_cannot_hold_are_rejected_at_construction(method, temperature):
+    with pytest.raises(ValueError, match=rf"`temperature`.*{method}.*float32"):
+        ss.SoftNDCGLoss(method=method, temperature=temperature)
+    if method in ("softsort", "neuralsort"):
+        with pytest.raises(ValueError, match=r"`temperature`.*float32"):
+            ss.ListwisePermutationLoss(method, temperature=temperature)

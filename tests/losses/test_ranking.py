@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from numpy_references import np_ndcg
-from operator_cases import random_padded
+from operator_cases import masked_label_batch, random_padded
 
 import softsort_tf as ss
 from softsort_tf.losses.ranking import (
@@ -172,3 +172,47 @@ def test_listwise_loss_of_an_empty_ragged_list_inside_tf_function_is_zero():
     assert np.all(np.isfinite(got)) and got[0] == 0.0
     full = ss.ListwisePermutationLoss(reduction="none")(y[1:], s[1:]).numpy()
     np.testing.assert_allclose(got[1:], full, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["neuralsort", "softsort"])
+def test_listwise_loss_of_lists_without_an_order_is_zero_with_zero_gradient(method):
+    labels = tf.constant([[0.0, 0.0, 0.0, 0.0],     # no relevant item
+                          [2.0, 2.0, 2.0, -1.0],    # all valid labels equal
+                          [1.0, -1.0, -1.0, -1.0],  # one item
+                          [2.0, 0.0, 1.0, 0.0]])    # an order: a positive loss
+    scores = tf.constant([[0.3, 0.1, 0.2, 0.0], [1.0, 0.5, 0.2, 4.0],
+                          [0.1, 0.2, 0.3, 0.4], [0.1, 0.4, 0.3, 0.2]])
+    loss = ss.ListwisePermutationLoss(method, reduction="none")
+    for f in (loss, tf.function(loss)):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            values = f(labels, scores)
+        grad = tape.gradient(values, scores).numpy()
+        assert np.all(np.isfinite(grad))
+        np.testing.assert_array_equal(values.numpy()[:3], 0.0)
+        np.testing.assert_array_equal(grad[:3], 0.0)
+        assert values.numpy()[3] > 0.1 and np.any(grad[3] != 0.0)
+
+
+def test_keras_rs_dict_form_in_a_training_step():
+    """The dict form reaches the loss and the metrics in a custom training step, in a
+    tf.function (Keras' `fit` matches `y` to the model's outputs, see the README)."""
+    labels, mask, _ = masked_label_batch(10, batch=8, n=5)
+    features = np.random.default_rng(0).normal(size=(8, 5, 3)).astype(np.float32)
+    model = keras.Sequential([keras.Input((None, 3)), keras.layers.Dense(1),
+                              keras.layers.Reshape((-1,))])
+    loss = ss.SoftNDCGLoss(method="lapsum", temperature=0.1)
+    metric = NDCGMetric()
+    optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            value = loss(y, model(x))
+        grads = tape.gradient(value, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        metric.update_state(y, model(x))
+        return value
+
+    y = {"labels": tf.constant(labels), "mask": tf.constant(mask)}
+    assert np.isfinite(float(step(features, y))) and np.isfinite(float(metric.result()))

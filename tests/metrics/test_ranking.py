@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from numpy_references import np_ndcg
-from operator_cases import random_padded
+from operator_cases import masked_label_batch, random_padded
 
 import softsort_tf as ss
 from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
@@ -101,3 +101,62 @@ def test_metrics_serialize_and_take_ragged_lists():
     assert NDCGMetric(k=10).name == "ndcg_at_10"
     with pytest.raises(ValueError, match="`k`"):
         NDCGMetric(k=0)
+
+
+# ---------------------------------------------------------------------------------
+# Parity with keras_rs.metrics (Keras-RS's y_true = {"labels", "mask"}).
+# ---------------------------------------------------------------------------------
+def _relevant(labels, mask):
+    return ((labels > 0) & mask).any(axis=-1)
+
+
+@pytest.mark.parametrize("k", [None, 3])
+@pytest.mark.parametrize("ours,theirs", [(NDCGMetric, "NDCG"),
+                                         (MRRMetric, "MeanReciprocalRank")])
+def test_ndcg_and_mrr_equal_keras_rs(ours, theirs, k):
+    """On masked batches with tied labels, tied scores of equal labels, an empty list
+    and lists without relevant items, in Keras-RS's convention and in ours."""
+    keras_rs = pytest.importorskip("keras_rs")
+    batches = [masked_label_batch(seed) for seed in (7, 8, 9)]
+    # Keras-RS's convention: a list without relevant items counts, with value 0.
+    mine = ours(k=k, lists_without_relevant="zero")
+    reference = getattr(keras_rs.metrics, theirs)(k=k, shuffle_ties=False, seed=0)
+    for labels, mask, scores in batches:
+        y_true = {"labels": labels, "mask": mask}
+        mine.update_state(y_true, scores)
+        reference.update_state(y_true, scores)
+    assert np.isfinite(float(mine.result()))
+    np.testing.assert_allclose(float(mine.result()), float(reference.result()), rtol=1e-6)
+    # Ours (default): lists without relevant items are left out.
+    mine = ours(k=k)
+    reference = getattr(keras_rs.metrics, theirs)(k=k, shuffle_ties=False, seed=0)
+    for labels, mask, scores in batches:
+        keep = _relevant(labels, mask)
+        mine.update_state({"labels": labels, "mask": mask}, scores)
+        reference.update_state({"labels": labels[keep], "mask": mask[keep]}, scores[keep])
+    np.testing.assert_allclose(float(mine.result()), float(reference.result()), rtol=1e-6)
+    # Labels with −1 (read as padding by both), and per-list sample weights where every
+    # list has a relevant item (both then weigh each list by its sample weight).
+    labels, mask, scores = batches[0]
+    keep = _relevant(labels, mask)
+    padded = np.where(mask, labels, -1.0)[keep]
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, size=int(keep.sum()))
+    for convention in ("skip", "zero"):
+        mine = ours(k=k, lists_without_relevant=convention)
+        reference = getattr(keras_rs.metrics, theirs)(k=k, shuffle_ties=False)
+        mine.update_state(padded, scores[keep], sample_weight=weights)
+        reference.update_state(padded, scores[keep], sample_weight=weights)
+        np.testing.assert_allclose(float(mine.result()), float(reference.result()),
+                                   rtol=1e-6)
+
+
+def test_lists_without_relevant_is_validated_and_serialized():
+    with pytest.raises(ValueError, match=r"`lists_without_relevant`.*'skip'.*'zero'"):
+        NDCGMetric(lists_without_relevant="one")
+    metric = MRRMetric(k=2, lists_without_relevant="zero")
+    restored = MRRMetric.from_config(metric.get_config())
+    assert restored.fn_kwargs == metric.fn_kwargs
+    values, weights = reciprocal_rank([[0.0, 0.0], [1.0, 0.0]], [[0.1, 0.2], [0.1, 0.2]],
+                                      lists_without_relevant="zero")
+    np.testing.assert_array_equal(values.numpy(), [0.0, 0.5])
+    np.testing.assert_array_equal(weights.numpy(), [1.0, 1.0])

@@ -3,13 +3,15 @@ losses and metrics, on every list loss and metric: the padding convention (label
 masks, ragged lists) changes no value and no gradient, and list lengths unknown at trace
 time (graph, XLA, Keras models fed two lengths) give the values of static shapes."""
 
+import functools
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from operator_cases import random_padded
+from operator_cases import masked_label_batch, random_padded
 from scipy import stats
 
 import softsort_tf as ss
@@ -20,7 +22,7 @@ from softsort_tf.losses.ranking import (
     soft_ndcg,
 )
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
-from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric
+from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
 from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
 
 
@@ -248,3 +250,167 @@ def test_padding_rule_of_the_ranking_losses_and_metrics():
         metric.update_state(labels, scores)
         assert float(metric.result()) == pytest.approx(
             float(tf.reduce_mean(reference(labels, scores))), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------
+# Checked inputs (`check_lists`) and Keras-RS's y_true = {"labels", "mask"}.
+# ---------------------------------------------------------------------------------
+def _ranking_callables():
+    """Every ranking loss and metric as `f(y_true, y_pred)`; metrics are built once,
+    outside any tf.function (they hold variables)."""
+    return {
+        "SoftNDCGLoss": ss.SoftNDCGLoss(method="lapsum", temperature=0.1),
+        "SoftNDCGLoss_sinkhorn": ss.SoftNDCGLoss(),
+        "SpearmanLoss": ss.SpearmanLoss(),
+        "ListwisePermutationLoss": ss.ListwisePermutationLoss(),
+        "KendallTauLoss": ss.KendallTauLoss(),
+        "soft_ndcg": lambda a, b: soft_ndcg(a, b, method="lapsum"),
+        "listwise_permutation_loss": listwise_permutation_loss,
+        "ndcg": lambda a, b: ndcg(a, b)[0],
+        "reciprocal_rank": lambda a, b: reciprocal_rank(a, b)[0],
+        "NDCGMetric": _metric_value(NDCGMetric(k=2)),
+        "MRRMetric": _metric_value(MRRMetric()),
+        "SpearmanCorrelation": _metric_value(ss.SpearmanCorrelation()),
+        "KendallTau": _metric_value(ss.KendallTau()),
+        "spearman_correlation": ss.spearman_correlation,
+        "soft_spearman_correlation": ss.soft_spearman_correlation,
+        "kendall_tau": ss.kendall_tau,
+        "soft_kendall_tau": ss.soft_kendall_tau,
+    }
+
+
+RANKING = tuple(_ranking_callables())
+LABELS = np.array([[2.0, 0.0, 1.0], [0.0, 1.0, 3.0]], np.float32)
+SCORES = np.array([[0.3, 0.1, 0.2], [0.5, 0.4, 0.9]], np.float32)
+
+
+@pytest.mark.parametrize("name", RANKING)
+def test_shape_mismatch_names_y_true_y_pred_and_both_shapes(name):
+    fn = _ranking_callables()[name]
+    labels = tf.constant(LABELS)
+    scores = tf.constant(np.concatenate([SCORES, SCORES[:, :1]], axis=1))  # [2, 4]
+    message = r"`y_true`.*`y_pred`.*\(2, 3\).*\(2, 4\)"
+    with pytest.raises(ValueError, match=message):
+        fn(labels, scores)
+    with pytest.raises(ValueError, match=message):
+        tf.function(fn)(labels, scores)
+    spec = tf.TensorSpec([None, None], tf.float32)
+    traced = tf.function(fn, input_signature=[spec, spec])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*`y_pred`.*2 3.*2 4"):
+        traced(labels, scores)
+    # Ragged lists of other lengths.
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                       match=r"`y_true`.*`y_pred`"):
+        fn(tf.ragged.constant([[2.0, 0.0], [1.0]]), tf.ragged.constant([[0.1], [0.2, 0.3]]))
+
+
+@pytest.mark.parametrize("name", RANKING)
+def test_string_labels_and_masks_are_named(name):
+    fn = _ranking_callables()[name]
+    with pytest.raises(ValueError, match=r"`y_true`.*string"):
+        fn(tf.constant([["a", "b", "c"]]), tf.constant(SCORES[:1]))
+    with pytest.raises(ValueError, match=r"`mask`.*string"):
+        fn({"labels": LABELS, "mask": tf.constant([["1", "0", "1"], ["1", "1", "1"]])},
+           SCORES)
+
+
+@pytest.mark.parametrize("name", RANKING)
+@pytest.mark.parametrize("dtype", [tf.complex64, tf.bool])
+def test_complex_or_bool_scores_raise_like_the_operators(name, dtype):
+    fn = _ranking_callables()[name]
+    scores = tf.cast(tf.constant(SCORES) > 0.25, tf.bool) if dtype == tf.bool else \
+        tf.complex(tf.constant(SCORES), tf.constant(SCORES))
+    with pytest.raises(ValueError, match=rf"`y_pred` must be a real tensor.*{dtype.name}"):
+        fn(tf.constant(LABELS), scores)
+
+
+def _weighted_mean(values, weights):
+    return float(np.sum(values.numpy() * weights.numpy()) / np.sum(weights.numpy()))
+
+
+@pytest.mark.parametrize("name", RANKING)
+def test_keras_rs_dict_form_equals_the_padded_labels(name):
+    fn = _ranking_callables()[name]
+    labels, mask, scores = masked_label_batch(3)
+    keras_rs_form = {"labels": tf.constant(labels), "mask": tf.constant(mask)}
+    correlations = {  # the mask as the functional forms' mask=
+        "SpearmanLoss": lambda: np.mean(1.0 - ss.soft_spearman_correlation(
+            labels, scores, mask=mask).numpy()),
+        "KendallTauLoss": lambda: np.mean(1.0 - ss.soft_kendall_tau(
+            labels, scores, mask=mask).numpy()),
+        "SpearmanCorrelation": lambda: np.mean(ss.spearman_correlation(
+            labels, scores, mask=mask).numpy()),
+        "KendallTau": lambda: _weighted_mean(*ss.kendall_tau(labels, scores, mask=mask,
+                                                               return_weights=True)),
+    }
+    for f in (ss.spearman_correlation, ss.soft_spearman_correlation, ss.kendall_tau,
+              ss.soft_kendall_tau):
+        correlations[f.__name__] = functools.partial(f, labels, scores, mask=mask)
+    if name in correlations:
+        reference = correlations[name]()
+    else:
+        reference = fn(tf.constant(np.where(mask, labels, -1.0)), tf.constant(scores))
+    got = fn(keras_rs_form, tf.constant(scores))
+    graph = tf.function(fn)(keras_rs_form, tf.constant(scores))
+    assert np.all(np.isfinite(np.asarray(got)))
+    np.testing.assert_allclose(np.asarray(graph), np.asarray(got), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(reference), rtol=1e-5, atol=1e-6)
+    # Ragged labels and mask in the dict.
+    ragged = {"labels": tf.RaggedTensor.from_tensor(labels, lengths=[6] * len(labels)),
+              "mask": tf.RaggedTensor.from_tensor(mask, lengths=[6] * len(labels))}
+    np.testing.assert_allclose(
+        np.asarray(fn(ragged, tf.RaggedTensor.from_tensor(scores, lengths=[6] * len(labels)))),
+        np.asarray(got), rtol=1e-4, atol=1e-5)
+
+
+def test_dict_form_mask_is_combined_with_the_keras_mask_and_mask_argument():
+    labels, mask, scores = masked_label_batch(4)
+    other = np.random.default_rng(5).random(labels.shape) > 0.2
+    both = np.where(mask & other, labels, -1.0)
+    np.testing.assert_allclose(
+        ndcg({"labels": labels, "mask": mask}, scores, mask=other)[0].numpy(),
+        ndcg(both, scores)[0].numpy(), rtol=1e-6)
+    s = tf.constant(scores)
+    from keras.src.backend import set_keras_mask
+    set_keras_mask(s, tf.constant(other))
+    loss = ss.SoftNDCGLoss(method="lapsum", temperature=0.1, reduction="none")
+    np.testing.assert_allclose(loss({"labels": labels, "mask": mask}, s).numpy(),
+                               loss(both, scores).numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"`y_true`.*'labels'"):
+        ndcg({"label": labels}, scores)
+
+
+def _exact_ndcg(labels, order):
+    """NDCG with the gains 2^label − 1 as exact Python integers (integer labels)."""
+    gains = np.array([2 ** int(v) - 1 for v in labels], dtype=object)
+    discounts = 1.0 / np.log2(np.arange(2, len(labels) + 2))
+    top = max(gains) if max(gains) > 0 else 1
+
+    def dcg(g):
+        return sum(float(x / top) * d for x, d in zip(g, discounts, strict=True))
+
+    return dcg(gains[list(order)]) / dcg(sorted(gains, reverse=True))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_labels_of_128_and_more_give_finite_exact_ndcg(dtype):
+    """2^label overflows float32 from 128 and float64 from 1024: the gains of each list
+    are scaled by its largest (`gains`)."""
+    labels = np.array([[200.0, 130.0, 0.0, 129.0, 128.0], [1.0, 3000.0, 2999.0, 0.0, 5.0]],
+                      dtype)
+    scores = np.array([[0.1, 0.9, 0.3, 0.5, 0.2], [0.3, 0.2, 0.9, 0.1, 0.0]], dtype)
+    values, weights = ndcg(labels, scores)
+    expected = [_exact_ndcg(lab, np.argsort(-s, kind="stable"))
+                for lab, s in zip(labels, scores, strict=True)]
+    assert np.all(np.isfinite(values.numpy()))
+    np.testing.assert_allclose(values.numpy(), expected, rtol=1e-6)
+    np.testing.assert_array_equal(weights.numpy(), 1.0)
+    s = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        soft = soft_ndcg(labels, s, method="neuralsort", temperature=1e-3)
+    assert np.all(np.isfinite(soft.numpy()))
+    np.testing.assert_allclose(soft.numpy(), expected, rtol=1e-4)
+    assert np.all(np.isfinite(tape.gradient(soft, s).numpy()))
+    loss = ss.SoftNDCGLoss(method="lapsum", temperature=1e-3, reduction="none")(labels, s)
+    np.testing.assert_allclose(loss.numpy(), 1.0 - np.array(expected), atol=1e-4)

@@ -206,3 +206,42 @@ def test_sinkhorn_soft_ranks_of_padded_lists_on_either_target_grid(targets):
     np.testing.assert_array_equal(ranks.numpy()[~mask], 0.0)  # the documented fill
     np.testing.assert_array_equal(grad[~mask], 0.0)
     assert np.isfinite(grad).all()
+
+
+# ---------------------------------------------------------------------------------
+# Input dtypes and ragged lists at the front door.
+# ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("fn", [lambda x: ss.soft_rank(x, "lapsum"),
+                                lambda x: ss.soft_sort(x, "softsort"),
+                                lambda x: ss.soft_topk(x, 1, "neuralsort")])
+def test_front_door_rejects_complex_and_bool_inputs(fn):
+    x = tf.constant([[0.3, 0.1, 0.2], [0.5, 0.4, 0.9]])
+    for bad in (tf.complex(x, 1.0 + x), x > 0.25):
+        with pytest.raises(ValueError, match=r"`x` must be a real tensor"):
+            fn(bad)
+
+
+@pytest.mark.parametrize("method", MASKABLE)
+@pytest.mark.parametrize("op", ["rank", "sort", "topk", "quantile"])
+def test_front_door_takes_ragged_lists(method, op):
+    if op not in ss.get_method(method).operations:
+        pytest.skip(f"{method} has no {op}")
+    rows = [[3.0, 1.0, 2.5, 0.5], [5.0, 4.0], [7.0]]
+    call = {"rank": lambda v: ss.soft_rank(v, method, temperature=0.3),
+            "sort": lambda v: ss.soft_sort(v, method, temperature=0.3),
+            "topk": lambda v: ss.soft_topk(v, 1, method, temperature=0.3),
+            "quantile": lambda v: ss.soft_quantile(v, 0.5, method, temperature=0.3)}[op]
+    out = call(tf.ragged.constant(rows))
+    for i, row in enumerate(rows):
+        if op == "topk" and len(row) == 1:  # a dense list needs k < n
+            continue
+        expected = call(tf.constant([row]))[0].numpy()
+        got = out[i].numpy()
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, expected, atol=2e-4 if method == "sinkhorn" else 1e-5)
+
+
+def test_front_door_on_ragged_lists_without_masks_says_so():
+    x = tf.ragged.constant([[3.0, 1.0, 2.0], [5.0, 4.0]])
+    with pytest.raises(ValueError, match=r"permutahedron.*ragged `x`"):
+        ss.soft_rank(x, "permutahedron")
