@@ -18,7 +18,8 @@ import nbclient
 import nbformat
 import pytest
 
-COLABS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "colabs")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLABS = os.path.join(ROOT, "colabs")
 MAX_COMMITTED_BYTES = 1_500_000
 
 # notebook -> (minimum number of figures, regular expressions its printed output must match)
