@@ -1,154 +1,220 @@
-"""Tests of the large-MNIST tf.data pipeline (softsort_tf.datasets.large_mnist)."""
+"""The large-MNIST experiments (`softsort_tf.experiments.large_mnist`) and their binaries
+`scripts/train_sort.py` and `scripts/train_median.py`: configuration, loss, metrics,
+learning-rate schedule, smoke runs, resume and strategies.
 
-import sys
-import types
+Runs are tiny (a few steps of batch 4): they check the plumbing, not accuracy.
+"""
 
+import glob
+import json
+import math
+import os
+
+import h5py
 import numpy as np
 import pytest
+import scipy.stats
 import tensorflow as tf
 
-from softsort_tf.datasets import large_mnist
-from softsort_tf.datasets.large_mnist import (
-    LargeMnistSampler,
-    load_digit_splits,
-    make_dataset,
-)
+from softsort_tf.experiments import large_mnist as experiment
+from softsort_tf.experiments.large_mnist import ExperimentConfig
+
+TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=4,
+            num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
+TINY_FLAGS = ["--batch_size=4", "--steps_per_epoch=2", "--epochs=1", "--num_val_sequences=4",
+              "--num_test_sequences=8", "--digits_per_class=10", "--verbose=2"]
+
+
+def _weights(path):
+    """All arrays of a `.weights.h5` file (model and optimizer), by their h5 path."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def _assert_finite_metrics(results, keys):
+    for key in keys:
+        assert math.isfinite(results["metrics"][key]), (key, results["metrics"])
+
+
+def _check_outputs(output_dir, results):
+    with open(os.path.join(output_dir, "results.json")) as f:
+        saved = json.load(f)
+    assert saved["metrics"] == pytest.approx(results["metrics"])
+    assert saved["flags"]["output_dir"] == output_dir and saved["wall_time_s"] > 0
+    assert saved["machine"]["tensorflow"] == tf.__version__
+    assert glob.glob(os.path.join(output_dir, "tensorboard", "train", "events.out.tfevents*"))
+    assert glob.glob(os.path.join(output_dir, "tensorboard", "validation", "events.out*"))
+    assert os.path.exists(os.path.join(output_dir, "checkpoints", "best.weights.h5"))
+    with open(os.path.join(output_dir, "history.csv")) as f:  # keras.callbacks.CSVLogger
+        assert len(f.read().splitlines()) == 1 + saved["epochs_completed"]
+    return saved
+
+
+@pytest.mark.slow
+def test_resume_after_interruption_continues_with_the_same_weights(tmp_path):
+    # Stochastic SoftSort: the Gumbel noise of a step must also be the same after resume.
+    config = dict(TINY, task="sort", n=3, epochs=2, stochastic=True, num_samples=2)
+    stopped = str(tmp_path / "stopped")
+    first = experiment.run(ExperimentConfig(output_dir=stopped, stop_after_epochs=1, **config))
+    assert not first["finished"] and first["epochs_completed"] == 1 and "metrics" not in first
+    backup = os.path.join("backup", "latest.weights.h5")  # keras.callbacks.BackupAndRestore
+    after_epoch_1 = _weights(os.path.join(stopped, backup))
+
+    resumed = experiment.run(ExperimentConfig(output_dir=stopped, **config))
+    assert resumed["resumed_from_epoch"] == 1 and resumed["epochs_completed"] == 2
+    assert len(resumed["history"]["loss"]) == 2
+
+    reference_dir = str(tmp_path / "reference")
+    reference = experiment.run(ExperimentConfig(output_dir=reference_dir, **config))
+    assert reference["resumed_from_epoch"] == 0
+    # Epoch 1 of the uninterrupted run matches the checkpoint the resumed run started from,
+    # and every later epoch matches too: nothing was lost or repeated.
+    for key, values in reference["history"].items():
+        if key != "epoch_seconds":
+            assert resumed["history"][key] == pytest.approx(values, rel=1e-5), key
+    final = _weights(os.path.join(stopped, backup))
+    final_ref = _weights(os.path.join(reference_dir, backup))
+    assert final.keys() == final_ref.keys() and len(final) > 8
+    for key in final:
+        np.testing.assert_allclose(final[key], final_ref[key], rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+    assert any(not np.array_equal(after_epoch_1[k], final[k]) for k in final)  # it trained
+    # The best-epoch weights too: the best value so far is carried over the restart.
+    best = os.path.join("checkpoints", "best.weights.h5")
+    best_resumed, best_ref = _weights(os.path.join(stopped, best)), _weights(
+        os.path.join(reference_dir, best))
+    for key in best_ref:
+        np.testing.assert_allclose(best_resumed[key], best_ref[key], rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+    # The untrained numbers come from the first session and survive the restart.
+    assert resumed["metrics"]["untrained_test_exact_accuracy"] == pytest.approx(
+        reference["metrics"]["untrained_test_exact_accuracy"])
+    saved = _check_outputs(stopped, resumed)
+    best = int(np.argmax(saved["history"]["val_exact_accuracy"])) + 1
+    assert saved["best_epoch"] == best
+    assert saved["metrics"]["best_val_exact_accuracy"] == max(
+        saved["history"]["val_exact_accuracy"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task, method", [("sort", "sinkhorn"), ("median", "neuralsort")])
+def test_smoke_on_a_slice_of_mnist_npz(tmp_path, mnist_npz, task, method):
+    out = str(tmp_path / task)
+    results = experiment.run(ExperimentConfig(
+        task=task, method=method, n=3, dataset="npz", mnist_npz=mnist_npz, output_dir=out, **TINY))
+    assert results["flags"]["dataset"] == "npz" and results["finished"]
+    if task == "sort":
+        _assert_finite_metrics(results, ["test_exact_accuracy", "test_elementwise_accuracy",
+                                         "untrained_test_exact_accuracy"])
+        assert 0.0 <= results["metrics"]["test_exact_accuracy"] <= 1.0
+    else:
+        _assert_finite_metrics(results, ["test_mse_1e-4", "test_r2", "test_spearman",
+                                         "untrained_test_mse_1e-4"])
+    _check_outputs(out, results)
 
 
 @pytest.fixture(scope="module")
-def embedded():
-    return load_digit_splits("embedded")
+def binaries(run_binaries, tmp_path_factory):
+    """The two binaries, run once: name -> (results.json, stdout)."""
+    tmp = tmp_path_factory.mktemp("binaries")
+    cases = {
+        "sort": ["train_sort.py", f"--output_dir={tmp / 'sort'}", *TINY_FLAGS, "--n=3",
+                 "--strategy=mirrored", "--num_cpu_devices=2"],
+        "median": ["train_median.py", f"--output_dir={tmp / 'median'}", *TINY_FLAGS, "--n=3",
+                   "--stochastic", "--num_samples=2", "--method=softsort"],
+    }
+    procs = run_binaries([{"argv": argv, "timeout": 300} for argv in cases.values()])
+    out = {}
+    for name, proc in zip(cases, procs, strict=True):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(tmp / name / "results.json") as f:
+            out[name] = json.load(f), proc.stdout
+    return out
 
 
-def _sample(split, n=4, batch=16, seed=(3, 7)):
-    out = LargeMnistSampler(split, n).sample(batch, tf.constant(seed, tf.int64))
-    return {k: v.numpy() for k, v in out.items()}
+@pytest.mark.slow
+def test_train_sort_binary_mirrored_on_two_logical_cpus(binaries):
+    results, stdout = binaries["sort"]
+    cpus = [d for d in results["machine"]["devices"] if "CPU" in d]
+    assert len(cpus) == 2 and results["flags"]["strategy"] == "mirrored"
+    _assert_finite_metrics(results, ["test_exact_accuracy", "test_elementwise_accuracy",
+                                     "untrained_test_exact_accuracy",
+                                     "untrained_test_elementwise_accuracy"])
+    assert "exact_accuracy" in stdout and "untrained" in stdout  # the printed comparison
+    # Published defaults that were not overridden.
+    assert results["flags"]["learning_rate"] == 0.005 and results["flags"]["tau"] == 1024.0
 
 
-def test_shapes_and_dtypes(embedded):
-    b = _sample(embedded.train, n=5, batch=6)
-    assert b["images"].shape == (6, 5, 112, 28, 1) and b["images"].dtype == np.float32
-    assert b["numbers"].shape == (6, 5) and b["permutation"].shape == (6, 5)
-    assert b["digit_indices"].shape == (6, 5, 4)
-    assert 0.0 <= b["images"].min() and b["images"].max() <= 1.0 and b["images"].max() > 0.9
-    ds = make_dataset(embedded.validation, n=3, batch_size=4, seed=0, num_batches=3)
-    elems = list(ds)
-    assert len(elems) == 3
-    assert [int(e["step"][0]) for e in elems] == [0, 1, 2]
-    assert ds.element_spec["images"].shape.as_list() == [4, 3, 112, 28, 1]
+@pytest.mark.slow
+def test_train_median_binary_on_embedded_digits(binaries):
+    results, _ = binaries["median"]
+    assert results["flags"]["dataset"] == "embedded" and results["task"] == "median"
+    _assert_finite_metrics(results, ["test_mse_1e-4", "test_r2", "test_spearman"])
+    assert results["flags"]["learning_rate"] == 0.001
 
 
-def test_labels_are_the_descending_sorting_permutations(embedded):
-    b = _sample(embedded.test, n=7, batch=64)
-    for numbers, perm in zip(b["numbers"], b["permutation"], strict=True):
-        assert sorted(perm.tolist()) == list(range(7))
-        np.testing.assert_array_equal(perm, np.argsort(-numbers, kind="stable"))
-        assert np.all(np.diff(numbers[perm]) <= 0)  # the i-th entry is the i-th largest
+def test_median_evaluation_metrics_and_bad_configs():
+    # The median task's test metrics, Spearman's ρ with ties averaged (as scipy).
+    pred = np.array([1.0, 2.0, 2.0, 3.0, 3.0, 0.5], np.float32)
+    true = np.array([1.0, 2.0, 3.0, 4.0, 4.0, 2.0], np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices(({"pred": pred}, true)).batch(4)
+    metrics = experiment.evaluate(lambda features, training: features["pred"], dataset,
+                                  "median")
+    mse = np.mean((pred.astype(np.float64) - true) ** 2)
+    assert metrics["spearman"] == pytest.approx(scipy.stats.spearmanr(pred, true).statistic,
+                                                rel=1e-6)
+    assert metrics["r2"] == pytest.approx(1 - mse / np.var(true), rel=1e-5)
+    assert metrics["mse_1e-4"] == pytest.approx(mse / experiment.VALUE_SCALE, rel=1e-5)
+    with pytest.raises(ValueError, match="method"):
+        ExperimentConfig(method="bubblesort").finalize()
+    with pytest.raises(ValueError, match="odd"):
+        ExperimentConfig(task="median", n=4).finalize()
+    with pytest.raises(ValueError, match="strategy"):
+        ExperimentConfig(strategy="tpu").finalize()
+    config = ExperimentConfig(task="sort", n=9).finalize()
+    assert (config.tau, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
+    config = ExperimentConfig(task="median").finalize()
+    assert (config.learning_rate, config.batch_size, config.steps_per_epoch) == (1e-3, 5, 2750)
 
 
-def test_each_image_is_the_stack_of_its_digits(embedded):
-    split = embedded.train
-    b = _sample(split, n=3, batch=32)
-    pixels = np.rint(b["images"][..., 0] * 255).astype(np.uint8)  # [32, 3, 112, 28]
-    digits = (b["numbers"][..., None] // np.array([1000, 100, 10, 1])) % 10
-    # The source images used have the digit classes of the number, thousands first ...
-    np.testing.assert_array_equal(split.labels[b["digit_indices"]], digits)
-    # ... and the 4 tiles of each 112×28 image are exactly those images, top to bottom.
-    for k in range(4):
-        np.testing.assert_array_equal(pixels[:, :, 28 * k:28 * (k + 1), :],
-                                      split.images[b["digit_indices"][..., k]])
+@pytest.mark.parametrize("method", ["sinkhorn", "softsort", "lapsum"])
+def test_sorting_loss_is_computed_from_log_p_for_the_log_domain_operators(method):
+    """The sorting model outputs log P̂ and the loss reads it without the probability
+    floor for the operators with a log-domain matrix (a nearly hard Sinkhorn P̂ then
+    keeps the gradient of its wrongly ordered rows); LapSum keeps P̂ and the floor."""
+    config = ExperimentConfig(task="sort", method=method, n=3, dataset="embedded",
+                              epsilon=5e-3).finalize()
+    assert config.alpha == config.tau == experiment.default_tau(3)
+    model = experiment.build_model(config)
+    log_domain = method != "lapsum"
+    assert model.log is log_domain
+    assert model.loss.get_config()["from_log"] is log_domain
+    images = tf.random.stateless_uniform([4, 3, 112, 28, 1], [1, 2])
+    out = model({"images": images, "step": tf.zeros([4], tf.int64)}).numpy()
+    rows = np.exp(out).sum(-1) if log_domain else out.sum(-1)
+    np.testing.assert_allclose(rows, 1.0, atol=1e-4)
+    off = ExperimentConfig(task="sort", method=method, n=3, dataset="embedded",
+                           log_cross_entropy=False).finalize()
+    assert experiment.build_model(off).loss.get_config()["from_log"] is False
 
 
-def test_numbers_are_uniform_and_all_images_of_a_class_are_used(embedded):
-    b = _sample(embedded.validation, n=10, batch=400, seed=(0, 1))
-    numbers = b["numbers"].ravel()
-    assert numbers.min() >= 0 and numbers.max() <= 9999
-    assert abs(numbers.mean() - 4999.5) < 4 * 2887 / np.sqrt(numbers.size)
-    counts = np.bincount((numbers // 1000) % 10, minlength=10)
-    assert counts.min() > 0.7 * numbers.size / 10
-    used = np.unique(b["digit_indices"])
-    assert len(used) == len(embedded.validation)  # 16000 draws cover all 129 images
-
-
-def test_sampling_is_a_pure_function_of_seed_and_step(embedded):
-    a = _sample(embedded.train, seed=(5, 2))
-    b = _sample(embedded.train, seed=(5, 2))
-    c = _sample(embedded.train, seed=(5, 3))
-    np.testing.assert_array_equal(a["images"], b["images"])
-    assert not np.array_equal(a["numbers"], c["numbers"])
-    stream = [e["numbers"].numpy() for e in make_dataset(embedded.train, 3, 2, 9, num_batches=5)]
-    resumed = [e["numbers"].numpy()
-               for e in make_dataset(embedded.train, 3, 2, 9, num_batches=2, start_step=3)]
-    np.testing.assert_array_equal(np.stack(stream[3:]), np.stack(resumed))
-
-
-def _check_disjoint(splits, source_images):
-    ids = [s.ids for s in (splits.train, splits.validation, splits.test)]
-    all_ids = np.concatenate(ids)
-    assert len(np.unique(all_ids)) == len(all_ids)  # no image in two splits
-    for s in (splits.train, splits.validation, splits.test):
-        np.testing.assert_array_equal(s.images, source_images[s.ids])  # ids are honest
-
-
-def test_embedded_splits_are_disjoint_and_mnist_like(embedded):
-    images, labels = large_mnist.embedded_digit_images()
-    assert images.shape == (1797, 28, 28) and images.dtype == np.uint8
-    assert images[:, :4].max() == 0 and images[:, :, -4:].max() == 0  # MNIST-like border
-    assert images.max() == 255
-    _check_disjoint(embedded, images)
-    sizes = np.array([len(embedded.train), len(embedded.validation), len(embedded.test)])
-    assert sizes.sum() == 1797
-    np.testing.assert_allclose(sizes / 1797, [55 / 70, 5 / 70, 10 / 70], atol=0.01)
-    for s in (embedded.train, embedded.validation, embedded.test):
-        np.testing.assert_array_equal(s.labels, labels[s.ids])
-
-
-def test_npz_splits_are_55k_5k_10k_and_disjoint(mnist_npz):
-    splits = load_digit_splits("npz", mnist_npz)
-    assert (len(splits.train), len(splits.validation), len(splits.test)) == (55000, 5000, 10000)
-    with np.load(mnist_npz) as f:
-        source = np.concatenate([f["x_train"], f["x_test"]])
-        labels = np.concatenate([f["y_train"], f["y_test"]])
-    _check_disjoint(splits, source)
-    np.testing.assert_array_equal(splits.test.labels, labels[splits.test.ids])
-    assert splits.test.ids.min() == 60000  # test sequences only use MNIST test digits
-    small = load_digit_splits("npz", mnist_npz, limit_per_class=3)
-    assert len(small.train) == 30 and set(small.train.ids) <= set(splits.train.ids)
-
-
-def test_tfds_source_uses_the_mnist_train_and_test_splits(monkeypatch):
-    rng = np.random.default_rng(0)
-    fake = {"train": (rng.integers(0, 256, (5100, 28, 28, 1), dtype=np.uint8),
-                      np.arange(5100) % 10),
-            "test": (rng.integers(0, 256, (50, 28, 28, 1), dtype=np.uint8), np.arange(50) % 10)}
-    calls = []
-
-    def load(name, split, batch_size, as_supervised):
-        calls.append((name, tuple(split), batch_size, as_supervised))
-        return [fake[s] for s in split]
-
-    module = types.SimpleNamespace(load=load, as_numpy=lambda x: x)
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", module)
-    splits = load_digit_splits("tfds")
-    assert calls == [("mnist", ("train", "test"), -1, True)]
-    assert (len(splits.train), len(splits.validation), len(splits.test)) == (100, 5000, 50)
-    np.testing.assert_array_equal(splits.validation.images, fake["train"][0][:5000, ..., 0])
-    np.testing.assert_array_equal(splits.test.images, fake["test"][0][..., 0])
-
-
-def test_bad_arguments_raise_value_errors(embedded, tmp_path):
-    with pytest.raises(ValueError, match="source"):
-        load_digit_splits("cifar")
-    with pytest.raises(ValueError, match="mnist_npz"):
-        load_digit_splits("npz")
-    with pytest.raises(ValueError, match="mnist_npz"):
-        load_digit_splits("npz", str(tmp_path / "missing.npz"))
-    np.savez(tmp_path / "digits.npz", x_train=np.zeros([3, 28, 28], np.uint8))
-    with pytest.raises(ValueError, match=r"lacks the arrays \['y_train', 'x_test', 'y_test'\]"):
-        load_digit_splits("npz", str(tmp_path / "digits.npz"))
-    with pytest.raises(ValueError, match="limit_per_class"):
-        load_digit_splits("embedded", limit_per_class=0)
-    with pytest.raises(ValueError, match="n must"):
-        LargeMnistSampler(embedded.test, 1)
-    with pytest.raises(ValueError, match="batch_size"):
-        make_dataset(embedded.test, 3, 0, seed=0)
+def test_cosine_schedule_warms_up_linearly_then_decays_to_zero():
+    config = ExperimentConfig(lr_schedule="cosine", warmup_steps=10, epochs=4,
+                              steps_per_epoch=25, learning_rate=0.01).finalize()
+    schedule = experiment.learning_rate_schedule(config)
+    lr = [float(schedule(step)) for step in (0, 5, 10, 55, 100)]
+    np.testing.assert_allclose(lr[:3], [0.0, 0.005, 0.01], atol=1e-9)
+    np.testing.assert_allclose(lr[3], 0.005, rtol=1e-5)  # half-way through the decay
+    assert lr[4] == pytest.approx(0.0, abs=1e-9)
+    constant = ExperimentConfig(learning_rate=0.01).finalize()
+    assert experiment.learning_rate_schedule(constant) == 0.01
+    with pytest.raises(ValueError, match="warmup_steps"):
+        ExperimentConfig(lr_schedule="cosine", warmup_steps=100, epochs=4,
+                         steps_per_epoch=25).finalize()
+    for bad in (dict(precision="float8"), dict(lr_schedule="linear"), dict(patience=0),
+                dict(max_train_minutes=-1.0), dict(warmup_steps=-1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ExperimentConfig(**bad).finalize()

@@ -1,15 +1,46 @@
-"""`training.fit_resumable` (Keras' BackupAndRestore / ModelCheckpoint / CSVLogger) on a
-model whose validation loss follows a fixed schedule, interrupted and resumed."""
+"""Resumable training (`softsort_tf.experiments.training`): `fit_resumable` (Keras'
+BackupAndRestore / ModelCheckpoint / CSVLogger), patience and time budget over restarts,
+the output folder, validation sets of unknown length, and training on two workers.
+
+`fit_resumable` is first checked on a model whose validation loss follows a fixed
+schedule, interrupted and resumed.
+
+Two workers (`tf.distribute.MultiWorkerMirroredStrategy`) on localhost: a cluster of two
+worker processes (`multi_worker_job.py`; free ports picked at run time, `TF_CONFIG`)
+runs two jobs one after the other, each through `training.fit_resumable`:
+- "keras": a user's own Keras model with our losses, two heads on lists of 4 items:
+  `SpearmanLoss` on per-item scores (a mean over lists) and
+  `SoftTrimmedRegressionLoss` on a pooled regression (a batch statistic);
+- "sort": the train_sort experiment (`large_mnist.run`, the binary's code path).
+
+The cluster is killed mid-epoch twice (once in each job, after the first step of the
+second epoch) and restarted; the finished run is compared with one process without a
+strategy (same global batch, same initial weights):
+- "sort" and the Spearman head: the same per-epoch losses and the same weights;
+- the trimmed head: each replica takes the batch statistic over its own half of the
+  global batch and Keras averages the replicas, so the two workers step on the mean of
+  the two half-batch losses; the one-process reference computes that step with a
+  GradientTape, and the one-process Keras fit on the global batch is measurably
+  different.
+"""
 
 import json
 import os
+import runpy
+import signal
+import socket
+import time
 
+import h5py
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from softsort_tf.experiments import training
+
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi_worker_job.py")
+TIMEOUT = 600  # seconds, for all the rounds of the cluster
 
 # Validation loss of epoch e (1-based) is SCHEDULE[e - 1] ** 2: best at epoch 4.
 SCHEDULE = [5.0, 3.0, 4.0, 2.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]
@@ -122,3 +153,219 @@ def test_validation_of_unknown_length_is_averaged_over_its_batches(tmp_path):
     assert fit.history["val_loss"] == pytest.approx([exact])
     with pytest.raises(ValueError, match="finite"):
         training.with_known_length(val.repeat())
+
+
+def test_time_budget_stops_the_run_and_a_rerun_does_not_train_again(tmp_path):
+    out = str(tmp_path / "run")
+    first = _fit(out, patience=None, max_train_seconds=1e-9)
+    assert first.epochs_completed == 1 and first.finished and first.out_of_time
+    again = _fit(out, patience=None, max_train_seconds=1e-9)
+    assert again.epochs_completed == 1 and again.finished and again.out_of_time
+    # Without the budget the same folder trains on.
+    more = _fit(out, patience=None, epochs=3)
+    assert more.epochs_completed == 3 and not more.out_of_time
+
+
+def test_split_batches_gives_each_worker_its_slice_of_every_batch():
+    ds = tf.data.Dataset.range(10).batch(5)
+    slices = [[b.numpy().tolist() for b in training.split_batches(ds, 2, i)] for i in (0, 1)]
+    assert slices == [[[0, 1], [5, 6]], [[2, 3, 4], [7, 8, 9]]]
+    pairs = tf.data.Dataset.from_tensor_slices(({"a": np.arange(8)}, np.arange(8) * 10))
+    for features, labels in training.split_batches(pairs.batch(4), 4, 3):
+        assert features["a"].numpy().tolist() == [3] and labels.numpy().tolist() == [30]
+        break
+    ragged = tf.data.Dataset.from_tensors(tf.ragged.constant([[1], [2, 3], [4], [5, 6, 7]]))
+    (part,) = list(training.split_batches(ragged, 2, 1))
+    assert part.to_list() == [[4], [5, 6, 7]]
+    assert training.worker_index(tf.distribute.get_strategy()) == (0, 1)
+    with pytest.raises(ValueError, match="index"):
+        training.split_batches(ds, 2, 2)
+    with pytest.raises(ValueError, match="num_workers"):
+        training.split_batches(ds, 0, 0)
+
+
+# Training on two workers.
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("localhost", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _start_cluster(server, out, pause, round_):
+    os.makedirs(out, exist_ok=True)
+    ports = _free_ports(2)
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    workers = []
+    for i in range(2):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        log = os.path.join(out, f"worker{i}-round{round_}.txt")
+        workers.append(server.start({"argv": [JOB, out, "multi_worker", pause],
+                                     "env": {"TF_CONFIG": json.dumps(tf_config)}}, log, log))
+    return workers
+
+
+def _stop(procs):
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+    for proc in procs:
+        assert proc.wait(timeout=30) is not None
+
+
+def _log(out, name):
+    with open(os.path.join(out, f"{name}.txt")) as f:
+        return f.read()
+
+
+def _wait_for_pause(procs, out, job, deadline):
+    markers = [os.path.join(out, f"paused-{job}-{i}") for i in range(2)]
+    while not all(os.path.exists(m) for m in markers):
+        for proc in procs:
+            assert proc.poll() is None, f"a worker exited before pausing in {job}"
+        assert time.time() < deadline, f"the workers did not reach the pause in {job}"
+        time.sleep(0.2)
+
+
+def _result(text):
+    lines = [line for line in text.splitlines() if line.startswith("RESULT ")]
+    assert lines, text[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _weights(path):
+    """The model's arrays of a `.weights.h5` file, by their h5 path (no optimizer)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) and not name.startswith("optimizer")
+                     else None)
+    assert out
+    return out
+
+
+def _backed_up_epoch(run_dir):
+    with open(os.path.join(run_dir, "backup", "training_metadata.json")) as f:
+        return json.load(f)["epoch"]
+
+
+def _reference(out):
+    """Both jobs in this process, without a strategy (the one-worker reference)."""
+    namespace = runpy.run_path(JOB, run_name="multi_worker_job")
+    os.makedirs(out, exist_ok=True)
+    return namespace["main"](out, "default", "none")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, fork_server):
+    """The one-process reference and the two-worker cluster, killed twice. The workers
+    are forked from the session's fork server (`conftest.py`)."""
+    base = tmp_path_factory.mktemp("multi_worker")
+    ref_dir, mw_dir = str(base / "one_process"), str(base / "two_workers")
+    procs, deadline = [], time.time() + TIMEOUT
+    state = {}
+    try:
+        # Round 1: killed in the second epoch of the Keras job.
+        cluster = _start_cluster(fork_server, mw_dir, "keras", 1)
+        procs += cluster
+        state["reference"] = _reference(ref_dir)  # while the cluster trains
+        _wait_for_pause(cluster, mw_dir, "keras", deadline)
+        cluster[1].send_signal(signal.SIGKILL)  # one worker dies, then the other
+        _stop(cluster)
+        state["keras_backup_at_kill"] = _backed_up_epoch(os.path.join(mw_dir, "keras"))
+        state["worker1_backup_at_kill"] = _backed_up_epoch(
+            os.path.join(mw_dir, "keras", "worker-1"))
+        # Round 2: the Keras job resumes and finishes; killed in the sort job.
+        cluster = _start_cluster(fork_server, mw_dir, "sort", 2)
+        procs += cluster
+        _wait_for_pause(cluster, mw_dir, "sort", deadline)
+        cluster[0].send_signal(signal.SIGKILL)
+        _stop(cluster)
+        state["sort_backup_at_kill"] = _backed_up_epoch(os.path.join(mw_dir, "sort"))
+        state["results_at_kill"] = os.path.exists(os.path.join(mw_dir, "sort",
+                                                               "results.json"))
+        # Round 3: both jobs resume and finish.
+        cluster = _start_cluster(fork_server, mw_dir, "none", 3)
+        procs += cluster
+        for proc in cluster:
+            assert proc.wait(timeout=max(1.0, deadline - time.time())) is not None
+    finally:
+        _stop(procs)
+    state["workers"] = [_result(_log(mw_dir, f"worker{i}-round3")) for i in range(2)]
+    state["round2"] = [_log(mw_dir, f"worker{i}-round2") for i in range(2)]
+    state["ref_dir"], state["mw_dir"], state["all_procs"] = ref_dir, mw_dir, procs
+    return state
+
+
+@pytest.mark.slow
+def test_killed_mid_epoch_the_cluster_resumes_from_the_last_backup(runs):
+    # Killed after the first step of epoch 2: the last backup is epoch 1, on both workers.
+    assert runs["keras_backup_at_kill"] == 1 and runs["worker1_backup_at_kill"] == 1
+    assert runs["sort_backup_at_kill"] == 1 and not runs["results_at_kill"]
+    for log in runs["round2"]:
+        assert "Resuming after epoch 1" in log
+    for worker in runs["workers"]:
+        assert worker["workers"] == 2
+        assert worker["sort"]["resumed_from_epoch"] == 1 and worker["sort"]["finished"]
+        assert worker["keras"]["resumed_from_epoch"] == 2  # finished in round 2
+    assert all(proc.poll() is not None for proc in runs["all_procs"])
+
+
+@pytest.mark.slow
+def test_two_workers_match_one_process_on_the_sort_experiment(runs):
+    ref, mw = runs["reference"]["sort"], runs["workers"][0]["sort"]
+    for key in ("loss", "exact_accuracy", "val_loss", "val_exact_accuracy"):
+        np.testing.assert_allclose(mw["history"][key], ref["history"][key], rtol=1e-4,
+                                   atol=1e-5, err_msg=key)
+        assert np.all(np.isfinite(mw["history"][key]))
+    for key, value in ref["metrics"].items():
+        np.testing.assert_allclose(mw["metrics"][key], value, rtol=1e-4, atol=1e-5,
+                                   err_msg=key)
+    # Both workers report the metrics over the whole test set; the chief writes them once.
+    assert runs["workers"][1]["sort"]["metrics"] == pytest.approx(mw["metrics"])
+    sort_dir = os.path.join(runs["mw_dir"], "sort")
+    with open(os.path.join(sort_dir, "results.json")) as f:
+        assert json.load(f)["metrics"] == pytest.approx(mw["metrics"])
+    assert not os.path.exists(os.path.join(sort_dir, "worker-1", "results.json"))
+    expected = _weights(os.path.join(runs["ref_dir"], "sort", "backup", "latest.weights.h5"))
+    for path in (os.path.join(sort_dir, "backup", "latest.weights.h5"),
+                 os.path.join(sort_dir, "worker-1", "backup", "latest.weights.h5")):
+        got = _weights(path)
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+def test_two_workers_on_a_keras_model_with_a_ranking_and_a_batch_statistic_loss(runs):
+    ref, mw = runs["reference"], runs["workers"][0]["keras"]
+    # The ranking loss is a mean over lists: as on one process at the same global batch.
+    np.testing.assert_allclose(mw["history"]["rank_loss"], ref["keras"]["history"]["rank_loss"],
+                               rtol=1e-5, atol=1e-6)
+    # The whole loss is the mean of the two half-batch losses (the trimmed term).
+    np.testing.assert_allclose(mw["history"]["loss"], ref["two_halves_loss"], rtol=1e-5,
+                               atol=1e-6)
+    # Validation: every worker evaluates all of it, the metrics are those of one process.
+    np.testing.assert_allclose(mw["history"]["val_rank_loss"],
+                               ref["keras"]["history"]["val_rank_loss"], rtol=1e-5, atol=1e-6)
+    assert np.all(np.isfinite(mw["history"]["val_loss"]))
+    keras_dir = os.path.join(runs["mw_dir"], "keras")
+    got = _weights(os.path.join(keras_dir, "backup", "latest.weights.h5"))
+    one_process = _weights(os.path.join(runs["ref_dir"], "keras", "backup",
+                                        "latest.weights.h5"))
+    two_halves = _weights(os.path.join(runs["ref_dir"], "two_halves.weights.h5"))
+    assert got.keys() == one_process.keys() and any("dense_1/" in k for k in got)
+    for name, value in got.items():
+        assert np.all(np.isfinite(value))
+        np.testing.assert_allclose(value, two_halves[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+        # `.weights.h5` names the layers by type and order: dense = rank head, dense_1 = reg.
+        if name.startswith("layers/dense_1/"):  # the global-batch statistic steps elsewhere
+            assert np.max(np.abs(value - one_process[name])) > 1e-3, name
+        else:
+            np.testing.assert_allclose(value, one_process[name], rtol=1e-5, atol=1e-6,
+                                       err_msg=name)

@@ -7,8 +7,6 @@ evaluation, bad arguments), not the quality of the hyper-parameters found.
 import json
 import math
 import os
-import subprocess
-import sys
 
 import keras_tuner as kt
 import numpy as np
@@ -17,11 +15,10 @@ import pytest
 from softsort_tf.experiments import tuning
 from softsort_tf.experiments.large_mnist import ExperimentConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=8,
             num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
 SPACE = dict(methods=("softsort", "neuralsort", "sinkhorn"), tau=(8.0, 64.0),
-             epsilon=(1e-3, 1e-2), learning_rate=(1e-4, 1e-3))
+             epsilon=(1e-3, 1e-2), learning_rate=(1e-12, 1e-12))
 
 
 def _check_trial(hp):
@@ -37,11 +34,26 @@ def _check_trial(hp):
         assert space.epsilon[0] <= hp["epsilon"] <= space.epsilon[1]
 
 
+@pytest.fixture(scope="module")
+def searches(tmp_path_factory):
+    """One random search of 3 trials with patience 1 and a learning rate of 1e-12 (the
+    validation score never improves: each trial stops after its second epoch of four),
+    then the same search resumed in the same folder with one more trial and no patience
+    (it trains all four epochs)."""
+    out = str(tmp_path_factory.mktemp("search") / "search")
+    config = dict(task="sort", n=3, output_dir=out, **dict(TINY, epochs=4))
+    first = tuning.search(ExperimentConfig(patience=1, **config), tuning.SearchSpace(**SPACE),
+                          max_trials=3)
+    with open(os.path.join(out, "tuning.json")) as f:
+        saved = json.load(f)
+    second = tuning.search(ExperimentConfig(**config), tuning.SearchSpace(**SPACE),
+                           max_trials=4)
+    return first, saved, second
+
+
 @pytest.mark.slow
-def test_search_records_trials_picks_the_best_and_resumes(tmp_path):
-    out = str(tmp_path / "search")
-    config = ExperimentConfig(task="sort", n=3, output_dir=out, **TINY)
-    first = tuning.search(config, tuning.SearchSpace(**SPACE), max_trials=3)
+def test_search_records_trials_picks_the_best_and_resumes(searches):
+    first, saved, second = searches
     assert len(first["trials"]) == 3
     for trial in first["trials"]:
         assert trial["status"] == "COMPLETED" and 0.0 <= trial["score"] <= 1.0
@@ -52,29 +64,21 @@ def test_search_records_trials_picks_the_best_and_resumes(tmp_path):
                                                 if t["score"] == max(scores)]
     for key in ("test_exact_accuracy", "test_elementwise_accuracy", "test_loss"):
         assert math.isfinite(first["best"][key])
-    with open(os.path.join(out, "tuning.json")) as f:
-        assert json.load(f)["trials"] == first["trials"]
+    assert saved["trials"] == first["trials"]
 
     # Same folder, larger budget: the finished trials are kept, one more is run.
-    config = ExperimentConfig(task="sort", n=3, output_dir=out, **TINY)
-    second = tuning.search(config, tuning.SearchSpace(**SPACE), max_trials=4)
     assert len(second["trials"]) == 4
     assert second["trials"][:3] == first["trials"]
+    _check_trial(second["trials"][3]["hyperparameters"])
 
 
 @pytest.mark.slow
-def test_patience_ends_a_trial_that_stopped_improving(tmp_path):
-    # A learning rate of 1e-12 leaves the validation score where it is: with patience 1
-    # each trial stops after its second epoch instead of training all four.
-    config = ExperimentConfig(task="sort", n=3, output_dir=str(tmp_path / "s"),
-                              **dict(TINY, epochs=4, patience=1))
-    space = tuning.SearchSpace(methods=("softsort",), learning_rate=(1e-12, 1e-12))
-    results = tuning.search(config, space, max_trials=2)
-    assert [t["epochs_trained"] for t in results["trials"]] == [2, 2]
-    unbounded = ExperimentConfig(task="sort", n=3, output_dir=str(tmp_path / "u"),
-                                 **dict(TINY, epochs=4))
-    results = tuning.search(unbounded, space, max_trials=1)
-    assert [t["epochs_trained"] for t in results["trials"]] == [4]
+def test_patience_ends_a_trial_that_stopped_improving(searches):
+    # With patience 1 each trial stops after its second epoch instead of training all
+    # four; the trial of the resumed search, without patience, trains all four.
+    first, _, second = searches
+    assert [t["epochs_trained"] for t in first["trials"]] == [2, 2, 2]
+    assert [t["epochs_trained"] for t in second["trials"]] == [2, 2, 2, 4]
 
 
 def test_hypermodel_applies_the_trial_hyperparameters():
@@ -119,20 +123,19 @@ def test_bad_arguments_raise(tmp_path, kwargs, match):
 
 
 @pytest.mark.slow
-def test_tune_binary(tmp_path):
+def test_tune_binary(tmp_path, run_binaries):
     out = str(tmp_path / "binary")
-    cmd = [sys.executable, os.path.join(ROOT, "scripts", "tune.py"), f"--output_dir={out}",
-           "--task=sort", "--n=3", "--methods=softsort,neuralsort", "--max_trials=2",
-           "--tau_range=8,64", "--epochs=1", "--steps_per_epoch=2", "--batch_size=4",
-           "--num_val_sequences=8", "--num_test_sequences=8", "--digits_per_class=10",
-           "--verbose=0", "--nodeterministic_ops", "--strategy=mirrored",
-           "--num_cpu_devices=2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    argv = ["tune.py", f"--output_dir={out}", "--task=sort", "--n=3",
+            "--methods=softsort,neuralsort", "--max_trials=2", "--tau_range=8,64", "--epochs=1",
+            "--steps_per_epoch=2", "--batch_size=4", "--num_val_sequences=8",
+            "--num_test_sequences=8", "--digits_per_class=10", "--verbose=0",
+            "--nodeterministic_ops", "--strategy=mirrored", "--num_cpu_devices=2"]
+    bad_argv = ["tune.py", f"--output_dir={tmp_path / 'bad'}", "--task=sort", "--tau_range=8"]
+    proc, bad = run_binaries([{"argv": argv, "timeout": 600}, {"argv": bad_argv, "timeout": 120}])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "random search, 2 trials" in proc.stdout
     with open(os.path.join(out, "tuning.json")) as f:
         saved = json.load(f)
     assert saved["space"]["tau"] == [8.0, 64.0] and len(saved["trials"]) == 2
-    bad = subprocess.run(cmd[:-1] + ["--tau_range=8"], capture_output=True, text=True,
-                         check=False)
     assert bad.returncode != 0 and "tau_range" in bad.stderr
+    assert not os.path.exists(tmp_path / "bad")

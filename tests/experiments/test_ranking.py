@@ -1,17 +1,14 @@
-"""The train_ranking binary and its synthetic task."""
+"""Learning to rank on synthetic queries (`softsort_tf.experiments.ranking`) and its
+binary `scripts/train_ranking.py`."""
 
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from softsort_tf.experiments import ranking
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_synthetic_queries_have_graded_labels_and_variable_lengths():
@@ -41,32 +38,32 @@ def test_config_rejects_bad_values():
         ranking.RankingConfig(min_list_size=10, max_list_size=5).finalize()
 
 
-def _run(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_ranking.py"),
-                           *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=900)
-
-
-def test_binary_rejects_unknown_losses_in_one_line(tmp_path):
-    proc = _run(f"--output_dir={tmp_path}/r", "--losses=mse,bogus")
-    assert proc.returncode == 1
-    assert "--losses must be a non-empty list" in proc.stderr
-    assert "Traceback" not in proc.stderr
+@pytest.fixture(scope="module")
+def binary(run_binaries, tmp_path_factory):
+    """The binary at a tiny budget: one loss interrupted after its first epoch, then all
+    four losses (the interrupted one resumes, the others train from scratch).
+    Returns (interrupted run, finished run, output folder)."""
+    tmp = tmp_path_factory.mktemp("ranking")
+    out = str(tmp / "ranking")
+    args = [f"--output_dir={out}", "--epochs=2", "--steps_per_epoch=3",
+            "--num_train_queries=24", "--num_val_queries=8", "--num_test_queries=16",
+            "--max_list_size=20", "--batch_size=8", "--verbose=0"]
+    losses = "--losses=mse,soft_ndcg_softsort,listwise_neuralsort,spearman"
+    cases = [["train_ranking.py", *args, "--losses=soft_ndcg_softsort", "--stop_after_epochs=1"],
+             ["train_ranking.py", *args, losses]]
+    interrupted, finished = run_binaries([{"argv": argv, "timeout": 900} for argv in cases])
+    return interrupted, finished, tmp
 
 
 @pytest.mark.slow
-def test_train_ranking_binary_tiny_budget_writes_the_table(tmp_path):
-    out = str(tmp_path / "ranking")
-    args = [f"--output_dir={out}", "--epochs=2", "--steps_per_epoch=3",
-            "--num_train_queries=48", "--num_val_queries=8", "--num_test_queries=24",
-            "--max_list_size=60", "--batch_size=8", "--verbose=0",
-            "--losses=mse,soft_ndcg_softsort,listwise_neuralsort,spearman"]
-    proc = _run(*args, "--stop_after_epochs=1")
+def test_train_ranking_binary_tiny_budget_writes_the_table(binary):
+    interrupted, proc, tmp = binary
+    out = str(tmp / "ranking")
+    assert interrupted.returncode == 0, interrupted.stderr[-3000:]
+    assert "Interrupted before the end" in interrupted.stdout
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not os.path.exists(os.path.join(out, "results.csv"))  # interrupted
-    proc = _run(*args)  # resumes
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The interrupted loss resumes after its first epoch; the others start afresh.
+    assert proc.stdout.count("Resuming after epoch 1") == 1, proc.stdout
     with open(os.path.join(out, "results.csv")) as f:
         rows = {r["loss"]: r for r in csv.DictReader(f)}
     assert set(rows) == {"mse", "soft_ndcg_softsort", "listwise_neuralsort", "spearman",
@@ -76,6 +73,7 @@ def test_train_ranking_binary_tiny_budget_writes_the_table(tmp_path):
         assert rows[name]["epochs"] == "2"
     assert float(rows["(hidden_scorer)"]["test_ndcg_at_10"]) > float(
         rows["(random_order)"]["test_ndcg_at_10"])
-    with open(os.path.join(out, "mse", "results.json")) as f:
-        result = json.load(f)
-    assert result["finished"] and len(result["val_ndcg_at_10_curve"]) == 2
+    for name in ("mse", "soft_ndcg_softsort"):
+        with open(os.path.join(out, name, "results.json")) as f:
+            result = json.load(f)
+        assert result["finished"] and len(result["val_ndcg_at_10_curve"]) == 2

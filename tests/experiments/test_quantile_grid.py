@@ -1,0 +1,81 @@
+"""The quantile-regression grid (`softsort_tf.experiments.quantile_grid`) and its binary
+`scripts/run_quantile_regression_grid.py`: the table, the grid's child processes, and
+skipping finished runs.
+
+The CQR data files are stand-ins in the same formats (fixture `cqr_dir`).
+"""
+
+import glob
+import os
+import threading
+
+import pytest
+
+from softsort_tf.experiments import quantile_grid
+
+
+def test_grid_table_and_results_md_section(tmp_path, cqr_dir):
+    results = {("concrete", 0.1, "pinball"): [
+        {"metrics": {"test_pinball": v, "constant_test_pinball": 0.07}} for v in (0.1, 0.2)]}
+    table = quantile_grid.format_table(results, datasets=("concrete",), quantiles=(0.1,),
+                                       seeds=2, constants={("concrete", 0.1): (0.07, 0.2)})
+    assert "0.1500 ± 0.0500 (0.105)" in table  # mean ± std/√2, the paper's value
+    assert "pending (0.482)" in table and "| 0.1, constant τ-quantile | 0.0700 |" in table
+    for r in results["concrete", 0.1, "pinball"]:
+        r["f"] = 2.0
+    table = quantile_grid.format_table(results, datasets=("concrete",), quantiles=(0.1,),
+                                       seeds=2, factor_key="f",
+                                       constants={("concrete", 0.1): (0.07, 0.2)})
+    assert "0.3000 ± 0.1000 (0.105)" in table and "constant τ-quantile | 0.2000 |" in table
+    md = tmp_path / "R.md"
+    md.write_text(f"a\n{quantile_grid.BEGIN_MARKER}\nold\n{quantile_grid.END_MARKER}\nb\n")
+    grid = quantile_grid.Grid(str(tmp_path / "runs"), cqr_dir[0], datasets=("concrete",),
+                              quantiles=(0.1,), seeds=1)
+    grid.write_tables(str(md), force=True)
+    text = md.read_text()
+    assert "old" not in text and text.startswith("a\n") and text.endswith("\nb\n")
+    assert "| τ, loss | concrete |" in text
+
+
+def _kill_the_process(config):
+    """A grid runner that dies the way an out-of-memory XLA compile did (no exception)."""
+    os._exit(3)
+
+
+def test_quantile_grid_stops_with_an_error_when_a_run_kills_its_process(tmp_path):
+    grid = quantile_grid.Grid(runs_dir=str(tmp_path), data_dir=str(tmp_path),
+                              datasets=("concrete",), quantiles=(0.5,), losses=("pinball",),
+                              seeds=2)
+    errors = []
+
+    def run():
+        try:
+            grid.run(runner=_kill_the_process)
+        except Exception as e:  # noqa: BLE001 (checked below)
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the grid hangs when a run's process dies"
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+    assert "rerun the grid to resume" in str(errors[0])
+
+
+@pytest.mark.slow
+def test_quantile_grid_driver_skips_finished_runs(cqr_dir, tmp_path, run_binaries):
+    runs, md = str(tmp_path / "runs"), tmp_path / "R.md"
+    md.write_text(f"{quantile_grid.BEGIN_MARKER}\n{quantile_grid.END_MARKER}\n")
+    argv = ["run_quantile_regression_grid.py", f"--data_dir={cqr_dir[0]}",
+            f"--runs_dir={runs}", "--datasets=community", "--quantiles=0.5", "--seeds=1",
+            "--epochs=1", "--steps_per_epoch=3", f"--results_md={md}"]
+    pattern = os.path.join(runs, "community", "quantile0.5", "*", "seed0", "results.json")
+    stamps = {"code": f"import glob, os; print(sorted((p, os.path.getmtime(p)) "
+                      f"for p in glob.glob({pattern!r})))"}
+    first, stamp, again, stamp_again = run_binaries(
+        [{"argv": argv, "timeout": 600}, stamps, {"argv": argv, "timeout": 600}, stamps])
+    for proc in (first, stamp, again, stamp_again):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(glob.glob(pattern)) == 2
+    assert stamp_again.stdout == stamp.stdout  # skipped, not rerun
+    assert "| 0.5, S-quantile |" in md.read_text()

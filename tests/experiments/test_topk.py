@@ -1,0 +1,49 @@
+"""The top-k classification experiment (`softsort_tf.experiments.topk`) and its binary
+`scripts/train_topk.py`."""
+
+import csv
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from softsort_tf.experiments import topk
+
+
+def test_instance_quantile_normalization_keeps_the_order_of_each_example():
+    x = np.random.default_rng(6).normal(size=(3, 4, 4, 2)).astype(np.float32)
+    layer = topk.InstanceQuantileNormalization(num_targets=16)
+    out = layer(x).numpy()
+    assert out.shape == x.shape
+    for a, b in zip(x.reshape(3, -1), out.reshape(3, -1), strict=True):
+        order = np.argsort(a)
+        assert np.all(np.diff(b[order]) >= -1e-5)  # monotone in the input
+        assert b.min() >= 0.0 and b.max() <= 1.0 + 1e-5  # initial targets in (0, 1]
+
+
+def test_top_k_cnn_survives_saving(tmp_path):
+    model = topk.build_cnn((8, 8, 1), 10, quantile_norm=True, num_targets=4)
+    x = np.random.default_rng(7).random((3, 8, 8, 1)).astype(np.float32)
+    path = str(tmp_path / "cnn.keras")
+    model.save(path)
+    np.testing.assert_allclose(keras.models.load_model(path)(x), model(x), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.slow
+def test_train_topk_binary_writes_curves(tmp_path, run_binaries):
+    out = str(tmp_path / "topk")
+    (proc,) = run_binaries([{"argv": [
+        "train_topk.py", f"--output_dir={out}", "--epochs=2", "--num_seeds=2",
+        "--limit_per_split=64", "--quantile_norm_layers", "--losses=soft_topk", "--verbose=0"],
+        "timeout": 600}])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "curves.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert {r["variant"] for r in rows} == {"soft_topk", "cross_entropy_qn"}
+    assert all(r["runs"] == "2" for r in rows) and len(rows) == 4
+    assert os.path.getsize(os.path.join(out, "curves.png")) > 1000
+    with open(os.path.join(out, "results.json")) as f:
+        assert json.load(f)["finished"]
