@@ -7,8 +7,6 @@ tied zero pixels), written by a fixture: the tests never read ../shared/data.
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,8 +14,6 @@ import scipy.stats
 
 import softsort_tf as ss
 from softsort_tf.experiments import suquan
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _images(rng, labels, side=6):
@@ -217,18 +213,20 @@ def test_kernel_gram_is_scipy_kendall_tau_b(npz_path, tmp_path):
 
 
 @pytest.mark.slow
-def test_binary_end_to_end(npz_path, tmp_path):
+def test_binary_end_to_end(npz_path, tmp_path, run_binaries):
     out = tmp_path / "bin"
-    cmd = [sys.executable, os.path.join(ROOT, "scripts", "train_suquan.py"),
-           f"--output_dir={out}", f"--mnist_npz={npz_path}", "--validation_size=100",
-           "--pairs=0-1,2-3", "--train_size=40", "--val_size=20", "--steps=10",
-           "--eval_every=5", "--l2_grid=0.001", "--kernel_sizes=10", "--kernel_block=20",
-           "--kernel_test_per_class=4", "--cv_folds=2", "--verbose=0", "--nojit_compile"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run(cmd + ["--stop_after_pairs=1"], check=True, env=env, cwd=ROOT, timeout=300)
-    with open(out / "results.json") as f:
-        assert list(json.load(f)["pairs"]) == ["0_1"]
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=300)
+    argv = ["train_suquan.py", f"--output_dir={out}", f"--mnist_npz={npz_path}",
+            "--validation_size=100", "--pairs=0-1,2-3", "--train_size=40", "--val_size=20",
+            "--steps=10", "--eval_every=5", "--l2_grid=0.001", "--kernel_sizes=10",
+            "--kernel_block=20", "--kernel_test_per_class=4", "--cv_folds=2", "--verbose=0",
+            "--nojit_compile"]
+    pairs = {"code": "import json; print(list(json.load(open("
+                     f"{str(out / 'results.json')!r}))['pairs']))"}
+    procs = run_binaries([{"argv": [*argv, "--stop_after_pairs=1"], "timeout": 300}, pairs,
+                          {"argv": argv, "timeout": 300}])
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert procs[1].stdout.strip() == "['0_1']"  # after the first session
     with open(out / "results.json") as f:
         results = json.load(f)
     assert results["complete"] and results["config"]["l2_grid"] == [0.001]
