@@ -143,6 +143,32 @@ def check_real_dtype(name: str, dtype) -> None:
                          f"dtype {dtype.name}; cast it first if its values are numbers.")
 
 
+def check_dense(name: str, x, *, mask: str | None = "mask") -> None:
+    """Raises a `ValueError` naming `name` if `x` is a `tf.RaggedTensor`.
+
+    For the arguments that take dense tensors only (the operators that accept ragged
+    lists handle them before this check, see `softsort_tf._masking`). The message says
+    what to pass instead: the lists padded to a dense tensor and, when the operator
+    takes a mask (`mask` names its argument; None when it takes none), the mask of
+    their valid entries.
+
+    Example:
+    >>> check_dense("x", tf.ragged.constant([[1.0, 2.0], [3.0]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: `x` must be a dense tensor, got a tf.RaggedTensor: pad its lists ...
+    """
+    import tensorflow as tf  # local: this module is imported by numpy-only code paths
+
+    if not isinstance(x, tf.RaggedTensor):
+        return
+    instead = f"pad its lists (`{name}.to_tensor()`)"
+    if mask is not None:
+        instead += (f" and pass `{mask}=tf.ones_like({name}, tf.bool).to_tensor(False)` to "
+                    f"mark their valid entries")
+    raise ValueError(f"`{name}` must be a dense tensor, got a tf.RaggedTensor: {instead}.")
+
+
 def check_mask(name: str, mask) -> None:
     """Checks a mask tensor (or `tf.RaggedTensor`): boolean, or real numbers read as
     False at 0 and True elsewhere, of values 0 and 1 where they are known when tracing."""

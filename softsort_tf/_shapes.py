@@ -72,13 +72,15 @@ def to_batch(x, axis: int = -1, name: str = "x"):
     """Moves `axis` last, flattens the rest into a batch axis, casts to the compute dtype.
 
     Args:
-      x: a tensor of rank >= 1.
+      x: a tensor of rank >= 1 (not a `tf.RaggedTensor`: a `ValueError` says to pad it
+        and pass a mask, `_checks.check_dense`).
       axis: the axis to operate along.
       name: the argument name used in error messages.
 
     Returns:
       `(x2d, view)` with `x2d` of shape `[batch, n]`.
     """
+    _checks.check_dense(name, x)
     x = tf.convert_to_tensor(x)
     _checks.check_real_dtype(name, x.dtype)
     rank = x.shape.rank

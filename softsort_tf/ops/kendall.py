@@ -500,6 +500,7 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
 
 
 def _rows(x, name: str):
+    _checks.check_dense(name, x, mask=f"{name}_mask")
     x = tf.convert_to_tensor(x)
     _checks.check_real_dtype(name, x.dtype)
     if x.shape.rank is None or x.shape.rank < 2:

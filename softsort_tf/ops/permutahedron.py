@@ -61,9 +61,11 @@ def _check_regularization(regularization):
 
 
 def _check_mask(mask):
-    if mask is not None:
-        raise ValueError("`mask` is not supported by the permutahedron operators: pass the "
-                         "valid entries of each list only (or use the LapSum operators).")
+    if mask is not None:  # a `mask` argument, or the padding of a ragged `x`'s lists
+        raise ValueError("`mask` and a ragged `x` (lists padded to one length) are not "
+                         "supported by the permutahedron operators: pass dense lists of "
+                         "valid entries only, one length at a time (or use the LapSum "
+                         "operators).")
 
 
 # ---------------------------------------------------------------------------------

@@ -154,11 +154,14 @@ def straight_through(hard, soft):
     exact), and the gradient w.r.t. `soft` is the identity.
 
     Args:
-      hard: the forward value, e.g. `hard_permutation_matrix(scores)` `[..., n, n]`.
-      soft: a differentiable tensor of the same shape, e.g. a relaxed P̂.
+      hard: the forward value, e.g. `hard_permutation_matrix(scores)` `[..., n, n]`
+        (ragged `[lists, (n), (n)]` for ragged scores).
+      soft: a differentiable tensor of the same shape, e.g. a relaxed P̂ (ragged with
+        the row lengths of `hard` when `hard` is ragged).
 
     Returns:
-      A tensor equal to `hard` whose gradient flows into `soft`.
+      A tensor equal to `hard` whose gradient flows into `soft` (ragged for ragged
+      inputs).
 
     Example:
     >>> s = tf.constant([[0.3, 2.0, 1.0]])
@@ -168,6 +171,10 @@ def straight_through(hard, soft):
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
+    if isinstance(hard, tf.RaggedTensor) and isinstance(soft, tf.RaggedTensor):
+        return tf.ragged.map_flat_values(straight_through, hard, soft)
+    _checks.check_dense("hard", hard, mask=None)  # ragged with a dense `soft`
+    _checks.check_dense("soft", soft, mask=None)
     soft = tf.convert_to_tensor(soft)
     hard = tf.cast(hard, soft.dtype)
     return hard + (soft - tf.stop_gradient(soft))

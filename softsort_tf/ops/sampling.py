@@ -146,6 +146,7 @@ def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     """
     num_samples = _checks.check_positive_int("num_samples", num_samples)
     seed = _as_seed(seed)
+    _checks.check_dense("scores", scores)
     scores = tf.convert_to_tensor(scores)
     if scores.shape.rank is None or scores.shape.rank == 0:
         raise ValueError("`scores` must have rank >= 1 (shape [..., n]).")

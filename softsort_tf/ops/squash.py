@@ -47,6 +47,8 @@ import math
 
 import tensorflow as tf
 
+from softsort_tf import _masking
+
 SQUASHES = ("logistic", "atan", "robust", None)
 MAD_TO_STD = 1.4826  # MAD of a normal law times this is its standard deviation
 
@@ -185,15 +187,19 @@ def squash_values(x, squash="logistic", axis: int = -1, weights=None):
     """Applies the squashing `squash` ('logistic', 'atan', 'robust' or None) along `axis`.
 
     Args:
-      x: input of any rank.
+      x: input of any rank, or a `tf.RaggedTensor` ragged along its last axis (the
+        package's convention for lists of several lengths, see
+        `softsort_tf._masking`): each list is squashed on its own statistics.
       squash: 'logistic', 'atan', 'robust' or None (returns x unchanged); see the
         module docstring for when to use which.
-      axis: the axis the values are compared along.
+      axis: the axis the values are compared along (-1 for a ragged x).
       weights: optional non-negative weights for a weighted standardisation (see
-        `standardize`); the Sinkhorn operators pass their input weights a.
+        `standardize`); the Sinkhorn operators pass their input weights a. Not with a
+        ragged x (pad it and give the padding weight 0).
 
     Returns:
-      A tensor like x, in [0, 1] unless `squash` is None.
+      A tensor like x (ragged with the row lengths of a ragged x), in [0, 1] unless
+      `squash` is None.
 
     Example:
     >>> x = np.array([[1e-3, 1e30, 0.5, 1.0, 2.0, 4.0, 8.0]])
@@ -203,6 +209,8 @@ def squash_values(x, squash="logistic", axis: int = -1, weights=None):
     array([[0.32, 0.99, 0.32, 0.32, 0.32, 0.32, 0.32]])
     """
     squash = check_squash(squash)
+    if isinstance(x, tf.RaggedTensor):
+        return _squash_lists(x, squash, axis, weights)
     if squash is None:
         return x
     if squash == "robust":
@@ -211,3 +219,20 @@ def squash_values(x, squash="logistic", axis: int = -1, weights=None):
     if squash == "logistic":
         return tf.sigmoid(z * (math.pi / math.sqrt(3.0)))
     return 0.5 + tf.atan(z) / math.pi
+
+
+def _squash_lists(x: tf.RaggedTensor, squash, axis, weights):
+    """`squash_values` of the lists of a ragged `x`: padded to a dense tensor whose
+    padding has weight 0, so that it moves no list's statistics (`_weighted`)."""
+    rank = x.shape.rank
+    if not (axis == -1 or (rank is not None and axis == rank - 1)):
+        raise ValueError(f"A ragged `x` is squashed along its last (ragged) axis: `axis` "
+                         f"must be -1, got {axis!r}.")
+    if weights is not None:
+        raise ValueError("`weights` are not supported with a ragged `x`: pad it "
+                         "(`x.to_tensor()`) and pass dense `weights`, 0 at the padding.")
+    if squash is None:
+        return x
+    lists = _masking.RaggedLists.from_ragged(x)
+    out = squash_values(lists.dense, squash, weights=tf.cast(lists.mask, tf.float64))
+    return lists.to_elementwise(out)

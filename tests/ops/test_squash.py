@@ -86,3 +86,46 @@ def test_robust_squash_limit_on_rows_mostly_of_huge_values_and_the_remedy():
     lapsum = ss.soft_rank(x, "lapsum", temperature=0.01).numpy()
     assert np.all(np.isfinite(lapsum))
     np.testing.assert_allclose(lapsum, hard, atol=0.05)
+
+
+@pytest.mark.parametrize("squash", ["logistic", "atan", "robust"])
+def test_ragged_lists_are_squashed_each_on_its_own(squash):
+    """A ragged x: each list squashed as alone (float64), empty lists kept, outer ragged
+    axes kept; the padding gets no gradient and moves none."""
+    rng = np.random.default_rng(3)
+    lists = [list(rng.normal(size=n) * 10.0 ** rng.integers(-3, 4)) for n in (4, 1, 0, 6, 2)]
+    lists[3][2] = 1e30  # an outlier in one list leaves the other lists alone
+    ragged = tf.ragged.constant(lists, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(ragged.flat_values)
+        out = ss.squash_values(ragged, squash)
+        total = tf.reduce_sum(out.flat_values * tf.range(1.0, 14.0, dtype=tf.float64))
+    assert isinstance(out, tf.RaggedTensor) and out.dtype == tf.float64
+    assert [len(row) for row in out.to_list()] == [len(row) for row in lists]
+    grad = tf.convert_to_tensor(tape.gradient(total, ragged.flat_values)).numpy()
+    start = 0
+    for row, squashed in zip(lists, out.to_list(), strict=True):
+        if row:
+            x = tf.constant([row], tf.float64)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                alone = ss.squash_values(x, squash)
+                value = tf.reduce_sum(alone[0] * tf.range(start + 1.0, start + len(row) + 1.0,
+                                                          dtype=tf.float64))
+            np.testing.assert_allclose(squashed, alone.numpy()[0], rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(grad[start:start + len(row)],
+                                       tape.gradient(value, x).numpy()[0], rtol=1e-9,
+                                       atol=1e-15)
+        start += len(row)
+    assert np.all(np.isfinite(out.flat_values.numpy())) and np.all(np.isfinite(grad))
+    nested = ss.squash_values(tf.RaggedTensor.from_row_lengths(ragged, [2, 3]), squash)
+    np.testing.assert_array_equal(nested.flat_values.numpy(), out.flat_values.numpy())
+
+
+def test_ragged_squash_takes_no_weights_and_only_the_list_axis():
+    ragged = tf.ragged.constant([[1.0, 2.0], [3.0]])
+    with pytest.raises(ValueError, match=r"`weights`.*ragged `x`.*pad it"):
+        ss.squash_values(ragged, weights=tf.ragged.constant([[1.0, 1.0], [1.0]]))
+    with pytest.raises(ValueError, match=r"ragged `x`.*`axis` must be -1"):
+        ss.squash_values(ragged, axis=0)
+    assert ss.squash_values(ragged, None) is ragged
