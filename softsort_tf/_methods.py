@@ -17,7 +17,10 @@ rank-based losses):
   `ValueError`.
 - A temperature must be one the compute dtype holds (`temperature_range`): a normal
   positive number of that dtype, and for 'sinkhorn' at least `transport.min_epsilon`
-  (32 machine epsilons: 3.8e-6 in float32); checked at construction.
+  (32 machine epsilons: 3.8e-6 in float32); checked at construction
+  (`check_temperatures`, against `compute_dtype` of the layer or loss: float32 under
+  a float16/bfloat16 policy). The same rule holds for every layer and loss with a
+  temperature: the Sinkhorn layers' and losses' ε, SoftSort's and NeuralSort's τ.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from softsort_tf import _keras
 from softsort_tf.ops.soft import get_method, soft_rank, temperature_kwargs
 from softsort_tf.ops.transport import min_epsilon
 
@@ -67,6 +71,35 @@ def check_temperature(method: str, temperature, dtype=None, *,
                 + (" (compute in float64, dtype='float64', for a smaller ε)."
                    if method == "sinkhorn" and dtype != "float64" else "."))
     return temperature
+
+
+def compute_dtype(layer_or_loss) -> str:
+    """The dtype a Keras layer or loss computes its operators in: that of its dtype
+    policy, float32 for a float16/bfloat16 one (`_keras.compute_dtype`)."""
+    return _keras.compute_dtype(getattr(layer_or_loss, "dtype_policy", None)
+                                or layer_or_loss.dtype)
+
+
+def check_temperatures(method: str, dtype, temperature=None, options=None, *,
+                       name: str = "temperature") -> float | None:
+    """The temperature rule of every layer and loss (the module docstring), at
+    construction: `temperature` (named `name`) in `temperature_range(method, dtype)`;
+    without one, for 'sinkhorn', the ε of `options` (a `SinkhornOptions`, its default
+    ε when it sets none), named `epsilon`.
+
+    Returns:
+      `temperature` as a float (None stays None).
+
+    Example:
+    >>> from softsort_tf.options import SinkhornOptions
+    >>> check_temperatures("sinkhorn", "float32", options=SinkhornOptions(epsilon=1e-8))
+    Traceback (most recent call last):
+    ...
+    ValueError: `epsilon` (Sinkhorn's ε) computing in float32 must be in [3.81e-06, ...
+    """
+    if temperature is None and method == "sinkhorn" and options is not None:
+        check_temperature(method, options.solver_epsilon, dtype, name="epsilon")
+    return check_temperature(method, temperature, dtype, name=name)
 
 
 def check_method_kwargs(method: str, method_kwargs: dict | None,

@@ -37,6 +37,10 @@ deterministic. Fresh noise is drawn at every call from a
 `sample_at_inference`) its S entries are all the deterministic, noise-free output.
 With the default `num_samples=None` one sample is drawn and no axis is added.
 
+Temperatures (SoftSort's and NeuralSort's τ, Sinkhorn's ε) must be ones the layer's
+compute dtype holds, checked at construction (`softsort_tf._methods.check_temperatures`:
+a normal number, and for Sinkhorn at least 3.8e-6 in float32).
+
 Mixed precision: the layers always compute in float32 (float64 stays float64). Under a
 policy whose compute dtype is float16 or bfloat16 (e.g. `mixed_float16`, or
 `dtype="mixed_bfloat16"`) they take a float32 policy instead: the scores are cast to
@@ -49,7 +53,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking
+from softsort_tf import _checks, _masking, _methods
 from softsort_tf._keras import full_precision_dtype
 from softsort_tf.layers.sinkhorn import sinkhorn_config, split_sinkhorn_settings
 from softsort_tf.ops import permutation as permutation_ops
@@ -116,6 +120,14 @@ class _PermutationLayer(keras.layers.Layer):
     def _op_kwargs(self) -> dict:
         """The operator's own arguments (tau, epsilon, ...)."""
         raise NotImplementedError
+
+    def _checked_temperature(self, value, name: str = "temperature") -> float | None:
+        """`value` (τ; None: Sinkhorn's ε from `self.options`) checked > 0 and in the
+        range the layer's compute dtype holds (`_methods.check_temperatures`)."""
+        if value is not None:
+            value = _checks.check_positive(name, value)
+        return _methods.check_temperatures(self.method, _methods.compute_dtype(self), value,
+                                           getattr(self, "options", None), name=name)
 
     def _permutation(self, scores, training, mask=None):
         kwargs = dict(direction=self.direction, hard=self.hard, mask=mask, **self._op_kwargs())
@@ -265,7 +277,7 @@ class SoftSort(_PermutationLayer):
     def __init__(self, tau: float = permutation_ops.DEFAULT_TAU,
                  distance_power: float = permutation_ops.DEFAULT_DISTANCE_POWER, **kwargs):
         super().__init__(**kwargs)
-        self.tau = _checks.check_positive("tau", tau)
+        self.tau = self._checked_temperature(tau, "tau")
         self.distance_power = _checks.check_positive("distance_power", distance_power)
 
     def _op_kwargs(self):
@@ -290,7 +302,7 @@ class NeuralSort(_PermutationLayer):
 
     def __init__(self, tau: float = permutation_ops.DEFAULT_TAU, **kwargs):
         super().__init__(**kwargs)
-        self.tau = _checks.check_positive("tau", tau)
+        self.tau = self._checked_temperature(tau, "tau")
 
     def _op_kwargs(self):
         return dict(tau=self.tau)
@@ -323,6 +335,7 @@ class SinkhornPermutation(_PermutationLayer):
         super().__init__(**layer_kwargs)
         for name, value in settings.items():
             setattr(self, name, value)
+        self._checked_temperature(None)  # the options' ε
 
     def _op_kwargs(self):
         return dict(options=self.options, squash=self.squash, targets=self.targets)

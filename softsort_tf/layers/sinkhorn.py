@@ -22,7 +22,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _methods
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.squash import check_squash
 from softsort_tf.ops.transport import check_targets
@@ -74,7 +74,9 @@ class _SinkhornLayer(keras.layers.Layer):
         base `keras.layers.Layer` arguments (name, dtype, ...).
 
     The settings are validated once, at construction, and are part of `get_config()`
-    (one key per field of the options, `squash` and `targets`).
+    (one key per field of the options, `squash` and `targets`); ε must be one the
+    layer's compute dtype holds (`_methods.check_temperatures`: at least 3.8e-6 in
+    float32, float32 under a float16/bfloat16 policy).
     """
 
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
@@ -84,6 +86,8 @@ class _SinkhornLayer(keras.layers.Layer):
         super().__init__(**layer_kwargs)
         for name, value in settings.items():
             setattr(self, name, value)
+        _methods.check_temperatures("sinkhorn", _methods.compute_dtype(self),
+                                    options=self.options)
         self.axis = _checks.check_int("axis", axis)
         self.direction = _checks.check_direction(direction)
         self.supports_masking = True

@@ -8,6 +8,9 @@ is the family's temperature (None: its default), Sinkhorn's settings (`options`,
 `SinkhornOptions` fields such as `epsilon`, `squash`, `targets`) are keywords of their
 own, accepted only with method='sinkhorn', and the other families' own arguments go
 in `method_kwargs`; all are validated at construction and are part of `get_config()`.
+The temperature (Sinkhorn's ε, however given) must be one the layer's compute dtype
+holds (`_methods.temperature_range`: at least 3.8e-6 for Sinkhorn in float32, a
+normal number for the other families), checked at construction.
 `direction` defaults to that of the operation ('ASCENDING' for ranks, sorts and
 quantiles, 'DESCENDING' for top-k; the rule of `softsort_tf.ops.soft`).
 
@@ -62,7 +65,7 @@ class _SoftLayer(keras.layers.Layer):
                  direction: str | None = None, axis: int = -1,
                  method_kwargs: dict | None = None, options=None, squash="logistic",
                  targets: str = "regular", **kwargs):
-        temperature = _methods.check_temperature(method, temperature)
+        temperature = given = _methods.check_temperature(method, temperature)
         method_kwargs = _methods.check_method_kwargs(method, method_kwargs, self.operation)
         _, layer_kwargs = split_sinkhorn_settings(kwargs)
         option_kwargs = {name: kwargs[name] for name in kwargs if name not in layer_kwargs}
@@ -78,6 +81,9 @@ class _SoftLayer(keras.layers.Layer):
         if method == "sinkhorn":
             for name, value in settings.items():
                 setattr(self, name, value)
+        # In the range of the compute dtype, known now (the rule of `_methods`).
+        _methods.check_temperatures(method, _methods.compute_dtype(self), given,
+                                    getattr(self, "options", None))
         self.method = method
         self.temperature = temperature
         self.method_kwargs = method_kwargs

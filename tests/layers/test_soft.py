@@ -175,3 +175,76 @@ def test_model_with_every_layer_saves_reloads_and_runs_under_xla(tmp_path):
                 np.testing.assert_allclose(result[name].numpy(), value.numpy(), rtol=1e-5,
                                            atol=1e-5, err_msg=name)
         assert expected["quantile"].shape == (batch, 2)
+
+
+# Every layer with a temperature: `make(value, **layer_kwargs)`, its family, the argument.
+TEMPERATURE_LAYERS = {
+    "SoftRankLayer-epsilon": (lambda t, **kw: ss.SoftRankLayer(epsilon=t, **kw),
+                              "sinkhorn", "epsilon"),
+    "SoftRankLayer-temperature": (lambda t, **kw: ss.SoftRankLayer(temperature=t, **kw),
+                                  "sinkhorn", "temperature"),
+    "SoftSortLayer": (lambda t, **kw: ss.SoftSortLayer("softsort", temperature=t, **kw),
+                      "softsort", "temperature"),
+    "SoftTopKLayer": (lambda t, **kw: ss.SoftTopKLayer(1, "neuralsort", temperature=t, **kw),
+                      "neuralsort", "temperature"),
+    "SoftQuantileLayer": (lambda t, **kw: ss.SoftQuantileLayer(0.5, "lapsum", temperature=t,
+                                                               **kw),
+                          "lapsum", "temperature"),
+    "SinkhornRank": (lambda t, **kw: ss.SinkhornRank(epsilon=t, **kw), "sinkhorn", "epsilon"),
+    "SinkhornCDF": (lambda t, **kw: ss.SinkhornCDF(options={"epsilon": t}, **kw), "sinkhorn",
+                    "epsilon"),
+    "SinkhornSort": (lambda t, **kw: ss.SinkhornSort(epsilon=t, **kw), "sinkhorn", "epsilon"),
+    "SinkhornQuantile": (lambda t, **kw: ss.SinkhornQuantile(0.5, epsilon=t, **kw),
+                         "sinkhorn", "epsilon"),
+    "SinkhornQuantileNormalization": (
+        lambda t, **kw: ss.SinkhornQuantileNormalization(4, epsilon=t, **kw), "sinkhorn",
+        "epsilon"),
+    "SinkhornPermutation": (lambda t, **kw: ss.SinkhornPermutation(epsilon=t, **kw),
+                            "sinkhorn", "epsilon"),
+    "SoftSort": (lambda t, **kw: ss.SoftSort(tau=t, **kw), "softsort", "tau"),
+    "NeuralSort": (lambda t, **kw: ss.NeuralSort(tau=t, **kw), "neuralsort", "tau"),
+}
+# Below float32's range, within float64's: under Sinkhorn's smallest ε in float32
+# (3.8e-6) and under float32's smallest normal number (1.2e-38).
+TOO_SMALL_FOR_FLOAT32 = {"sinkhorn": 1e-6, "other": 1e-39}
+
+
+def _too_small(family):
+    return TOO_SMALL_FOR_FLOAT32["sinkhorn" if family == "sinkhorn" else "other"]
+
+
+@pytest.mark.parametrize("name", sorted(TEMPERATURE_LAYERS))
+def test_temperature_the_compute_dtype_cannot_hold_is_rejected_at_construction(name):
+    """The message names the argument, the dtype and the range; float64 holds the same
+    value, and the layer then computes finite values."""
+    make, family, argument = TEMPERATURE_LAYERS[name]
+    low = "3.81e-06" if family == "sinkhorn" else "1.18e-38"
+    with pytest.raises(ValueError, match=rf"`{argument}`.*float32 must be in \[{low}, 3\.4e"):
+        make(_too_small(family))
+    if family != "sinkhorn":
+        with pytest.raises(ValueError, match=rf"`{argument}`.*float32"):
+            make(1e39)  # rounds to inf in float32
+    layer = make(_too_small(family), dtype="float64")
+    x = tf.constant([[0.3, -1.0, 2.0, 1.0]], tf.float64)
+    out = layer(x)
+    assert out.dtype == tf.float64 and np.all(np.isfinite(out.numpy()))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16"], indirect=True)
+def test_temperature_range_of_a_reduced_precision_layer_is_float32s(policy):
+    """Under a float16 policy the layers compute in float32: float32's range applies,
+    not float16's (whose smallest normal number is 6.1e-5)."""
+    for make, family, argument in TEMPERATURE_LAYERS.values():
+        with pytest.raises(ValueError, match=rf"`{argument}`.*float32"):
+            make(_too_small(family))
+        make(1e-5 if family == "sinkhorn" else 1e-30)  # in float32's range
+
+
+def test_temperature_range_follows_a_float64_global_policy():
+    policy = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy("float64")
+        for make, family, _ in TEMPERATURE_LAYERS.values():
+            make(_too_small(family))
+    finally:
+        keras.config.set_dtype_policy(policy)
