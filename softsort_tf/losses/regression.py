@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _methods
 from softsort_tf._keras import get_keras_mask
 from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
 from softsort_tf.ops import hard_stats
@@ -51,14 +51,17 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
     mass lies in [s, e] (`hard_stats.interval_mean`); s = 0 or e = 1 drop the empty bin.
 
     Args:
-      x: `[..., n, ...]` real tensor.
+      x: `[..., n, ...]` real tensor, or a `tf.RaggedTensor` `[..., (n)]` ragged along
+        its last axis (lists of several lengths, see `softsort_tf._masking`).
       start_quantile, end_quantile: 0 ≤ s < e ≤ 1.
-      axis: the sample axis.
-      weights: positive input weights a `[n]` or of the shape of x (default uniform).
+      axis: the sample axis (-1 for a ragged x).
+      weights: positive input weights a `[n]` or of the shape of x (default uniform;
+        not with a ragged x).
       squash, targets, options, **option_kwargs: as in `sinkhorn_sort`.
 
     Returns:
-      The shape of x without `axis`.
+      The shape of x without `axis` (a ragged x: dense `[lists]` for `[lists, (n)]`,
+      ragged over its outer axes otherwise; 0 for an empty list).
 
     Example:
     >>> m = sinkhorn_trimmed_mean([4.0, 1.0, 3.0, 2.0, 100.0], 0.2, 0.8, epsilon=1e-4)
@@ -66,12 +69,29 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
     3.0
     """
     b, index = trimmed_target_weights(start_quantile, end_quantile)
+    if isinstance(x, tf.RaggedTensor):
+        values = sinkhorn_ops.sinkhorn_sort(
+            x, axis=axis, target_weights=b, weights=weights, squash=squash,
+            targets=targets, options=options, **option_kwargs)
+        return _middle_of_lists(values, len(b), index)
     x = tf.convert_to_tensor(x)
     axis = _checks.check_axis(axis, x.shape.rank)
     values = sinkhorn_ops.sinkhorn_sort(
         x, axis=axis, target_weights=b, weights=weights, squash=squash, targets=targets,
         options=options, **option_kwargs)
     return tf.gather(values, index, axis=axis)
+
+
+def _middle_of_lists(values: tf.RaggedTensor, bins: int, index: int):
+    """Entry `index` of each list of ragged sorted `values` `[..., (bins)]` (an empty
+    list's row is empty: 0), without the list axis: dense `[lists]`, or ragged over the
+    outer axes."""
+    splits = values.nested_row_splits
+    lists = tf.RaggedTensor.from_row_splits(values.flat_values, splits[-1], validate=False)
+    middle = lists.to_tensor(default_value=0, shape=[None, bins])[:, index]
+    if len(splits) == 1:
+        return middle
+    return tf.RaggedTensor.from_nested_row_splits(middle, splits[:-1], validate=False)
 
 
 def quantile_bins(quantile: float, width: float | None = None) -> tuple[np.ndarray, float]:
@@ -130,14 +150,21 @@ def batch_statistic_shares(values, *, mask=None, target_weights, shares_fn,
     return ListResult(shares, "elementwise")
 
 
+def _dense(name: str, t):
+    """`t` as a tensor: the examples of a batch statistic are a dense `[batch, ...]`
+    tensor (a `tf.RaggedTensor` raises a `ValueError` naming `name`)."""
+    _checks.check_dense(name, t, mask=None)
+    return tf.convert_to_tensor(t)
+
+
 def _zero_padded(y_true, y_pred, mask):
     """`(y_true, y_pred)` with the examples that `mask` (`[batch]`, False = padding)
     marks replaced by 0 before any arithmetic, so that NaN/Inf padding reaches neither
     the values nor the gradients."""
-    y_pred = tf.convert_to_tensor(y_pred)
+    y_pred, y_true = _dense("y_pred", y_pred), _dense("y_true", y_true)
     if not y_pred.dtype.is_floating:
         y_pred = tf.cast(y_pred, tf.float32)
-    y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
+    y_true = tf.cast(y_true, y_pred.dtype)
     if mask is None:
         return y_true, y_pred
     valid = tf.reshape(tf.cast(mask, tf.bool), [-1])
@@ -224,10 +251,10 @@ def _residuals(y_true, y_pred):
     """Residuals y − ŷ `[batch]` of targets and predictions `[batch]` or `[batch, 1]` (a
     trailing axis of size 1 on either side is squeezed), in the float dtype of
     `y_pred`."""
-    y_pred = tf.convert_to_tensor(y_pred)
+    y_pred, y_true = _dense("y_pred", y_pred), _dense("y_true", y_true)
     if not y_pred.dtype.is_floating:
         y_pred = tf.cast(y_pred, tf.float32)
-    y_true = tf.cast(tf.convert_to_tensor(y_true), y_pred.dtype)
+    y_true = tf.cast(y_true, y_pred.dtype)
     y_true, y_pred = align(y_true, y_pred)
     if y_pred.shape.rank == 2 and y_pred.shape[-1] == 1:
         y_true, y_pred = y_true[:, 0], y_pred[:, 0]
@@ -319,7 +346,15 @@ class _BatchStatisticLoss(SinkhornLoss):
     gradients scaled by 1/R): the loss of R replicas is the mean of the statistics of
     the R per-replica batches, not the statistic of the global batch, exactly as a
     `BatchNormalization` without synchronisation sees per-replica statistics.
+
+    Sinkhorn's ε must be one the loss's compute dtype holds (at least 3.8e-6 in
+    float32; `_methods.check_temperatures`), checked at construction.
     """
+
+    def __init__(self, fn, fn_kwargs: dict, **kwargs):
+        super().__init__(fn, fn_kwargs, **kwargs)
+        _methods.check_temperatures("sinkhorn", _methods.compute_dtype(self),
+                                    options=self.options)
 
     def call_arguments(self, y_pred, sample_weight=None):
         """The padded examples (zero `sample_weight`, False in a Keras mask of `y_pred`)

@@ -560,3 +560,58 @@ def test_regression_losses_take_reduced_and_other_float_predictions(policy, make
     model.compile(keras.optimizers.SGD(0.05), make())
     history = model.fit(y_true[:, None], y_pred, batch_size=8, epochs=3, verbose=0).history
     assert np.all(np.isfinite(history["loss"]))
+
+
+BATCH_STATISTIC_LOSSES = [ss.SoftLeastQuantileRegressionLoss, ss.SoftTrimmedRegressionLoss,
+                          ss.SoftQuantileRegressionLoss]
+
+
+@pytest.mark.parametrize("make", BATCH_STATISTIC_LOSSES)
+def test_epsilon_the_compute_dtype_cannot_hold_is_rejected_at_construction(make):
+    """ε below float32's smallest Sinkhorn ε (3.8e-6), however given, raises when the
+    loss is built, naming `epsilon` and the range; a float64 loss holds it."""
+    message = r"`epsilon`.*float32 must be in \[3\.81e-06, 3\.4e\+38\]"
+    with pytest.raises(ValueError, match=message):
+        make(epsilon=1e-8)
+    with pytest.raises(ValueError, match=message):
+        make(options=ss.SinkhornOptions(epsilon=1e-8))
+    with pytest.raises(ValueError, match=message):
+        make(epsilon=1e-8, dtype="mixed_float16")  # computed in float32
+    loss = make(epsilon=1e-6, dtype="float64")
+    y_true = np.zeros(5)
+    y_pred = np.array([1.0, -2.0, 3.0, 50.0, -90.0])
+    assert np.isfinite(float(loss(y_true, y_pred)))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda y, p: ss.soft_least_quantile_regression_loss(y, p),
+    lambda y, p: ss.soft_trimmed_regression_loss(y, p),
+    lambda y, p: ss.soft_quantile_regression_loss(y, p),
+    lambda y, p: ss.pinball_loss(y, p, 0.5),
+])
+def test_ragged_examples_are_refused_naming_the_argument(fn):
+    ragged = tf.ragged.constant([[1.0, 2.0], [3.0]])
+    dense = tf.zeros([2, 2])
+    with pytest.raises(ValueError, match=r"`y_pred` must be a dense tensor, got a "
+                                         r"tf\.RaggedTensor"):
+        fn(dense, ragged)
+    with pytest.raises(ValueError, match=r"`y_true` must be a dense tensor"):
+        fn(ragged, dense)
+
+
+def test_trimmed_mean_of_ragged_lists_is_that_of_each_list():
+    """Each list's trimmed mean equals that of the list alone (float64); 0 for an empty
+    list; outer ragged axes are kept."""
+    rng = np.random.default_rng(7)
+    lists = [list(rng.normal(size=n)) for n in (5, 1, 0, 8, 3)]
+    ragged = tf.ragged.constant(lists, tf.float64)
+    out = ss.sinkhorn_trimmed_mean(ragged, 0.2, 0.8, epsilon=1e-3)
+    assert isinstance(out, tf.Tensor) and out.dtype == tf.float64 and out.shape == (5,)
+    expected = [float(ss.sinkhorn_trimmed_mean(np.array(row), 0.2, 0.8, epsilon=1e-3))
+                if row else 0.0 for row in lists]
+    assert np.all(np.isfinite(out.numpy()))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6, atol=1e-9)
+    nested = tf.RaggedTensor.from_row_lengths(ragged, [2, 0, 3])
+    out = ss.sinkhorn_trimmed_mean(nested, 0.2, 0.8, epsilon=1e-3)
+    assert [len(row) for row in out.to_list()] == [2, 0, 3]
+    np.testing.assert_allclose(out.flat_values.numpy(), expected, rtol=1e-6, atol=1e-9)
