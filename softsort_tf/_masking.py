@@ -371,6 +371,33 @@ class RaggedLists:
             present = tf.zeros(tf.shape(dense), tf.bool)
         return cls(source=x, dense=dense, mask=present, lengths=lists.row_lengths())
 
+    def pad_matrices(self, matrices):
+        """Square matrices of the lists, dense `[..., lists, longest, longest]` like `dense`.
+
+        Args:
+          matrices: one `[m, m]` matrix per list (or per sample of a list), dense
+            `[..., m, m]` or ragged `[lists, (n), (n)]` (padded with zeros). Matrices of
+            a group of empty lists only (m = 0) are padded with zeros to the one padded
+            entry of `dense`, so that they apply to it; other sizes are returned as they
+            are.
+
+        Returns:
+          The dense matrices.
+        """
+        if isinstance(matrices, tf.RaggedTensor):
+            matrices = matrices.to_tensor()
+        matrices = tf.convert_to_tensor(matrices)
+        width, size = self.dense.shape[-1], matrices.shape[-1]
+        if width is not None and size is not None:
+            missing = width if size == 0 else 0
+            if missing == 0:
+                return matrices
+        else:
+            width, size = tf.shape(self.dense)[-1], tf.shape(matrices)[-1]
+            missing = tf.where(tf.equal(size, 0), width, tf.zeros_like(width))
+        paddings = [[0, 0]] * (matrices.shape.rank - 2) + [[0, missing], [0, missing]]
+        return tf.pad(matrices, paddings)
+
     def _outer(self, inner):
         """Re-attaches the outer ragged partitions of `source` to per-list `inner`."""
         return _reattach(self.source, inner)

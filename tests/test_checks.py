@@ -153,8 +153,23 @@ def test_ragged_and_dense_mixed_in_straight_through():
         ss.straight_through(ss.hard_permutation_matrix(RAGGED), tf.zeros([4, 3, 3]))
 
 
-@pytest.mark.xfail(strict=True, reason="a length group of empty lists only: the values "
-                   "are padded to one entry (RaggedLists), the matrices to none")
-def test_permute_values_of_a_group_of_empty_lists():
-    out = ss.permute_values(ss.soft_sort_matrix(RAGGED), RAGGED)
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_permute_values_of_a_group_of_empty_lists(buckets, monkeypatch):
+    """The empty list alone in its length group (4 groups) or every list empty: the
+    matrices of the group are padded like its values (`RaggedLists.pad_matrices`); each
+    list's result is that of its dense matrix."""
+    monkeypatch.setattr(_masking, "RAGGED_BUCKETS", buckets)
+    perm = ss.soft_sort_matrix(RAGGED)
+    out = ss.permute_values(perm, RAGGED)
     assert [len(row) for row in out.to_list()] == [len(row) for row in LISTS]
+    for row, values, matrix in zip(out.to_list(), LISTS, perm.to_list(), strict=True):
+        if values:
+            np.testing.assert_allclose(row, np.asarray(matrix) @ values, rtol=1e-12)
+    for fn in (ss.permute_values, lambda p, v: ss.soft_sort(v, "softsort")):
+        empty = tf.ragged.constant([[], []], tf.float64)
+        assert fn(ss.soft_sort_matrix(empty), empty).to_list() == [[], []]
+    spec = tf.RaggedTensorSpec([None, None], tf.float64, 1)
+    graph = tf.function(lambda v: ss.permute_values(ss.soft_sort_matrix(v), v),
+                        input_signature=[spec])
+    np.testing.assert_allclose(graph(RAGGED).flat_values, out.flat_values, rtol=1e-12)
+    assert graph(tf.ragged.constant([[]], tf.float64)).to_list() == [[]]

@@ -55,6 +55,22 @@ def _masked_values(values, mask, name: str = "mask"):
     return tf.where(mask, values, tf.zeros([], values.dtype))
 
 
+def _values_per_matrix(perm: tf.RaggedTensor, values: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Ragged `values` `[..., (n)]` repeated along the sample axes of a ragged `perm`
+    `[..., (S), (n), (n)]`: one list per matrix, with the partitions of `perm`."""
+    outer = values.ragged_rank - 1
+    splits = perm.nested_row_splits
+    matrices = splits[-2]
+    # The list of `values` each matrix belongs to: up through the sample partitions.
+    rows = tf.range(tf.size(matrices, out_type=matrices.dtype) - 1)
+    for partition in reversed(splits[outer:-2]):
+        rows = tf.gather(tf.ragged.row_splits_to_segment_ids(partition, out_type=rows.dtype),
+                         rows)
+    lists = _masking.gather_rows(_masking._list_level(values, outer), rows)
+    return tf.RaggedTensor.from_nested_row_splits(
+        lists.flat_values, tuple(splits[:-2]) + tuple(lists.nested_row_splits), validate=False)
+
+
 @tf.autograph.experimental.do_not_convert
 def permute_values(perm, values, *, mask=None):
     """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂.
@@ -73,7 +89,8 @@ def permute_values(perm, values, *, mask=None):
         get zero gradient. With a P̂ masked the same way (e.g. `soft_sort_matrix(s,
         mask=mask)`), the first n_valid outputs are the soft-sorted valid values and
         the others 0. Ragged `perm` `[batch, (n), (n)]` and `values` `[batch, (n)]`
-        give a ragged `[batch, (n)]` output. See softsort_tf._masking.
+        give a ragged `[batch, (n)]` output (`[batch, (S), (n)]` for a sampled ragged
+        `perm` `[batch, (S), (n), (n)]`). See softsort_tf._masking.
 
     Returns:
       `[..., n]` (the broadcast leading shape), in the floating dtype of `values`
@@ -86,15 +103,19 @@ def permute_values(perm, values, *, mask=None):
     array([[20., 30., 10.]], dtype=float32)
     """
     if isinstance(values, tf.RaggedTensor):
+        if isinstance(perm, tf.RaggedTensor) and perm.ragged_rank > values.ragged_rank + 1:
+            values = _values_per_matrix(perm, values)
+            if isinstance(mask, tf.RaggedTensor):
+                mask = _values_per_matrix(perm, mask)
         if isinstance(perm, tf.RaggedTensor) and perm.ragged_rank == values.ragged_rank + 1:
             # The lists' matrices are gathered with them (groups of similar length).
             return _masking.map_lists(
                 lambda lists, aligned, group: lists.to_elementwise(permute_values(
-                    _dense_square(aligned[0]), lists.dense, mask=lists.mask)),
+                    lists.pad_matrices(aligned[0]), lists.dense, mask=lists.mask)),
                 values, mask, aligned=(perm,), name="values")
         return _masking.map_lists(
             lambda lists, aligned, group: lists.to_elementwise(permute_values(
-                _dense_square(perm), lists.dense, mask=lists.mask)),
+                lists.pad_matrices(perm), lists.dense, mask=lists.mask)),
             values, mask, name="values", num_buckets=1)
     perm, values, out_dtype = _align_values(_dense_square(perm), values)
     if mask is not None:
@@ -122,7 +143,8 @@ def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
         entries are set to 0 (zero gradient). A P̂ masked by its operator already has
         zero columns there, so its padded ranks are 0 without `mask` (1-based ranks of
         the valid entries lie in [1, n_valid]). A ragged `[batch, (n), (n)]` `perm`
-        gives ragged `[batch, (n)]` ranks. See softsort_tf._masking.
+        gives ragged `[batch, (n)]` ranks (`[batch, (S), (n)]` for a sampled ragged
+        `perm` `[batch, (S), (n), (n)]`). See softsort_tf._masking.
 
     Returns:
       `[..., n]` ranks in the dtype of `perm` (float32 for integer inputs).
@@ -133,9 +155,17 @@ def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
     array([[3., 1., 2.]], dtype=float32)
     """
     if isinstance(perm, tf.RaggedTensor):
-        lengths = perm.row_lengths()
-        ranks = ranks_from_permutation(perm.to_tensor(), zero_based, mask=mask)
-        return tf.RaggedTensor.from_tensor(ranks, lengths=lengths)
+        # One matrix per list (after the outer and sample partitions), padded with zeros.
+        matrices = tf.RaggedTensor.from_nested_row_splits(
+            perm.flat_values, perm.nested_row_splits[-2:], validate=False)
+        ragged_mask = isinstance(mask, tf.RaggedTensor)
+        ranks = ranks_from_permutation(matrices.to_tensor(), zero_based,
+                                       mask=None if ragged_mask else mask)
+        ranks = tf.RaggedTensor.from_tensor(ranks, lengths=matrices.row_lengths())
+        if ragged_mask:
+            ranks = ranks.with_flat_values(_masked_values(ranks.flat_values, mask.flat_values))
+        return tf.RaggedTensor.from_nested_row_splits(
+            ranks.flat_values, perm.nested_row_splits[:-1], validate=False)
     perm = tf.convert_to_tensor(perm)
     if perm.shape.rank is None or perm.shape.rank < 2 or not perm.shape[-1:].is_compatible_with(
             perm.shape[-2:-1]):

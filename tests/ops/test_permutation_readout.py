@@ -12,6 +12,7 @@ from numpy_references import np_perm_matrix
 from operator_cases import TAU, padded_batches
 
 import softsort_tf as ss
+from softsort_tf import _masking
 
 SETTINGS = settings(max_examples=10, deadline=None)
 
@@ -124,3 +125,27 @@ def test_ragged_readouts_and_rankdata():
     assert ss.permute_values(perm, r).to_list() == [[3.0, 2.0, 1.0], [5.0], [0.0, -1.0]]
     assert ss.ranks_from_permutation(perm).to_list() == [[1.0, 3.0, 2.0], [1.0], [1.0, 2.0]]
     assert ss.rankdata(r).to_list() == [[3.0, 1.0, 2.0], [1.0], [2.0, 1.0]]
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_ragged_readouts_of_sampled_matrices(buckets, monkeypatch):
+    """Ragged `[lists, (S), (n), (n)]` matrices (one per sample) with values `[lists, (n)]`:
+    ragged `[lists, (S), (n)]` readouts, each that of its dense matrix; an empty list and a
+    group of empty lists only included."""
+    monkeypatch.setattr(_masking, "RAGGED_BUCKETS", buckets)
+    lists = [[0.3, 2.0, 1.0], [1.5], [], [4.0, -1.0]]
+    values = tf.ragged.constant(lists, tf.float64)
+    perm = ss.stochastic_soft_sort_matrix(values, 2, (1, 2))
+    sorted_values = ss.permute_values(perm, values).to_list()
+    ranks = ss.ranks_from_permutation(perm).to_list()
+    for row, matrices, sorted_row, rank_row in zip(lists, perm.to_list(), sorted_values, ranks,
+                                                   strict=True):
+        assert len(matrices) == len(sorted_row) == len(rank_row) == 2
+        for matrix, got_sorted, got_ranks in zip(matrices, sorted_row, rank_row, strict=True):
+            assert len(got_sorted) == len(got_ranks) == len(row)
+            if row:
+                matrix = np.asarray(matrix)
+                assert np.all(np.isfinite(got_sorted)) and np.all(np.isfinite(got_ranks))
+                np.testing.assert_allclose(got_sorted, matrix @ row, rtol=1e-12)
+                np.testing.assert_allclose(got_ranks, np.arange(1, len(row) + 1) @ matrix,
+                                           rtol=1e-12)
