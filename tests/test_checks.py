@@ -48,6 +48,42 @@ REFUSED = {
                            r"a ragged `x`.*not supported by the permutahedron.*LapSum"),
 }
 
+# The losses and metrics of permutations and of top-k classes, which take dense tensors
+# only: name: (call with RAGGED as one argument, the message of the refusal).
+ORDERINGS = tf.ragged.constant([[1, 2, 0], [0], [], [0, 1]])
+DENSE = RAGGED.to_tensor()
+REFUSED_TARGETS = {
+    "soft_top_k_loss(logits)": (lambda r: ss.soft_top_k_loss([0, 0, 0, 0], r, from_sparse=True),
+                                _dense_instead("logits")),
+    "soft_top_k_loss(y_true)": (lambda r: ss.soft_top_k_loss(r, DENSE),
+                                _dense_instead("y_true", None)),
+    "SoftTopKLoss": (lambda r: ss.SoftTopKLoss(from_sparse=True)([0, 0, 0, 0], r),
+                     _dense_instead("logits")),
+    "permutation_cross_entropy(y_true)": (
+        lambda r: ss.permutation_cross_entropy(ORDERINGS, ss.soft_sort_matrix(r)),
+        _dense_instead("y_true")),
+    "permutation_cross_entropy(y_pred)": (
+        lambda r: ss.permutation_cross_entropy(ORDERINGS.to_tensor(-1), ss.soft_sort_matrix(r)),
+        _dense_instead("y_pred", None)),
+    "PermutationCrossEntropy": (
+        lambda r: ss.PermutationCrossEntropy()(ORDERINGS, ss.soft_sort_matrix(r)),
+        _dense_instead("y_true")),
+    "exact_permutation_accuracy": (
+        lambda r: ss.exact_permutation_accuracy(ORDERINGS, ss.soft_sort_matrix(r)),
+        _dense_instead("y_true")),
+    "elementwise_permutation_accuracy(mask)": (
+        lambda r: ss.elementwise_permutation_accuracy(
+            ORDERINGS.to_tensor(-1), ss.soft_sort_matrix(DENSE), mask=r > 0),
+        _dense_instead("mask", None)),
+    "ExactPermutationAccuracy": (
+        lambda r: ss.ExactPermutationAccuracy()(ORDERINGS, ss.soft_sort_matrix(r)),
+        _dense_instead("y_true")),
+    "ElementwisePermutationAccuracy": (
+        lambda r: ss.ElementwisePermutationAccuracy()(ORDERINGS.to_tensor(-1),
+                                                      ss.soft_sort_matrix(r)),
+        _dense_instead("y_pred", None)),
+}
+
 # name: call on RAGGED, whose result is ragged with one row per list (or one value per
 # list); `test_ragged_lists_are_computed` checks the row lengths.
 COMPUTED = {
@@ -105,10 +141,10 @@ def test_every_operator_of_lists_is_covered():
     assert _list_operators() == sorted([*REFUSED, *COMPUTED])
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("name", sorted({**REFUSED, **REFUSED_TARGETS}))
 def test_ragged_input_refused_at_the_entry(name):
     """The `ValueError` names the argument and says what to pass instead."""
-    call, message = REFUSED[name]
+    call, message = {**REFUSED, **REFUSED_TARGETS}[name]
     with pytest.raises(ValueError, match=message):
         call(RAGGED)
 

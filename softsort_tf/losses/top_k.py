@@ -93,6 +93,8 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     >>> np.round(loss.numpy(), 1)
     array([0., 2.], dtype=float32)
     """
+    _checks.check_dense("logits", logits)
+    _checks.check_dense("y_true", y_true, mask=None)
     logits = tf.convert_to_tensor(logits)
     if logits.shape.rank is None or logits.shape.rank < 1:
         raise ValueError("`logits` must have rank >= 1 with classes on the last axis.")

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _masking
+from softsort_tf import _checks, _masking
 
 Y_TRUE_FORMATS = ("auto", "indices", "matrix")
 
@@ -63,6 +63,9 @@ def read_targets(y_true, y_pred, y_true_format: str, mask=None):
     replaced by 0, or a float matrix), `y_pred` as a tensor, and `rows_valid` the bool
     `[..., n]` valid sorted positions (None: all valid) expanded the same way."""
     y_true_format = check_format(y_true_format)
+    _checks.check_dense("y_true", y_true)
+    _checks.check_dense("y_pred", y_pred, mask=None)
+    _checks.check_dense("mask", mask, mask=None)
     y_pred = tf.convert_to_tensor(y_pred)
     y_true = tf.convert_to_tensor(y_true)
     rank_p, rank_t = y_pred.shape.rank, y_true.shape.rank
