@@ -41,3 +41,14 @@ def test_every_public_name_is_in_the_api_page():
     missing = [name for name in ss.__all__ if not name.startswith("__")
                and not re.search(r"\b" + re.escape(name) + r"\b", text)]
     assert not missing, f"docs/api.md does not list {missing}"
+
+
+def test_every_test_path_named_in_the_docs_exists():
+    # The guides point readers at tests by path; CHANGELOG.md is history and may not.
+    texts = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("scripts/*.py"),
+             *ROOT.glob("softsort_tf/**/*.py")]
+    named = {path for p in texts
+             for path in re.findall(r"tests/[A-Za-z0-9_/]+\.py", p.read_text(encoding="utf-8"))}
+    assert named  # the pattern finds the references
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"the docs name tests that do not exist: {missing}"
