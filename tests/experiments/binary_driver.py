@@ -20,6 +20,9 @@ It reads one JSON request per line on stdin and answers one JSON line on stdout:
 - `{"wait": pid, "timeout": seconds}` answers the same once the child has exited or the
   timeout has passed.
 
+A request it cannot serve (say, a pid that is not its child) is answered with
+`{"error": message}`.
+
 At the end of stdin (the test session ends, or dies) it kills the children still
 running and exits.
 """
@@ -108,19 +111,22 @@ def main() -> None:
         return exited.get(pid)
 
     for line in sys.stdin:
-        request = json.loads(line)
-        if "start" in request:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                _child(request["start"], request["stdout"], request["stderr"])
-            running.add(pid)
-            answer = {"pid": pid}
-        elif "poll" in request:
-            answer = {"returncode": returncode(request["poll"], 0)}
-        else:
-            answer = {"returncode": returncode(request["wait"], request["timeout"])}
+        try:
+            request = json.loads(line)
+            if "start" in request:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _child(request["start"], request["stdout"], request["stderr"])
+                running.add(pid)
+                answer = {"pid": pid}
+            elif "poll" in request:
+                answer = {"returncode": returncode(request["poll"], 0)}
+            else:
+                answer = {"returncode": returncode(request["wait"], request["timeout"])}
+        except Exception as error:  # noqa: BLE001 (a bad request: answered, not fatal)
+            answer = {"error": repr(error)}
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
     for pid in running:

@@ -39,9 +39,11 @@ class ForkServer:
         self.proc.stdin.flush()
 
     def _answer(self) -> dict:
-        answer = self.proc.stdout.readline()
-        assert answer, "the fork server died (its log: fork_server.txt in the tmp folder)"
-        return json.loads(answer)
+        line = self.proc.stdout.readline()
+        assert line, "the fork server died (its log: fork_server.txt in the tmp folder)"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"]
+        return answer
 
     def read_pids(self) -> None:
         while self.unanswered:
