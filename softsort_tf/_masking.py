@@ -221,6 +221,19 @@ RAGGED_BUCKETS = 4
 the operator more times per call (more dispatch in eager mode, a larger graph)."""
 
 
+def check_ragged_call(x: tf.RaggedTensor, axis, weights, name: str = "x"):
+    """Raises a `ValueError` unless a ragged `x` is computed along its last (ragged)
+    axis and without `weights` (weights of padded lists are a dense tensor's)."""
+    rank = x.shape.rank
+    if not (axis == -1 or (rank is not None and axis == rank - 1)):
+        raise ValueError(f"A ragged `{name}` is computed along its last (ragged) axis: "
+                         f"`axis` must be -1, got {axis!r}.")
+    if weights is not None:
+        raise ValueError(f"`weights` are not supported with a ragged `{name}`: pad it "
+                         f"(`{name}.to_tensor()`) and pass dense `weights`, 0 at the "
+                         "padding, or `mask`.")
+
+
 def _check_list_axis(x: tf.RaggedTensor, name: str):
     if x.flat_values.shape.rank != 1:
         raise ValueError(f"A ragged `{name}` must be ragged along its last axis (the "

@@ -194,8 +194,22 @@ class PerListMean(keras.metrics.Metric):
         return {"name": self.name, "dtype": self.dtype, **self.fn_kwargs}
 
 
+class _RelevanceMetric(PerListMean):
+    """A `PerListMean` of relevance labels, at a cut-off k, named `<prefix>[_at_<k>]`."""
+
+    _prefix = None
+
+    def __init__(self, k: int | None = None, name: str | None = None, dtype=None, *,
+                 lists_without_relevant: str = "skip"):
+        k = _check_k(k)
+        default = self._prefix if k is None else f"{self._prefix}_at_{k}"
+        super().__init__(name or default, dtype, k=k,
+                         lists_without_relevant=check_lists_without_relevant(
+                             lists_without_relevant))
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class NDCGMetric(PerListMean):
+class NDCGMetric(_RelevanceMetric):
     """Mean NDCG@k (`ndcg`) over the lists that have a relevant item (or over all lists
     with a valid item, `lists_without_relevant='zero'`, as `keras_rs.metrics.NDCG`).
 
@@ -218,16 +232,11 @@ class NDCGMetric(PerListMean):
 
     _fn = staticmethod(ndcg)
 
-    def __init__(self, k: int | None = None, name: str | None = None, dtype=None, *,
-                 lists_without_relevant: str = "skip"):
-        k = _check_k(k)
-        super().__init__(name or ("ndcg" if k is None else f"ndcg_at_{k}"), dtype, k=k,
-                         lists_without_relevant=check_lists_without_relevant(
-                             lists_without_relevant))
+    _prefix = "ndcg"
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class MRRMetric(PerListMean):
+class MRRMetric(_RelevanceMetric):
     """Mean reciprocal rank of the first relevant item (`reciprocal_rank`) over the
     lists that have one (or over all lists with a valid item,
     `lists_without_relevant='zero'`, as `keras_rs.metrics.MeanReciprocalRank`).
@@ -246,9 +255,4 @@ class MRRMetric(PerListMean):
 
     _fn = staticmethod(reciprocal_rank)
 
-    def __init__(self, k: int | None = None, name: str | None = None, dtype=None, *,
-                 lists_without_relevant: str = "skip"):
-        k = _check_k(k)
-        super().__init__(name or ("mrr" if k is None else f"mrr_at_{k}"), dtype, k=k,
-                         lists_without_relevant=check_lists_without_relevant(
-                             lists_without_relevant))
+    _prefix = "mrr"

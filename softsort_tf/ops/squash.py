@@ -224,13 +224,7 @@ def squash_values(x, squash="logistic", axis: int = -1, weights=None):
 def _squash_lists(x: tf.RaggedTensor, squash, axis, weights):
     """`squash_values` of the lists of a ragged `x`: padded to a dense tensor whose
     padding has weight 0, so that it moves no list's statistics (`_weighted`)."""
-    rank = x.shape.rank
-    if not (axis == -1 or (rank is not None and axis == rank - 1)):
-        raise ValueError(f"A ragged `x` is squashed along its last (ragged) axis: `axis` "
-                         f"must be -1, got {axis!r}.")
-    if weights is not None:
-        raise ValueError("`weights` are not supported with a ragged `x`: pad it "
-                         "(`x.to_tensor()`) and pass dense `weights`, 0 at the padding.")
+    _masking.check_ragged_call(x, axis, weights)
     if squash is None:
         return x
     lists = _masking.RaggedLists.from_ragged(x)

@@ -189,13 +189,7 @@ def list_operator(body):
             return body(lists, **arguments, **extra), lists
 
         if _masking.is_ragged(x):
-            rank = x.shape.rank
-            if not (axis == -1 or (rank is not None and axis == rank - 1)):
-                raise ValueError(f"A ragged `{name}` is operated along its last (ragged) axis: "
-                                 f"`axis` must be -1, got {axis!r}.")
-            if weights is not None:
-                raise ValueError("`weights` are not supported with a ragged input: pad it "
-                                 "and pass `mask`.")
+            _masking.check_ragged_call(x, axis, weights, name)
 
             def run(ragged_lists, aligned, group):
                 del aligned, group
