@@ -14,11 +14,11 @@ import types
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "binary_driver.py")
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_server.py")
 
 
 class ForkServer:
-    """Starts processes forked from `binary_driver.py` (see there), each a fresh program,
+    """Starts processes forked from `fork_server.py` (see there), each a fresh program,
     and follows them by pid.
 
     `start` does not wait for the server's answer (the server may still be importing
@@ -29,7 +29,7 @@ class ForkServer:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
         env.pop("TF_CONFIG", None)
         with open(log_path, "w") as log:
-            self.proc = subprocess.Popen([sys.executable, DRIVER], cwd=ROOT, env=env,
+            self.proc = subprocess.Popen([sys.executable, SERVER], cwd=ROOT, env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log, text=True)
         self.unanswered = []  # processes started whose pid is not read yet
@@ -55,7 +55,7 @@ class ForkServer:
         return self._answer()
 
     def start(self, case: dict, stdout: str, stderr: str) -> "Forked":
-        """Starts `case` (`binary_driver.py`) with its output appended to the files
+        """Starts `case` (`fork_server.py`) with its output appended to the files
         `stdout` and `stderr` (the same path for both is fine)."""
         process = Forked(self)
         self._send({"start": {"cwd": ROOT, **case}, "stdout": stdout, "stderr": stderr})
@@ -108,7 +108,7 @@ def script(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def run_binaries(fork_server, tmp_path_factory):
-    """`run(cases)`: runs the command lines `cases` (`binary_driver.py`; a script name
+    """`run(cases)`: runs the command lines `cases` (`fork_server.py`; a script name
     alone is looked up in `scripts/`; `"timeout"`: seconds, default 600) one after the
     other, each in its own process forked from `fork_server`. Returns one `returncode`,
     `stdout`, `stderr`, `seconds` namespace per case, in order."""

@@ -4,7 +4,8 @@ the validators of `softsort_tf.experiments.checks`).
 `--help` lists the experiment flags; a bad flag value is one absl error line naming the
 flag (exit code 1, no traceback) and leaves no output folder behind; a run that fails
 after it started removes the empty folder it created; every log line is printed once.
-Every command line runs as its own process, all forked from one driver (`run_binaries`).
+Every command line runs as its own process, forked from the session's fork server
+(`run_binaries`, `conftest.py`).
 """
 
 import re

@@ -90,7 +90,7 @@ def test_knn_validation_inside_fit_matches_eager_execution(tmp_path, jit_compile
 
 
 def _mtime(path):
-    """A driver case printing the modification time of `path`."""
+    """A case (`run_binaries`) printing the modification time of `path`."""
     return {"code": f"import os; print(repr(os.path.getmtime({str(path)!r})))"}
 
 

@@ -1,7 +1,7 @@
 """A fork server for the harness' tests: starts command lines of the experiment binaries,
 each in its own process, paying TensorFlow's import once.
 
-    python binary_driver.py
+    python fork_server.py
 
 imports the modules the binaries import (TensorFlow, Keras, the harness) without
 initialising TensorFlow's runtime, then forks one child per request: each child is a
