@@ -221,11 +221,10 @@ def test_front_door_rejects_complex_and_bool_inputs(fn):
             fn(bad)
 
 
-@pytest.mark.parametrize("method", MASKABLE)
-@pytest.mark.parametrize("op", ["rank", "sort", "topk", "quantile"])
+@pytest.mark.parametrize("method,op", [(m, op) for m in MASKABLE
+                                       for op in ("rank", "sort", "topk", "quantile")
+                                       if op in ss.get_method(m).operations])
 def test_front_door_takes_ragged_lists(method, op):
-    if op not in ss.get_method(method).operations:
-        pytest.skip(f"{method} has no {op}")
     rows = [[3.0, 1.0, 2.5, 0.5], [5.0, 4.0], [7.0]]
     call = {"rank": lambda v: ss.soft_rank(v, method, temperature=0.3),
             "sort": lambda v: ss.soft_sort(v, method, temperature=0.3),
