@@ -96,14 +96,17 @@ def time_operator(jit: bool, steps: int, repeats: int) -> float:
     config = _config()
     scores = tf.Variable(tf.random.stateless_normal([_BATCH.value, _N.value], [0, 1]) * 100)
     order = tf.argsort(scores, axis=-1, direction="DESCENDING")
-    loss_fn = softsort_tf.PermutationCrossEntropy(y_true_format="indices")
+    log = large_mnist.log_cross_entropy(config)
+    loss_fn = softsort_tf.PermutationCrossEntropy(y_true_format="indices", from_log=log)
+    kwargs = models.temperature_kwargs(config.method, tau=config.tau, epsilon=config.epsilon,
+                                       alpha=config.alpha, steepness=config.steepness)
+    if log:
+        kwargs["log"] = True
 
     @tf.function(jit_compile=jit)
     def step():
         with tf.GradientTape() as tape:
-            temperature = models.temperature_kwargs(config.method, tau=config.tau,
-                                                    epsilon=config.epsilon)
-            perm = softsort_tf.permutation_matrix(scores, config.method, **temperature)
+            perm = softsort_tf.permutation_matrix(scores, config.method, **kwargs)
             loss = loss_fn(order, perm)
         return tape.gradient(loss, scores)
 

@@ -6,6 +6,11 @@ import sys
 # The shared test helpers (numpy_references, keras_test_layers) live beside this file.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Compile time, not run time, dominates the suite (hundreds of small graphs and XLA
+# programs, each run once or twice): XLA's LLVM backend without its optimisation passes
+# compiles about a third faster. The HLO (what is computed, fusions included) is the same;
+# the binaries and notebooks the tests fork inherit the setting.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -15,6 +20,10 @@ try:  # Under pytest-xdist two workers share 2 cores.
     tf.config.threading.set_inter_op_parallelism_threads(1)
 except RuntimeError:
     pass
+# Grappler rewrites each new graph before its first run; here every graph runs once or
+# twice, so the rewrites cost more than they save. Values are the same (the rewrites keep
+# semantics); the forked binaries and the notebooks keep TensorFlow's default.
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
 @pytest.fixture

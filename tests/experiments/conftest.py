@@ -108,12 +108,16 @@ def script(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def run_binaries(fork_server, tmp_path_factory):
-    """`run(cases)`: runs the command lines `cases` (`fork_server.py`; a script name
-    alone is looked up in `scripts/`; `"timeout"`: seconds, default 600) one after the
-    other, each in its own process forked from `fork_server`. Returns one `returncode`,
-    `stdout`, `stderr`, `seconds` namespace per case, in order."""
+    """`run(cases, check=False)`: runs the command lines `cases` (`fork_server.py`; a
+    script name alone is looked up in `scripts/`; `"timeout"`: seconds, default 600) one
+    after the other, each in its own process forked from `fork_server`. Returns one
+    `returncode`, `stdout`, `stderr`, `seconds` namespace per case: a list in order, or a
+    dict with the keys of `cases` when `cases` is a dict. `check` asserts that every case
+    exited with 0."""
 
-    def run(cases: list[dict]) -> list[types.SimpleNamespace]:
+    def run(cases, check: bool = False):
+        if isinstance(cases, dict):
+            return dict(zip(cases, run(list(cases.values()), check), strict=True))
         folder = tmp_path_factory.mktemp("run_binaries")
         results = []
         for i, case in enumerate(cases):
@@ -134,6 +138,8 @@ def run_binaries(fork_server, tmp_path_factory):
             # Shown with `pytest -s`: where the time goes.
             print(f"[run_binaries] {results[-1].seconds:6.1f} s  exit {process.returncode}  "
                   f"{name}")
+        for result in results if check else ():
+            assert result.returncode == 0, result.stderr[-3000:]
         return results
 
     return run

@@ -70,11 +70,9 @@ def binary(run_binaries, cqr_dir, tmp_path_factory):
     results_json = str(tmp / "qr" / "results.json")
     cases["interrupted results"] = {
         "code": f"import os; print(os.path.exists({results_json!r}))"}
-    procs = run_binaries([dict(case if isinstance(case, dict) else {"argv": case},
-                               timeout=600) for case in cases.values()])
-    for proc in procs:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(zip(cases, procs, strict=True)), tmp
+    cases = {name: case if isinstance(case, dict) else {"argv": case}
+             for name, case in cases.items()}
+    return run_binaries(cases, check=True), tmp
 
 
 @pytest.mark.slow

@@ -36,25 +36,25 @@ def _check_trial(hp):
 
 @pytest.fixture(scope="module")
 def searches(tmp_path_factory):
-    """One random search of 3 trials with patience 1 and a learning rate of 1e-12 (the
+    """One random search of 2 trials with patience 1 and a learning rate of 1e-12 (the
     validation score never improves: each trial stops after its second epoch of four),
     then the same search resumed in the same folder with one more trial and no patience
     (it trains all four epochs)."""
     out = str(tmp_path_factory.mktemp("search") / "search")
     config = dict(task="sort", n=3, output_dir=out, **dict(TINY, epochs=4))
     first = tuning.search(ExperimentConfig(patience=1, **config), tuning.SearchSpace(**SPACE),
-                          max_trials=3)
+                          max_trials=2)
     with open(os.path.join(out, "tuning.json")) as f:
         saved = json.load(f)
     second = tuning.search(ExperimentConfig(**config), tuning.SearchSpace(**SPACE),
-                           max_trials=4)
+                           max_trials=3)
     return first, saved, second
 
 
 @pytest.mark.slow
 def test_search_records_trials_picks_the_best_and_resumes(searches):
     first, saved, second = searches
-    assert len(first["trials"]) == 3
+    assert len(first["trials"]) == 2
     for trial in first["trials"]:
         assert trial["status"] == "COMPLETED" and 0.0 <= trial["score"] <= 1.0
         _check_trial(trial["hyperparameters"])
@@ -67,9 +67,9 @@ def test_search_records_trials_picks_the_best_and_resumes(searches):
     assert saved["trials"] == first["trials"]
 
     # Same folder, larger budget: the finished trials are kept, one more is run.
-    assert len(second["trials"]) == 4
-    assert second["trials"][:3] == first["trials"]
-    _check_trial(second["trials"][3]["hyperparameters"])
+    assert len(second["trials"]) == 3
+    assert second["trials"][:2] == first["trials"]
+    _check_trial(second["trials"][2]["hyperparameters"])
 
 
 @pytest.mark.slow
@@ -77,8 +77,8 @@ def test_patience_ends_a_trial_that_stopped_improving(searches):
     # With patience 1 each trial stops after its second epoch instead of training all
     # four; the trial of the resumed search, without patience, trains all four.
     first, _, second = searches
-    assert [t["epochs_trained"] for t in first["trials"]] == [2, 2, 2]
-    assert [t["epochs_trained"] for t in second["trials"]] == [2, 2, 2, 4]
+    assert [t["epochs_trained"] for t in first["trials"]] == [2, 2]
+    assert [t["epochs_trained"] for t in second["trials"]] == [2, 2, 4]
 
 
 def test_hypermodel_applies_the_trial_hyperparameters():

@@ -155,7 +155,7 @@ def _check_operator(name, targets, batch):
                                    err_msg=f"{name} gradients, row {r}")
 
 
-PROPERTY = settings(max_examples=15, deadline=None, derandomize=True)
+PROPERTY = settings(max_examples=8, deadline=None, derandomize=True)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))
