@@ -218,3 +218,14 @@ def test_cosine_schedule_warms_up_linearly_then_decays_to_zero():
                 dict(max_train_minutes=-1.0), dict(warmup_steps=-1)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ExperimentConfig(**bad).finalize()
+
+
+@pytest.mark.slow
+def test_profile_script_times_the_operator_as_the_model_calls_it(run_binaries):
+    """scripts/profile_sort_step.py builds the operator and loss the way the model does
+    (each family's temperature, log P̂ where the family has it)."""
+    (proc,) = run_binaries([{"argv": ["profile_sort_step.py", "--method=lapsum",
+                                      "--parts=operator", "--steps=1", "--repeats=1"],
+                             "timeout": 300}], check=True)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| lapsum")]
+    assert len(rows) == 2, proc.stdout  # without and with XLA
