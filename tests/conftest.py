@@ -8,8 +8,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Compile time, not run time, dominates the suite (hundreds of small graphs and XLA
 # programs, each run once or twice): XLA's LLVM backend without its optimisation passes
-# compiles about a third faster. The HLO (what is computed, fusions included) is the same;
-# the binaries and notebooks the tests fork inherit the setting.
+# compiles about a third faster. The HLO (what is computed, fusions included) is the same
+# and the values agree to rounding; the binaries and notebooks the tests fork inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import numpy as np  # noqa: E402
@@ -21,8 +21,8 @@ try:  # Under pytest-xdist two workers share 2 cores.
 except RuntimeError:
     pass
 # Grappler rewrites each new graph before its first run; here every graph runs once or
-# twice, so the rewrites cost more than they save. Values are the same (the rewrites keep
-# semantics); the forked binaries and the notebooks keep TensorFlow's default.
+# twice, so the rewrites cost more than they save. The rewrites keep what is computed (the
+# values agree to rounding); the forked binaries and the notebooks keep TensorFlow's default.
 tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
