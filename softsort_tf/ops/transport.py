@@ -327,9 +327,7 @@ class Transport:
         zero weight still get a well-defined row.
         """
         if self._row_plan is None:
-            r = self.result
-            logits = (r.g[:, None, :] - r.cost) / tf.cast(r.epsilon, r.cost.dtype)
-            self._row_plan = tf.nn.softmax(logits, axis=-1)
+            self._row_plan = self.result.row_plan()
         return self._row_plan
 
     def bcast_b(self):

@@ -69,8 +69,14 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
         return tf.cond(tf.shape(cost)[-1] <= DENSE_SOLVE_MAX_TARGETS,
                        lambda: _vjp(cost, f, g, epsilon, df, dg, use_dense=True, **kwargs),
                        lambda: _vjp(cost, f, g, epsilon, df, dg, use_dense=False, **kwargs))
-    use_dense = solver == "dense" or (solver == "auto" and m <= DENSE_SOLVE_MAX_TARGETS)
-    return _vjp(cost, f, g, epsilon, df, dg, use_dense=use_dense, **kwargs)
+    return _vjp(cost, f, g, epsilon, df, dg, use_dense=dense_backward(solver, m), **kwargs)
+
+
+def dense_backward(solver: str, m: int | None) -> bool:
+    """Whether the backward of m targets is the dense float64 solve, known at trace time
+    (False for 'auto' with m unknown: the choice is then made when the backward runs)."""
+    return solver == "dense" or (solver == "auto" and m is not None
+                                 and m <= DENSE_SOLVE_MAX_TARGETS)
 
 
 def _vjp(cost, f, g, epsilon, df, dg, *, use_dense: bool, cg_max_iterations: int,

@@ -57,7 +57,7 @@ import tensorflow as tf
 
 from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers.cost import cost_matrix, pair_cost  # noqa: F401 (re-exported)
-from softsort_tf.solvers.implicit import implicit_vjp
+from softsort_tf.solvers.implicit import dense_backward, implicit_vjp
 from softsort_tf.solvers.warm_start import exact_target_potential
 
 EXACT_MARGINALS = ("target", "input")
@@ -80,6 +80,8 @@ class SinkhornResult:
       error: `[batch]` L1 error of the row marginal, Σ_i |(P1)_i − a_i|, of the
         column-exact plan; with `exact_marginal='input'` the returned plan is row-exact
         and its column error Σ_j |(Pᵀ1)_j − b_j| is at most this value.
+      dtype: the dtype of the read-outs (`log_plan`, `plan`, `row_plan`): that of x.
+        f, g and cost may be held in float64 for float32 inputs (see `solve`).
     """
 
     f: tf.Tensor
@@ -88,15 +90,29 @@ class SinkhornResult:
     epsilon: tf.Tensor
     num_iterations: tf.Tensor
     error: tf.Tensor
+    dtype: tf.DType | None = None
+
+    def _logits(self, f):
+        eps = tf.cast(self.epsilon, self.cost.dtype)
+        return ((self.g[:, None, :] - self.cost) if f is None
+                else (f[:, :, None] + self.g[:, None, :] - self.cost)) / eps
+
+    def _out(self, t):
+        return t if self.dtype is None else tf.cast(t, self.dtype)
 
     def log_plan(self):
         """`[batch, n, m]` log of the transport plan."""
-        eps = tf.cast(self.epsilon, self.cost.dtype)
-        return (self.f[:, :, None] + self.g[:, None, :] - self.cost) / eps
+        return self._out(self._logits(self.f))
 
     def plan(self):
         """`[batch, n, m]` transport plan P, with P1 ≈ a and Pᵀ1 = b."""
         return tf.exp(self.log_plan())
+
+    def row_plan(self):
+        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P from the target potential alone,
+        Q_ij = exp((g_j − C_ij)/ε) / Σ_k exp((g_k − C_ik)/ε) (the row update of eq. 3
+        divided by a_i): rows sum to 1 exactly, whatever the residual marginal error."""
+        return self._out(tf.nn.softmax(self._logits(None), axis=-1))
 
 
 def _tiny(dtype):
@@ -343,12 +359,22 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
     if not implicit:
         f, g, n_it, err, eps_reached = run_loop(cost, tf.math.log(a), tf.math.log(b),
                                                 init_g(x, a, b), **loop_kwargs)
-        return SinkhornResult(f, g, cost, tf.stop_gradient(eps_reached), n_it, err)
+        return SinkhornResult(f, g, cost, tf.stop_gradient(eps_reached), n_it, err, dtype=dtype)
 
     cost_s, a_s, b_s = tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b)
     f0, g0, n_it, err, eps_reached = run_loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
                                               init_g(tf.stop_gradient(x), a_s, b_s),
                                               **loop_kwargs)
+
+    # With the dense backward (float64 inside), float32 potentials and cost are held in
+    # float64 from here on, and the read-outs are computed from them in float64 and cast
+    # to x's dtype at the end. Their gradients w.r.t. f, g and C are of size |w|/ε and
+    # cancel against the implicit ones; in float32 that cancellation left rounding noise
+    # of ~1e-7·|w|/ε (0.01 at ε = 1e-5) where the exact gradient is 0 (hard plans).
+    held = (tf.float64 if dtype == tf.float32
+            and dense_backward(options.implicit_diff.solver, m) else dtype)
+    cost = tf.cast(cost, held)
+    f0, g0 = tf.cast(f0, held), tf.cast(g0, held)
 
     @tf.custom_gradient
     def attach(cost_, a_, b_):
@@ -363,5 +389,5 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
 
         return (tf.identity(f0), tf.identity(g0)), grad
 
-    f, g = attach(cost, a, b)
-    return SinkhornResult(f, g, cost, eps_reached, n_it, err)
+    f, g = attach(cost, tf.cast(a, held), tf.cast(b, held))
+    return SinkhornResult(f, g, cost, eps_reached, n_it, err, dtype=dtype)
