@@ -98,10 +98,8 @@ def time_operator(jit: bool, steps: int, repeats: int) -> float:
     order = tf.argsort(scores, axis=-1, direction="DESCENDING")
     log = large_mnist.log_cross_entropy(config)
     loss_fn = softsort_tf.PermutationCrossEntropy(y_true_format="indices", from_log=log)
-    kwargs = models.temperature_kwargs(config.method, tau=config.tau, epsilon=config.epsilon,
-                                       alpha=config.alpha, steepness=config.steepness)
-    if log:
-        kwargs["log"] = True
+    kwargs = models.operator_kwargs(config.method, tau=config.tau, epsilon=config.epsilon,
+                                    alpha=config.alpha, steepness=config.steepness, log=log)
 
     @tf.function(jit_compile=jit)
     def step():

@@ -24,7 +24,7 @@ import tensorflow as tf
 import softsort_tf as ss
 
 __all__ = ["PERMUTATION_METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
-           "temperature_kwargs"]
+           "operator_kwargs"]
 
 # The `method`s a model can train with: the operators of `ss.PERMUTATION_OPERATORS`.
 PERMUTATION_METHODS = tuple(ss.PERMUTATION_OPERATORS)
@@ -61,20 +61,24 @@ def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
     return tf.reshape(cnn(flat, training=training), (-1, n))
 
 
-def temperature_kwargs(method: str, *, tau: float, epsilon: float, alpha: float,
-                       steepness: float = 1.0 / 1024.0) -> dict:
-    """The temperature argument of the operator `method` of `ss.PERMUTATION_OPERATORS`:
-    `{"epsilon": epsilon}` for Sinkhorn, `{"alpha": alpha}` for LapSum,
-    `{"steepness": steepness}` for the sorting networks ('diffsort'), `{"tau": tau}`
-    for SoftSort and NeuralSort.
+def operator_kwargs(method: str, *, tau: float, epsilon: float, alpha: float,
+                    steepness: float = 1.0 / 1024.0, log: bool = False) -> dict:
+    """The keyword arguments of `ss.permutation_matrix(scores, method, ...)` for the
+    experiments: the temperature argument of `method` (`{"epsilon": epsilon}` for
+    Sinkhorn, `{"alpha": alpha}` for LapSum, `{"steepness": steepness}` for the sorting
+    networks ('diffsort'), `{"tau": tau}` for SoftSort and NeuralSort), and `log=True`
+    for log P̂ when `log`.
 
     Example:
-    >>> temperature_kwargs("sinkhorn", tau=1.0, epsilon=0.01, alpha=1.0)
+    >>> operator_kwargs("sinkhorn", tau=1.0, epsilon=0.01, alpha=1.0)
     {'epsilon': 0.01}
     """
     name = ss.get_permutation_operator(method).temperature
-    return {name: {"tau": tau, "epsilon": epsilon, "alpha": alpha,
-                   "steepness": steepness}[name]}
+    kwargs = {name: {"tau": tau, "epsilon": epsilon, "alpha": alpha,
+                     "steepness": steepness}[name]}
+    if log:
+        kwargs["log"] = True
+    return kwargs
 
 
 def _noise_seed(seed: int, step) -> tf.Tensor:
@@ -119,10 +123,8 @@ class _LargeMnistModel(keras.Model):
     def _permutation(self, scores, inputs, training, log: bool = False) -> tf.Tensor:
         """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training
         (log P̂ with `log`)."""
-        kwargs = temperature_kwargs(self.method, tau=self.tau, epsilon=self.epsilon,
-                                    alpha=self.alpha, steepness=self.steepness)
-        if log:
-            kwargs["log"] = True
+        kwargs = operator_kwargs(self.method, tau=self.tau, epsilon=self.epsilon,
+                                 alpha=self.alpha, steepness=self.steepness, log=log)
         if self.stochastic and bool(training):
             seed = _noise_seed(self.seed, inputs["step"][0])
             return ss.stochastic_permutation_matrix(scores, self.num_samples, seed,
