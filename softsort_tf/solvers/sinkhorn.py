@@ -128,15 +128,22 @@ def _tiny(dtype):
 LONG_SUM = 4096
 
 
-def accurate_sum(t, axis: int):
-    """`tf.reduce_sum` along `axis`, accumulated in float64 for long float32 axes."""
-    length = t.shape[axis]
-    if t.dtype == tf.float32 and (length is None or length > LONG_SUM):
+def is_long(length: int | None) -> bool:
+    """Whether sums over `length` entries (None: unknown) are accumulated in float64."""
+    return length is None or length > LONG_SUM
+
+
+def accurate_sum(t, axis: int, long: bool | None = None):
+    """`tf.reduce_sum` along `axis`, accumulated in float64 for long float32 axes
+    (`long`; None: decided from the static length of `axis`)."""
+    if long is None:
+        long = is_long(t.shape[axis])
+    if t.dtype == tf.float32 and long:
         return tf.cast(tf.reduce_sum(tf.cast(t, tf.float64), axis=axis), t.dtype)
     return tf.reduce_sum(t, axis=axis)
 
 
-def _half_step(log_kernel, u, v, log_w, axis: int, active):
+def _half_step(log_kernel, u, v, log_w, axis: int, active, long: bool | None = None):
     """One Sinkhorn half-step in scaled potentials (u = f/ε, v = g/ε), in one pass.
 
     `axis=2` replaces u by log a − logsumexp_j(v_j + K_ij), `axis=1` replaces v by
@@ -154,7 +161,8 @@ def _half_step(log_kernel, u, v, log_w, axis: int, active):
       (new potential, marginal sums of the current plan along `axis`).
     """
     old = u if axis == 2 else v
-    sums = accurate_sum(tf.exp(u[:, :, None] + v[:, None, :] + log_kernel), axis=axis)
+    sums = accurate_sum(tf.exp(u[:, :, None] + v[:, None, :] + log_kernel), axis=axis,
+                        long=long)
     tiny = _tiny(sums.dtype)
     trusted = sums > tiny  # False for NaN too
     fast = log_w - tf.math.log(tf.where(trusted, sums, tf.ones_like(sums))) + old
@@ -170,13 +178,17 @@ def _half_step(log_kernel, u, v, log_w, axis: int, active):
 
 
 def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_decay, threshold,
-              num_blocks, check_every, annealing, exact_marginal="target"):
+              num_blocks, check_every, annealing, exact_marginal="target",
+              long_sums=(None, None)):
     """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error, ε reached).
 
     `epsilon`, `epsilon_start`, `epsilon_decay`, `threshold` and `num_blocks` (the bound
     on blocks of `check_every` iterations) may be tensors, so that new values do not
     retrace the graph version of the loop; `check_every`, `annealing` (whether ε is
-    annealed from `epsilon_start`) and `exact_marginal` are Python values.
+    annealed from `epsilon_start`), `exact_marginal` and `long_sums` (whether sums over
+    the n inputs and over the m targets are accumulated in float64, see `accurate_sum`;
+    None: from the static shape) are Python values. Nothing else depends on the static
+    shape, so the graph version may generalise it (`reduce_retracing`).
 
     One iteration updates g (columns exact), then f (rows exact). The loop works with
     scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C̃/ε computed once;
@@ -235,11 +247,11 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
                 ratio = eps_at(tf.maximum(it + k - 1, 0)) / eps_at(it + k)
                 u_c, v_c = u_c * ratio, v_c * ratio
             kernel = kernel_at(it + k)
-            v_c, _ = _half_step(kernel, u_c, v_c, log_b, 1, active)
+            v_c, _ = _half_step(kernel, u_c, v_c, log_b, 1, active, long_sums[0])
             u_prev_c = u_c
-            u_c, sums = _half_step(kernel, u_c, v_c, log_a, 2, active)
+            u_c, sums = _half_step(kernel, u_c, v_c, log_a, 2, active, long_sums[1])
         it_new = it + check_every
-        err_c = accurate_sum(tf.abs(sums - a), axis=-1)
+        err_c = accurate_sum(tf.abs(sums - a), axis=-1, long=long_sums[0])
         at_target = annealed_until(it_new - 1)
         newly = tf.logical_and(at_target,
                                tf.logical_or(err_c < threshold,
@@ -273,10 +285,13 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
 
 # In eager mode the loops above would run op by op from Python (milliseconds per
 # iteration); these graph versions run them as one call. Inside `tf.function` or XLA
-# the plain functions are used and inlined. Shapes and Python arguments are part of
-# the trace key (static shapes select, e.g., the dense or CG backward solve).
-_run_loop_graph = tf.function(_run_loop)
-_implicit_vjp_graph = tf.function(implicit_vjp)
+# the plain functions are used and inlined. Python arguments are part of the trace
+# key. The loop's trace generalises to unknown shapes after a second shape (its
+# numerics depend on the shape only through `long_sums`, an argument), so calls at
+# many list lengths do not each trace a new graph; the backward's static shape
+# selects the dense or CG solve, so it is traced per shape.
+_run_loop_graph = tf.function(_run_loop, autograph=False, reduce_retracing=True)
+_implicit_vjp_graph = tf.function(implicit_vjp, autograph=False, reduce_retracing=True)
 
 
 def _eager_or_graph(fn, graph_fn):
@@ -348,7 +363,7 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
                        threshold=as_tensor(options.threshold),
                        num_blocks=tf.constant(-(-max_iterations // check_every), tf.int32),
                        check_every=check_every, annealing=annealing,
-                       exact_marginal=exact_marginal)
+                       exact_marginal=exact_marginal, long_sums=(is_long(n), is_long(m)))
 
     def init_g(x_, a_, b_):
         if options.initializer_for_loop() == "sorted":

@@ -166,6 +166,34 @@ def test_new_epsilon_or_threshold_does_not_retrace_the_eager_solver():
     assert solver._implicit_vjp_graph.experimental_get_tracing_count() <= vjp_before + 1
 
 
+def test_new_list_lengths_do_not_retrace_the_eager_solver_and_keep_its_values():
+    """Eager calls at many list lengths share one generalised trace of the loop and of
+    the backward (they traced one graph per length); each call's values and gradients
+    are those of a graph with the static shape."""
+    rng = np.random.default_rng(4)
+    lengths = (5, 9, 13, 17, 21, 70)  # 70 targets: the CG backward
+    loop_before = solver._run_loop_graph.experimental_get_tracing_count()
+    vjp_before = solver._implicit_vjp_graph.experimental_get_tracing_count()
+
+    def ranks_and_gradient(v, w):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            r = ss.sinkhorn_rank(v, epsilon=1e-2, threshold=1e-6)
+            loss = tf.reduce_sum(r * w)
+        return r, tape.gradient(loss, v)
+
+    for n in lengths:
+        x = tf.constant(rng.normal(size=(2, n)), tf.float32)
+        w = tf.constant(rng.normal(size=(2, n)), tf.float32)
+        eager_r, eager_g = ranks_and_gradient(x, w)
+        graph_r, graph_g = tf.function(ranks_and_gradient)(x, w)
+        for got, want in ((eager_r, graph_r), (eager_g, graph_g)):
+            assert np.all(np.isfinite(got.numpy()))
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    assert solver._run_loop_graph.experimental_get_tracing_count() <= loop_before + 2
+    assert solver._implicit_vjp_graph.experimental_get_tracing_count() <= vjp_before + 2
+
+
 def test_long_float32_sums_are_accurate():
     values = np.random.default_rng(0).uniform(0.5, 1.5, size=(2, 1_000_000)).astype(np.float32)
     exact = values.astype(np.float64).sum(axis=1)
