@@ -1,5 +1,6 @@
 """softsort_tf: differentiable sorting, ranking and quantile operators for TensorFlow/Keras."""
 
+from softsort_tf import _autograph
 from softsort_tf._version import __version__
 from softsort_tf.layers.kendall import KendallEmbedding
 from softsort_tf.layers.permutation import NeuralSort, SinkhornPermutation, SoftSort
@@ -108,6 +109,8 @@ from softsort_tf.ops.sorting_networks import sorting_network_matrix, sorting_net
 from softsort_tf.ops.squash import squash_values
 from softsort_tf.ops.transport import SinkhornConvergenceWarning, SinkhornInfo
 from softsort_tf.options import ImplicitDiff, SinkhornOptions
+
+_autograph.register()
 
 __all__ = [
     "__version__", "ElementwisePermutationAccuracy", "ExactPermutationAccuracy",

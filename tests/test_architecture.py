@@ -130,3 +130,33 @@ def test_no_private_name_imported_from_another_subpackage():
                         and source_home != home):
                     offenders.append(f"{module}: from {node.module} import {alias.name}")
     assert offenders == []
+
+
+def test_autograph_leaves_the_core_alone_and_converts_the_harness():
+    """Library functions reached from a user's `tf.function` are called as written (their
+    control flow on tensors is explicit), not parsed and rewritten on every trace; the
+    harness' helpers are converted like any user code."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.autograph.impl import conversion
+
+    import softsort_tf as ss
+    import softsort_tf.experiments.models as models
+    from softsort_tf.losses import spearman
+    from softsort_tf.ops import ranking
+
+    for fn in (spearman.soft_spearman_correlation, ranking.padded_lists, ss.soft_rank,
+               ss.metrics.ranking.ndcg, ss.SpearmanLoss.call):
+        assert conversion.is_allowlisted(fn), fn
+    assert not conversion.is_allowlisted(models.operator_kwargs)
+
+    @tf.function
+    def user_code(scores):  # a Python `if` on a tensor: autograph still converts user code
+        ranks = ss.soft_rank(scores, method="softsort")
+        if tf.reduce_sum(ranks) > 0:
+            return ranks
+        return -ranks
+
+    np.testing.assert_allclose(user_code(tf.constant([[3.0, 1.0, 2.0]])).numpy(),
+                               ss.soft_rank(tf.constant([[3.0, 1.0, 2.0]]),
+                                            method="softsort").numpy(), atol=1e-6)
