@@ -319,13 +319,10 @@ class Transport:
 
     @property
     def row_plan(self):
-        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P, with rows summing to 1 exactly.
-
-        Computed from the target potential alone, Q_ij = exp((g_j − C_ij)/ε) / Σ_k
-        exp((g_k − C_ik)/ε) (the row update of eq. 3 divided by a_i), so readouts such
-        as the CDF stay in [0, 1] whatever the residual marginal error, and inputs of
-        zero weight still get a well-defined row.
-        """
+        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P from the target potential alone
+        (`SinkhornResult.row_plan`): rows sum to 1 exactly, so read-outs such as the CDF
+        stay in [0, 1] whatever the residual marginal error, and inputs of zero weight
+        still get a well-defined row."""
         if self._row_plan is None:
             self._row_plan = self.result.row_plan()
         return self._row_plan

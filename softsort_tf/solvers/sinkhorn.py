@@ -81,7 +81,8 @@ class SinkhornResult:
         column-exact plan; with `exact_marginal='input'` the returned plan is row-exact
         and its column error Σ_j |(Pᵀ1)_j − b_j| is at most this value.
       dtype: the dtype of the read-outs (`log_plan`, `plan`, `row_plan`): that of x.
-        f, g and cost may be held in float64 for float32 inputs (see `solve`).
+        f, g and cost may be held in float64 for float32 inputs (see `solve`); the
+        read-outs are computed in their dtype and cast.
     """
 
     f: tf.Tensor
@@ -90,19 +91,15 @@ class SinkhornResult:
     epsilon: tf.Tensor
     num_iterations: tf.Tensor
     error: tf.Tensor
-    dtype: tf.DType | None = None
+    dtype: tf.DType
 
-    def _logits(self, f):
-        eps = tf.cast(self.epsilon, self.cost.dtype)
-        return ((self.g[:, None, :] - self.cost) if f is None
-                else (f[:, :, None] + self.g[:, None, :] - self.cost)) / eps
-
-    def _out(self, t):
-        return t if self.dtype is None else tf.cast(t, self.dtype)
+    def _over_epsilon(self, t):
+        return t / tf.cast(self.epsilon, self.cost.dtype)
 
     def log_plan(self):
         """`[batch, n, m]` log of the transport plan."""
-        return self._out(self._logits(self.f))
+        log_plan = self._over_epsilon(self.f[:, :, None] + self.g[:, None, :] - self.cost)
+        return tf.cast(log_plan, self.dtype)
 
     def plan(self):
         """`[batch, n, m]` transport plan P, with P1 ≈ a and Pᵀ1 = b."""
@@ -112,7 +109,8 @@ class SinkhornResult:
         """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P from the target potential alone,
         Q_ij = exp((g_j − C_ij)/ε) / Σ_k exp((g_k − C_ik)/ε) (the row update of eq. 3
         divided by a_i): rows sum to 1 exactly, whatever the residual marginal error."""
-        return self._out(tf.nn.softmax(self._logits(None), axis=-1))
+        logits = self._over_epsilon(self.g[:, None, :] - self.cost)
+        return tf.cast(tf.nn.softmax(logits, axis=-1), self.dtype)
 
 
 def _tiny(dtype):
@@ -143,7 +141,7 @@ def accurate_sum(t, axis: int, long: bool | None = None):
     return tf.reduce_sum(t, axis=axis)
 
 
-def _half_step(log_kernel, u, v, log_w, axis: int, active, long: bool | None = None):
+def _half_step(log_kernel, u, v, log_w, axis: int, active, long: bool):
     """One Sinkhorn half-step in scaled potentials (u = f/ε, v = g/ε), in one pass.
 
     `axis=2` replaces u by log a − logsumexp_j(v_j + K_ij), `axis=1` replaces v by
@@ -178,16 +176,15 @@ def _half_step(log_kernel, u, v, log_w, axis: int, active, long: bool | None = N
 
 
 def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_decay, threshold,
-              num_blocks, check_every, annealing, exact_marginal="target",
-              long_sums=(None, None)):
+              num_blocks, check_every, annealing, long_sums, exact_marginal="target"):
     """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error, ε reached).
 
     `epsilon`, `epsilon_start`, `epsilon_decay`, `threshold` and `num_blocks` (the bound
     on blocks of `check_every` iterations) may be tensors, so that new values do not
     retrace the graph version of the loop; `check_every`, `annealing` (whether ε is
     annealed from `epsilon_start`), `exact_marginal` and `long_sums` (whether sums over
-    the n inputs and over the m targets are accumulated in float64, see `accurate_sum`;
-    None: from the static shape) are Python values. Nothing else depends on the static
+    the n inputs and over the m targets are accumulated in float64, see `accurate_sum`)
+    are Python values. Nothing else depends on the static
     shape, so the graph version may generalise it (`reduce_retracing`).
 
     One iteration updates g (columns exact), then f (rows exact). The loop works with
