@@ -187,6 +187,9 @@ def test_new_list_lengths_do_not_retrace_the_eager_solver_and_keep_its_values():
         w = tf.constant(rng.normal(size=(2, n)), tf.float32)
         eager_r, eager_g = ranks_and_gradient(x, w)
         graph_r, graph_g = tf.function(ranks_and_gradient)(x, w)
+        # Soft ranks of one list are a permutation's ranks averaged: they sum to n(n + 1)/2
+        # (an off-by-one or a transposed plan breaks it).
+        np.testing.assert_allclose(eager_r.numpy().sum(axis=-1), n * (n + 1) / 2, rtol=1e-4)
         for got, want in ((eager_r, graph_r), (eager_g, graph_g)):
             assert np.all(np.isfinite(got.numpy()))
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
