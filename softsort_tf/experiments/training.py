@@ -59,6 +59,7 @@ from softsort_tf.experiments import checks
 
 __all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "RunConfig",
            "StopAfterEpochs", "TimeBudgetStop", "adapt_to_strategy", "best_epoch",
+           "build_training_state",
            "distribute_batches", "fit_resumable", "is_chief", "is_multi_worker",
            "machine_info", "make_strategy", "output_directory", "prepare_runtime",
            "read_history", "set_cpu_devices", "should_stop_early", "split_batches",
@@ -583,6 +584,24 @@ def _agree_on_resume_epoch(strategy: tf.distribute.Strategy, backup_dir: str) ->
     return agreed
 
 
+def build_training_state(model: keras.Model, dataset: tf.data.Dataset) -> None:
+    """Creates the optimizer's slots and the compiled loss' and metrics' variables of
+    `model` (compiled, default strategy) from one batch of `dataset`, then resets the
+    metrics.
+
+    Without a distribution strategy Keras creates them inside the first trace of the
+    train step, and a `tf.function` whose first trace creates variables is traced a
+    second time: building them first halves the tracing of the first epoch (under a
+    strategy Keras builds them itself before tracing).
+    """
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(next(iter(dataset.take(1))))
+    y_pred = model(x, training=False)
+    model.compute_loss(x, y, y_pred, sample_weight, training=False)
+    model.compute_metrics(x, y, y_pred, sample_weight)
+    model.reset_metrics()
+    model.optimizer.build(model.trainable_variables)
+
+
 def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.data.Dataset],
                   validation_dataset: tf.data.Dataset, *, epochs: int, steps_per_epoch: int,
                   output_dir: str, monitor: str, mode: str, writer: bool = True,
@@ -691,6 +710,8 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
                 os.path.join(output_dir, "tensorboard"), profile_batch=0))
         else:
             print("tensorboard is not installed: no TensorBoard logs (pip install tensorboard).")
+        if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
+            build_training_state(model, validation_dataset)
         model.fit(make_train_dataset(initial_epoch * steps_per_epoch), epochs=epochs,
                   initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                   validation_data=validation_dataset, callbacks=bookkeeping + list(callbacks or []),

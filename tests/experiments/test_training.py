@@ -166,6 +166,45 @@ def test_time_budget_stops_the_run_and_a_rerun_does_not_train_again(tmp_path):
     assert more.epochs_completed == 3 and not more.out_of_time
 
 
+class _CountingTraces(keras.Sequential):
+    traces = 0
+
+    def train_step(self, data):  # runs once per trace of the train function
+        type(self).traces += 1
+        return super().train_step(data)
+
+
+def _adam_model(seed):
+    keras.utils.set_random_seed(seed)
+    model = _CountingTraces([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(1)],
+                            name="counting")
+    model.compile(keras.optimizers.Adam(0.05), loss="mse", metrics=["mae"])
+    return model
+
+
+def test_fit_resumable_traces_the_train_step_once_and_trains_as_fit(tmp_path):
+    # Keras creates Adam's slots and the metrics' variables in the first trace, and a
+    # tf.function that creates variables is traced again: fit_resumable builds them
+    # first. The weights and logs are those of a plain `fit` on the same batches.
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(32, 3).astype(np.float32), rng.randn(32, 1).astype(np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    model = _adam_model(3)
+    _CountingTraces.traces = 0
+    fit = training.fit_resumable(model, lambda step: data.repeat(), data, epochs=2,
+                                 steps_per_epoch=4, output_dir=str(tmp_path / "run"),
+                                 monitor="val_loss", mode="min", verbose=0)
+    assert _CountingTraces.traces == 1
+    reference = _adam_model(3)
+    history = reference.fit(data.repeat(), epochs=2, steps_per_epoch=4,
+                            validation_data=data, verbose=0).history
+    for got, want in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for key in ("loss", "mae", "val_loss", "val_mae"):
+        assert np.isfinite(fit.history[key]).all()
+        np.testing.assert_allclose(fit.history[key], history[key], rtol=1e-6)
+
+
 def test_split_batches_gives_each_worker_its_slice_of_every_batch():
     ds = tf.data.Dataset.range(10).batch(5)
     slices = [[b.numpy().tolist() for b in training.split_batches(ds, 2, i)] for i in (0, 1)]
