@@ -7,14 +7,15 @@ and solve the m×m system (I − MᵀM + qqᵀ) ŵ = r̂ with M = D_r^{-1/2} P D
 q = √c: the rank-one term qqᵀ removes the null space (the right-hand side is orthogonal
 to q), so the system is symmetric positive definite with eigenvalues in (0, 1]. It is
 solved matrix-free by conjugate gradients, each step O(n·m), or densely by Cholesky for
-small m. Memory is O(B·n·m) whatever the number of forward iterations.
+small m; in float64 for at most 64 targets (`backward_method`). Memory is O(B·n·m)
+whatever the number of forward iterations.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf.options import DENSE_SOLVE_MAX_TARGETS
+from softsort_tf.options import CHOLESKY_MAX_TARGETS, FLOAT64_SOLVE_MAX_TARGETS
 
 
 def _conjugate_gradient(apply_op, rhs, max_iterations: int, tol: float):
@@ -63,31 +64,46 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     kwargs = dict(cg_max_iterations=cg_max_iterations, cg_tolerance=cg_tolerance)
     if solver == "auto" and m is None:
         # m unknown at trace time (the default m = n of lists of unknown length): the
-        # same choice by m as for a static m, made when the backward runs. (A choice
-        # made on the whole solve instead, forward loop included, does not compile
-        # under XLA once differentiated.)
-        return tf.cond(tf.shape(cost)[-1] <= DENSE_SOLVE_MAX_TARGETS,
-                       lambda: _vjp(cost, f, g, epsilon, df, dg, use_dense=True, **kwargs),
-                       lambda: _vjp(cost, f, g, epsilon, df, dg, use_dense=False, **kwargs))
-    return _vjp(cost, f, g, epsilon, df, dg, use_dense=dense_backward(solver, m), **kwargs)
+        # choice by m is made when the backward runs, float64 Cholesky for at most 64
+        # targets. (The potentials and the cost then arrive in float32, and CG on them
+        # is not accurate in the hard regime: no float64 CG here. A choice made on the
+        # whole solve instead, forward loop included, does not compile under XLA once
+        # differentiated.)
+        def by(method):
+            return lambda: _vjp(cost, f, g, epsilon, df, dg, method=method, **kwargs)
+
+        return tf.cond(tf.shape(cost)[-1] <= FLOAT64_SOLVE_MAX_TARGETS, by("cholesky"),
+                       by("cg"))
+    return _vjp(cost, f, g, epsilon, df, dg, method=backward_method(solver, m), **kwargs)
 
 
-def dense_backward(solver: str, m: int | None) -> bool:
-    """Whether the backward of m targets is the dense float64 solve, known at trace time
-    (False for 'auto' with m unknown: the choice is then made when the backward runs)."""
-    return solver == "dense" or (solver == "auto" and m is not None
-                                 and m <= DENSE_SOLVE_MAX_TARGETS)
+def backward_method(solver: str, m: int | None) -> str:
+    """The backward solve of m targets, known at trace time: 'cholesky' (dense, float64),
+    'cg64' (conjugate gradients in float64) or 'cg' (conjugate gradients in the input
+    dtype). For 'auto' with m unknown it is chosen when the backward runs, and this
+    returns 'cg'."""
+    if solver == "dense":
+        return "cholesky"
+    if solver == "cg" or m is None or m > FLOAT64_SOLVE_MAX_TARGETS:
+        return "cg"
+    return "cholesky" if m <= CHOLESKY_MAX_TARGETS else "cg64"
 
 
-def _vjp(cost, f, g, epsilon, df, dg, *, use_dense: bool, cg_max_iterations: int,
+def float64_backward(solver: str, m: int | None) -> bool:
+    """Whether the backward of m targets runs in float64, known at trace time."""
+    return backward_method(solver, m) != "cg"
+
+
+def _vjp(cost, f, g, epsilon, df, dg, *, method: str, cg_max_iterations: int,
          cg_tolerance):
-    """`implicit_vjp` with the dense (Cholesky, float64) or the CG solve."""
+    """`implicit_vjp` with the solve `method` (`backward_method`)."""
     out_dtype = cost.dtype
-    if use_dense and out_dtype != tf.float64:
+    if method != "cg" and out_dtype != tf.float64:
         # Few targets (ranks of short rows, top-k masks, quantiles) make the system
         # nearly singular once the plan is nearly hard, and a float32 solve returns
-        # rounding noise: the dense backward is computed in float64 (O(n·m + m³) with
-        # m ≤ 64, a small cost); the CG path for many targets stays in float32.
+        # rounding noise: for at most 64 targets the backward is computed in float64
+        # (O(n·m) per CG step, O(n·m² + m³) for Cholesky, a small cost); the CG path
+        # for many targets stays in the input dtype.
         cost, f, g, df, dg = (tf.cast(t, tf.float64) for t in (cost, f, g, df, dg))
     eps = tf.cast(epsilon, cost.dtype)
     plan = tf.exp((f[:, :, None] + g[:, None, :] - cost) / eps)
@@ -101,7 +117,7 @@ def _vjp(cost, f, g, epsilon, df, dg, *, use_dense: bool, cg_max_iterations: int
     rhs_hat = rhs / sqrt_c
     q = sqrt_c / tf.norm(sqrt_c, axis=-1, keepdims=True)
     rhs_hat = rhs_hat - q * tf.reduce_sum(q * rhs_hat, axis=-1, keepdims=True)
-    if use_dense:
+    if method == "cholesky":
         # The small m×m system is assembled and factorised in float64 from the plan
         # itself: with r and c recomputed from it, M has singular value 1 exactly
         # (along √r, √c), so I − MᵀM + qqᵀ stays positive definite even when the plan

@@ -57,7 +57,7 @@ import tensorflow as tf
 
 from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers.cost import cost_matrix, pair_cost  # noqa: F401 (re-exported)
-from softsort_tf.solvers.implicit import dense_backward, implicit_vjp
+from softsort_tf.solvers.implicit import float64_backward, implicit_vjp
 from softsort_tf.solvers.warm_start import exact_target_potential
 
 EXACT_MARGINALS = ("target", "input")
@@ -378,13 +378,13 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
                                               init_g(tf.stop_gradient(x), a_s, b_s),
                                               **loop_kwargs)
 
-    # With the dense backward (float64 inside), float32 potentials and cost are held in
+    # With the float64 backward (at most 64 targets), float32 potentials and cost are held in
     # float64 from here on, and the read-outs are computed from them in float64 and cast
     # to x's dtype at the end. Their gradients w.r.t. f, g and C are of size |w|/ε and
     # cancel against the implicit ones; in float32 that cancellation left rounding noise
     # of ~1e-7·|w|/ε (0.01 at ε = 1e-5) where the exact gradient is 0 (hard plans).
     held = (tf.float64 if dtype == tf.float32
-            and dense_backward(options.implicit_diff.solver, m) else dtype)
+            and float64_backward(options.implicit_diff.solver, m) else dtype)
     cost = tf.cast(cost, held)
     f0, g0 = tf.cast(f0, held), tf.cast(g0, held)
 

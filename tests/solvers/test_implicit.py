@@ -112,3 +112,45 @@ def test_reproducibility_between_identical_calls_is_as_documented():
             else:
                 np.testing.assert_allclose(g, runs[0][1], rtol=0,
                                            atol=4 * np.spacing(np.float32(scale)))
+
+
+def test_auto_backward_method_by_number_of_targets():
+    """'auto': float64 Cholesky up to 16 targets, float64 CG up to 64 (under XLA the
+    Cholesky of 64 targets was 10× slower than CG), CG in the input dtype above."""
+    from softsort_tf.solvers.implicit import backward_method, float64_backward
+
+    got = {m: backward_method("auto", m) for m in (1, 16, 17, 64, 65, None)}
+    assert got == {1: "cholesky", 16: "cholesky", 17: "cg64", 64: "cg64", 65: "cg",
+                   None: "cg"}
+    assert backward_method("dense", 500) == "cholesky" and backward_method("cg", 4) == "cg"
+    assert [float64_backward("auto", m) for m in (16, 64, 65)] == [True, True, False]
+
+
+def test_float64_cg_backward_matches_cholesky_and_float32_matches_float64():
+    """Ranks of 48 entries take the float64 CG backward ('auto', static n): in float64 it
+    agrees with the Cholesky solve from soft to nearly hard plans, and float32 gradients
+    of nearly hard plans (eager, XLA with static n, and XLA with unknown n, which takes
+    the Cholesky solve) agree with the float64 ones."""
+    rng = np.random.RandomState(48)
+    x, w = rng.randn(3, 48), rng.randn(3, 48)
+
+    def grad(v, eps, solver="auto"):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            out = ss.sinkhorn_rank(v, epsilon=eps, implicit_diff=ss.ImplicitDiff(solver))
+            loss = tf.reduce_sum(out * tf.cast(w, v.dtype))
+        return tape.gradient(loss, v)
+
+    for eps in (1e-3, 1e-5):
+        cholesky = tf.function(grad)(tf.constant(x), eps, "dense").numpy()
+        scale = np.abs(cholesky).max()
+        assert scale > 1.0
+        cg64 = tf.function(grad)(tf.constant(x), eps).numpy()
+        np.testing.assert_allclose(cg64, cholesky, atol=1e-5 * scale)
+    x32 = tf.constant(x, tf.float32)
+    xla = tf.function(lambda v: grad(v, 1e-5), jit_compile=True)
+    dynamic = tf.function(lambda v: grad(v, 1e-5), jit_compile=True,
+                          input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    for got in (grad(x32, 1e-5), xla(x32), dynamic(x32)):
+        assert np.isfinite(got.numpy()).all()
+        np.testing.assert_allclose(got.numpy(), cholesky, atol=2e-3 * scale)
