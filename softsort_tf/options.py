@@ -34,13 +34,8 @@ import numpy as np
 from softsort_tf import _checks
 
 DEFAULT_EPSILON = 1e-2
-# How the backward pass solves the implicit linear system (`ImplicitDiff.solver`).
-# 'auto': in float64 for at most `FLOAT64_SOLVE_MAX_TARGETS` targets (a dense Cholesky
-# factorisation for at most `CHOLESKY_MAX_TARGETS`, conjugate gradients above: under XLA
-# the Cholesky of 32-64 targets is several times slower than CG; when the number of
-# targets is unknown at trace time, Cholesky up to 64), and conjugate gradients in the
-# input dtype above. 'dense' (float64 Cholesky) or 'cg' (conjugate
-# gradients in the input dtype) always.
+# How the backward pass solves the implicit linear system (`ImplicitDiff.solver`, whose
+# docstring says what each value does; the choice is `solvers.implicit.backward_method`).
 IMPLICIT_SOLVERS = ("auto", "cg", "dense")
 FLOAT64_SOLVE_MAX_TARGETS = 64
 CHOLESKY_MAX_TARGETS = 16

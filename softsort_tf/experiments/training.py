@@ -59,11 +59,10 @@ from softsort_tf.experiments import checks
 
 __all__ = ["STRATEGIES", "EpochTimer", "FitResult", "PatienceStop", "RunConfig",
            "StopAfterEpochs", "TimeBudgetStop", "adapt_to_strategy", "best_epoch",
-           "build_training_state",
-           "distribute_batches", "fit_resumable", "is_chief", "is_multi_worker",
-           "machine_info", "make_strategy", "output_directory", "prepare_runtime",
-           "read_history", "set_cpu_devices", "should_stop_early", "split_batches",
-           "worker_index", "write_json"]
+           "build_training_state", "distribute_batches", "fit_resumable", "is_chief",
+           "is_multi_worker", "machine_info", "make_strategy", "output_directory",
+           "prepare_runtime", "read_history", "set_cpu_devices", "should_stop_early",
+           "split_batches", "worker_index", "write_json"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -711,6 +710,8 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
         else:
             print("tensorboard is not installed: no TensorBoard logs (pip install tensorboard).")
         if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
+            # No strategy (outside any scope, the model's is the default one): Keras
+            # would create these variables inside the first trace.
             build_training_state(model, validation_dataset)
         model.fit(make_train_dataset(initial_epoch * steps_per_epoch), epochs=epochs,
                   initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,

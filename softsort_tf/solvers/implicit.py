@@ -65,8 +65,8 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     if solver == "auto" and m is None:
         # m unknown at trace time (the default m = n of lists of unknown length): the
         # choice by m is made when the backward runs, float64 Cholesky for at most 64
-        # targets. (The potentials and the cost then arrive in float32, and CG on them
-        # is not accurate in the hard regime: no float64 CG here. A choice made on the
+        # targets. (The potentials and the cost may then arrive in float32, and CG on
+        # them is not accurate in the hard regime: no float64 CG here. A choice made on the
         # whole solve instead, forward loop included, does not compile under XLA once
         # differentiated.)
         def by(method):

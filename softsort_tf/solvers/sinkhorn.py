@@ -184,8 +184,8 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     retrace the graph version of the loop; `check_every`, `annealing` (whether ε is
     annealed from `epsilon_start`), `exact_marginal` and `long_sums` (whether sums over
     the n inputs and over the m targets are accumulated in float64, see `accurate_sum`)
-    are Python values. Nothing else depends on the static
-    shape, so the graph version may generalise it (`reduce_retracing`).
+    are Python values. Nothing else depends on the static shape, so the graph version
+    may generalise it (`reduce_retracing`).
 
     One iteration updates g (columns exact), then f (rows exact). The loop works with
     scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C̃/ε computed once;
@@ -283,10 +283,10 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
 # In eager mode the loops above would run op by op from Python (milliseconds per
 # iteration); these graph versions run them as one call. Inside `tf.function` or XLA
 # the plain functions are used and inlined. Python arguments are part of the trace
-# key. The loop's trace generalises to unknown shapes after a second shape (its
-# numerics depend on the shape only through `long_sums`, an argument), so calls at
-# many list lengths do not each trace a new graph; the backward's static shape
-# selects the dense or CG solve, so it is traced per shape.
+# key. Both traces generalise to unknown shapes after a second shape, so calls at many
+# list lengths do not each trace a new graph: the loop's numerics depend on the shape
+# only through `long_sums` (an argument), and a generalised backward chooses its solve
+# by m when it runs (`implicit_vjp`).
 _run_loop_graph = tf.function(_run_loop, autograph=False, reduce_retracing=True)
 _implicit_vjp_graph = tf.function(implicit_vjp, autograph=False, reduce_retracing=True)
 
@@ -378,8 +378,8 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
                                               init_g(tf.stop_gradient(x), a_s, b_s),
                                               **loop_kwargs)
 
-    # With the float64 backward (at most 64 targets), float32 potentials and cost are held in
-    # float64 from here on, and the read-outs are computed from them in float64 and cast
+    # With the float64 backward (at most 64 targets), float32 potentials and cost are
+    # held in float64 from here on, and the read-outs are computed from them in float64 and cast
     # to x's dtype at the end. Their gradients w.r.t. f, g and C are of size |w|/ε and
     # cancel against the implicit ones; in float32 that cancellation left rounding noise
     # of ~1e-7·|w|/ε (0.01 at ε = 1e-5) where the exact gradient is 0 (hard plans).

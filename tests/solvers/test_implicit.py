@@ -146,6 +146,7 @@ def test_float64_cg_backward_matches_cholesky_and_float32_matches_float64():
         scale = np.abs(cholesky).max()
         assert scale > 1.0
         cg64 = tf.function(grad)(tf.constant(x), eps).numpy()
+        assert np.isfinite(cg64).all() and np.isfinite(cholesky).all()
         np.testing.assert_allclose(cg64, cholesky, atol=1e-5 * scale)
     x32 = tf.constant(x, tf.float32)
     xla = tf.function(lambda v: grad(v, 1e-5), jit_compile=True)
