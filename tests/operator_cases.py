@@ -147,3 +147,38 @@ def assert_finite_close(actual, expected, **kw):
     actual = np.asarray(actual)
     assert np.all(np.isfinite(actual)), actual
     np.testing.assert_allclose(actual, expected, **kw)
+
+
+def batched_jacobians(f, args, wrt=0, delta=1e-5):
+    """`(theoretical, numerical)` Jacobians of `f(*args)` with respect to `args[wrt]`, as
+    `tf.test.compute_gradient` gives them (`[y.size, args[wrt].size]`, central
+    differences with step `delta`), from ONE forward and backward pass over a batch of
+    copies: every arg `[B, ...]` is stacked C times along axis 0, and `f` must treat the
+    rows of its batch independently (as the Sinkhorn operators do: each row stops on its
+    own). Copies 0..S−1 (S = args[wrt].size) are unperturbed, the loss of copy j is its
+    j-th output entry, so its gradient is row j of the theoretical Jacobian (cross-row
+    entries included); copies S + 2i and S + 2i + 1 hold args[wrt] ± delta·e_i, their
+    outputs give column i of the numerical Jacobian."""
+    args = [np.asarray(a) for a in args]
+    target = args[wrt]
+    size = target.size
+    steps = delta * np.eye(size).reshape((size,) + target.shape)
+    perturbed = np.stack([target + s for step in steps for s in (step, -step)])
+    copies = [np.stack([a] * size) for a in args]
+    copies[wrt] = np.concatenate([copies[wrt], perturbed])
+    for i, a in enumerate(copies):
+        if i != wrt:
+            copies[i] = np.concatenate([a, np.stack([args[i]] * (2 * size))])
+    stacked = [tf.constant(a.reshape((-1,) + a.shape[2:])) for a in copies]
+    with tf.GradientTape() as tape:
+        tape.watch(stacked[wrt])
+        out = f(*stacked)
+        out_copies = tf.reshape(out, [3 * size, -1])
+        out_size = out_copies.shape[1]
+        assert out_size <= size, "more outputs than theoretical copies"
+        loss = tf.linalg.trace(out_copies[:out_size])
+    grad = tape.gradient(loss, stacked[wrt]).numpy().reshape((3 * size, size))
+    theoretical = grad[:out_size]
+    out_copies = out_copies.numpy()[size:].reshape(size, 2, out_size)
+    numerical = ((out_copies[:, 0] - out_copies[:, 1]) / (2 * delta)).T
+    return theoretical, numerical
