@@ -216,21 +216,24 @@ def batch_statistic(loss, y_true, y_pred):
                                       options=loss.options))
 
 
-@pytest.mark.parametrize("name", sorted(REGRESSION_LOSSES))
 @pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
-def test_regression_and_spearman_gradients_are_finite(name, case):
-    preds = GRADIENT_CASES[case].astype(np.float32).reshape(-1, 1)
-    if name == "quantile_regression" and case == "huge":
-        preds = preds * 1e-12  # its Q̃² term overflows float32 beyond |x| ≈ 1.8e19
-    targets = np.zeros_like(preds)
-    loss = REGRESSION_LOSSES[name]()
-    value, grad = value_and_grad(lambda z: loss(targets, z), preds)
-    assert np.isfinite(value) and np.all(np.isfinite(grad))
+def test_regression_and_spearman_gradients_are_finite(case):
+    # Every regression loss on this case (one test per case, not per loss and case: the
+    # Spearman check below used to run once per regression loss, four times the same).
+    for name in sorted(REGRESSION_LOSSES):
+        preds = GRADIENT_CASES[case].astype(np.float32).reshape(-1, 1)
+        if name == "quantile_regression" and case == "huge":
+            preds = preds * 1e-12  # its Q̃² term overflows float32 beyond |x| ≈ 1.8e19
+        targets = np.zeros_like(preds)
+        loss = REGRESSION_LOSSES[name]()
+        value, grad = value_and_grad(lambda z, loss=loss, targets=targets: loss(targets, z),
+                                     preds)
+        assert np.isfinite(value) and np.all(np.isfinite(grad)), name
     spearman = ss.SpearmanLoss()
     lists = GRADIENT_CASES[case].astype(np.float32)
     targets = np.broadcast_to(np.arange(6.0), lists.shape)
     value, grad = value_and_grad(lambda z: spearman(targets, z), lists)
-    assert np.isfinite(value) and np.all(np.isfinite(grad))
+    assert np.isfinite(value) and np.all(np.isfinite(grad)), "spearman"
 
 
 def test_batch_of_one_regression_loss_is_the_error():
@@ -373,50 +376,63 @@ def distinct_errors(rng, size):
                                                                                   size)
 
 
-@pytest.mark.parametrize("name", sorted(BATCH_STATISTICS))
-def test_batch_statistics_with_an_unknown_batch_size(name):
+def test_batch_statistics_with_an_unknown_batch_size():
     # Bug: `Transport` filled the uniform masses with 1/B from the static batch size
     # (TypeError for a `None` batch): every tf.data pipeline without drop_remainder.
-    make_loss, make_metric, (low, high) = BATCH_STATISTICS[name]
-    loss, metric = make_loss(), make_metric()
+    # Every loss and metric of BATCH_STATISTICS in one graph (one trace), checked each.
+    made = {name: (make_loss(), make_metric(), window)
+            for name, (make_loss, make_metric, window) in sorted(BATCH_STATISTICS.items())}
     spec = tf.TensorSpec([None, 1], tf.float64)
     rng = np.random.RandomState(1)
 
     @tf.function(input_signature=[spec, spec, tf.TensorSpec([None], tf.float64)])
     def both(y_true, y_pred, weights):
-        metric.reset_state()
-        metric.update_state(y_true, y_pred, sample_weight=weights)
-        return loss(y_true, y_pred), loss(y_true, y_pred, sample_weight=weights), metric.result()
+        out = {}
+        for name, (loss, metric, _) in made.items():
+            metric.reset_state()
+            metric.update_state(y_true, y_pred, sample_weight=weights)
+            out[name] = (loss(y_true, y_pred), loss(y_true, y_pred, sample_weight=weights),
+                         metric.result())
+        return out
 
     for size in (9, 5, 12):
         y_pred = distinct_errors(rng, size)
         weights = rng.uniform(0.5, 2.0, size)
         weights[rng.choice(size, 2, replace=False)] = 0.0  # two padded examples
-        plain, weighted, hard = (float(v) for v in both(np.zeros((size, 1)), y_pred[:, None],
-                                                         weights))
+        results = both(np.zeros((size, 1)), y_pred[:, None], weights)
         errors = np.abs(y_pred)
-        assert plain == pytest.approx(np_window_mean(errors, low, high), abs=2e-3)
-        assert weighted == pytest.approx(np_batch_loss(errors, weights, low, high), abs=2e-3)
-        assert hard == pytest.approx(np_window_mean(errors, low, high, weights), abs=1e-9)
+        for name, (_, _, (low, high)) in made.items():
+            plain, weighted, hard = (float(v) for v in results[name])
+            assert plain == pytest.approx(np_window_mean(errors, low, high), abs=2e-3), name
+            assert weighted == pytest.approx(np_batch_loss(errors, weights, low, high),
+                                             abs=2e-3), name
+            assert hard == pytest.approx(np_window_mean(errors, low, high, weights),
+                                         abs=1e-9), name
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("name", sorted(BATCH_STATISTICS))
-def test_batch_statistics_in_evaluate_and_fit_with_a_short_last_batch(name, jit):
-    make_loss, make_metric, (low, high) = BATCH_STATISTICS[name]
+def test_batch_statistics_in_evaluate_and_fit_with_a_short_last_batch(jit):
+    # One model with a head (its own Dense, predictions = x) per loss of BATCH_STATISTICS,
+    # each head compiled with its loss and metric: one evaluate and one fit (one trace and
+    # compile) for all of them. Keras reports each head's loss and metric, checked each.
+    names = sorted(BATCH_STATISTICS)
     rng = np.random.RandomState(2)
     size, batch = 19, 8  # batches of 8, 8 and 3
     x = distinct_errors(rng, size)[:, None]
     weights = rng.uniform(0.5, 2.0, size)
     weights[[3, 17]] = 0.0
-    data = tf.data.Dataset.from_tensor_slices((x, np.zeros(size), weights)).batch(batch)
+    targets = {name: np.zeros(size) for name in names}
+    data = tf.data.Dataset.from_tensor_slices((x, targets, weights)).batch(batch)
     assert data.element_spec[0].shape[0] is None
 
     inputs = keras.Input((1,), dtype="float64")
-    model = keras.Model(inputs, keras.layers.Dense(1, dtype="float64")(inputs))
-    model.set_weights([np.ones((1, 1)), np.zeros(1)])  # predictions = x
-    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss=make_loss(),
-                  weighted_metrics=[make_metric()], jit_compile=jit)
+    model = keras.Model(inputs, {name: keras.layers.Dense(1, dtype="float64", name=name)(inputs)
+                                 for name in names})
+    model.set_weights([np.ones((1, 1)), np.zeros(1)] * len(names))  # predictions = x
+    metrics = {name: BATCH_STATISTICS[name][1]() for name in names}
+    model.compile(optimizer=keras.optimizers.SGD(1e-3),
+                  loss={name: BATCH_STATISTICS[name][0]() for name in names},
+                  weighted_metrics={name: [metrics[name]] for name in names}, jit_compile=jit)
     got = model.evaluate(data, return_dict=True, verbose=0)
 
     # Keras averages the per-batch losses weighted by the batch sizes; the metric streams
@@ -427,26 +443,42 @@ def test_batch_statistics_in_evaluate_and_fit_with_a_short_last_batch(name, jit)
     w = [weights[s:s + batch] for s in starts]
     sizes = np.array([e.size for e in errors])
     counts = np.array([np.count_nonzero(v) for v in w])
-    losses = [np_batch_loss(e, v, low, high) for e, v in zip(errors, w, strict=True)]
-    hard = [np_window_mean(e, low, high, v) for e, v in zip(errors, w, strict=True)]
-    assert got["loss"] == pytest.approx(sizes @ losses / size, abs=2e-3)
-    assert got[make_metric().name] == pytest.approx(counts @ hard / counts.sum(), abs=1e-9)
+    expected_total = 0.0
+    for name in names:
+        low, high = BATCH_STATISTICS[name][2]
+        losses = [np_batch_loss(e, v, low, high) for e, v in zip(errors, w, strict=True)]
+        hard = [np_window_mean(e, low, high, v) for e, v in zip(errors, w, strict=True)]
+        expected_total += sizes @ losses / size
+        # Keras 3.15 averages a head's own loss over the batches weighted by the *static*
+        # batch size, i.e. unweighted when it is unknown (as here); the total below is
+        # weighted by the real batch sizes. Either way, each batch's value is checked.
+        head = got[f"{name}_loss"]
+        assert (head == pytest.approx(np.mean(losses), abs=2e-3)
+                or head == pytest.approx(sizes @ losses / size, abs=2e-3)), (name, head, losses)
+        assert got[f"{name}_{metrics[name].name}"] == pytest.approx(
+            counts @ hard / counts.sum(), abs=1e-9), name
+    assert got["loss"] == pytest.approx(expected_total, abs=2e-3 * len(names))
 
     history = model.fit(data, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
-    assert not np.allclose(model.get_weights()[0], 1.0)  # a real step was taken
+    for name in names:
+        assert np.isfinite(history.history[f"{name}_loss"][0]), name
+        # A real step was taken on each head.
+        assert not np.allclose(model.get_layer(name).get_weights()[0], 1.0), name
 
 
-@pytest.mark.parametrize("name", sorted(BATCH_STATISTICS))
-def test_batch_statistics_under_xla_with_an_unknown_batch_size(name):
-    make_loss, make_metric, _ = BATCH_STATISTICS[name]
-    loss, metric = make_loss(), make_metric()
+def test_batch_statistics_under_xla_with_an_unknown_batch_size():
+    # Every loss and metric of BATCH_STATISTICS in one XLA program per batch size.
+    made = {name: (make_loss(), make_metric())
+            for name, (make_loss, make_metric, _) in sorted(BATCH_STATISTICS.items())}
     spec = tf.TensorSpec([None], tf.float64)
 
     def both(y_true, y_pred, weights):
-        metric.reset_state()
-        metric.update_state(y_true, y_pred, sample_weight=weights)
-        return loss(y_true, y_pred, sample_weight=weights), metric.result()
+        out = {}
+        for name, (loss, metric) in made.items():
+            metric.reset_state()
+            metric.update_state(y_true, y_pred, sample_weight=weights)
+            out[name] = (loss(y_true, y_pred, sample_weight=weights), metric.result())
+        return out
 
     compiled = tf.function(both, input_signature=[spec] * 3, jit_compile=True)
     rng = np.random.RandomState(3)
@@ -454,8 +486,10 @@ def test_batch_statistics_under_xla_with_an_unknown_batch_size(name):
         y_pred, weights = distinct_errors(rng, size), rng.uniform(0.5, 2.0, size)
         weights[0] = 0.0
         args = (np.zeros(size), y_pred, weights)
-        for got, want in zip(compiled(*args), both(*args), strict=True):
-            assert float(got) == pytest.approx(float(want), rel=1e-6, abs=1e-9)
+        xla, eager = compiled(*args), both(*args)
+        for name in made:
+            for got, want in zip(xla[name], eager[name], strict=True):
+                assert float(got) == pytest.approx(float(want), rel=1e-6, abs=1e-9), name
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -482,33 +516,48 @@ LOSSES = {
 }
 
 
+NAMES = sorted(LOSSES)
+
+
 def model():
-    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    m.set_weights(w0)
+    # One head (its own Dense from the same w0) per loss: one mirrored fit for all losses;
+    # each head's gradient is that of its own loss alone.
+    inputs = keras.Input((3,))
+    m = keras.Model(inputs, {name: keras.layers.Dense(1, name=name)(inputs) for name in NAMES})
+    for name in NAMES:
+        m.get_layer(name).set_weights(w0)
     return m
 
 
 out = {"devices": len(tf.config.list_logical_devices("CPU"))}
-for name, make in LOSSES.items():
-    # Reference on one device: the gradient of the mean of the two half-batch losses.
-    m = model()
-    with tf.GradientTape() as tape:
-        halves = [make()(y[i:i + 4], m(x[i:i + 4])) for i in (0, 4)]
-        reference_loss = 0.5 * (halves[0] + halves[1])
-    grads = tape.gradient(reference_loss, m.trainable_weights)
-    expected = [w - LR * g.numpy() for w, g in zip(w0, grads)]
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        mm = model()
-        mm.compile(keras.optimizers.SGD(LR), loss=make())
-    history = mm.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+# Reference on one device: the gradient of the mean of the two half-batch losses.
+m = model()
+with tf.GradientTape() as tape:
+    predictions = [m(x[i:i + 4]) for i in (0, 4)]
+    reference_losses = {name: 0.5 * (LOSSES[name]()(y[:4], predictions[0][name])
+                                     + LOSSES[name]()(y[4:], predictions[1][name]))
+                        for name in NAMES}
+    total = sum(reference_losses.values())
+grads = dict(zip([id(v) for v in m.trainable_weights],
+                 tape.gradient(total, m.trainable_weights), strict=True))
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    mm = model()
+    mm.compile(keras.optimizers.SGD(LR), loss={name: LOSSES[name]() for name in NAMES})
+history = mm.fit(x, {name: y for name in NAMES}, batch_size=8, epochs=1, shuffle=False,
+                 verbose=0)
+out["mirrored_total_loss"] = history.history["loss"][0]
+for name in NAMES:
+    layer = m.get_layer(name)
+    expected = [w - LR * grads[id(v)].numpy() for w, v in
+                zip(w0, (layer.kernel, layer.bias), strict=True)]
     out[name] = {
         "replicas": strategy.num_replicas_in_sync,
-        "mirrored_weights": [w.ravel().tolist() for w in mm.get_weights()],
+        "mirrored_weights": [w.ravel().tolist() for w in mm.get_layer(name).get_weights()],
         "expected_weights": [w.ravel().tolist() for w in expected],
         "w0": [w.ravel().tolist() for w in w0],
-        "mirrored_loss": history.history["loss"][0],
-        "expected_loss": float(reference_loss),
+        "mirrored_loss": history.history[name + "_loss"][0],
+        "expected_loss": float(reference_losses[name]),
     }
 print("RESULT " + json.dumps(out))
 """
@@ -537,29 +586,43 @@ def test_mirrored_step_is_the_mean_of_the_replica_losses(mirrored_run, name):
         # ... and equals one step on the mean of the per-replica losses, not R times it.
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     assert run["mirrored_loss"] == pytest.approx(run["expected_loss"], rel=1e-4)
+    # The total is the sum of the heads' losses (one head per loss in one model).
+    assert mirrored_run["mirrored_total_loss"] == pytest.approx(
+        sum(mirrored_run[other]["expected_loss"] for other in ("least_quantile", "trimmed")),
+        rel=1e-4)
+
+
+REDUCED_PRECISION_LOSSES = {"least_quantile": ss.SoftLeastQuantileRegressionLoss,
+                            "trimmed": ss.SoftTrimmedRegressionLoss}
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-@pytest.mark.parametrize("make", [ss.SoftLeastQuantileRegressionLoss,
-                                  ss.SoftTrimmedRegressionLoss])
-def test_regression_losses_take_reduced_and_other_float_predictions(policy, make):
+def test_regression_losses_take_reduced_and_other_float_predictions(policy):
     # Bug: `tf.convert_to_tensor(y_pred, dtype=...)` raised for a float16/bfloat16 model
     # output, and for a float64 loss on a float32 model.
     y_true = np.linspace(0.0, 1.0, 8)
     y_pred = np.linspace(0.0, 1.0, 8) + np.array([0.1, -0.2, 0.05, 3.0, 0, 0.1, -0.1, 0.2])
-    reference = float(make(dtype="float64")(y_true, y_pred))
-    reduced = tf.constant(y_pred, policy.removeprefix("mixed_"))
-    value = make()(y_true, reduced)
-    assert value.dtype == tf.float32
-    assert float(value) == pytest.approx(reference, abs=2e-2)
-    value64 = make(dtype="float64")(y_true, tf.constant(y_pred, tf.float32))
-    assert value64.dtype == tf.float64 and float(value64) == pytest.approx(reference, abs=1e-6)
-    # A model under the mixed policy trains with the loss.
+    for name, make in REDUCED_PRECISION_LOSSES.items():
+        reference = float(make(dtype="float64")(y_true, y_pred))
+        reduced = tf.constant(y_pred, policy.removeprefix("mixed_"))
+        value = make()(y_true, reduced)
+        assert value.dtype == tf.float32, name
+        assert float(value) == pytest.approx(reference, abs=2e-2), name
+        value64 = make(dtype="float64")(y_true, tf.constant(y_pred, tf.float32))
+        assert value64.dtype == tf.float64, name
+        assert float(value64) == pytest.approx(reference, abs=1e-6), name
+    # A model under the mixed policy trains with each loss: one head (its own Dense) per
+    # loss in one model, fitted once.
     inputs = keras.Input((1,))
-    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
-    model.compile(keras.optimizers.SGD(0.05), make())
-    history = model.fit(y_true[:, None], y_pred, batch_size=8, epochs=3, verbose=0).history
-    assert np.all(np.isfinite(history["loss"]))
+    model = keras.Model(inputs, {name: keras.layers.Dense(1, name=name)(inputs)
+                                 for name in REDUCED_PRECISION_LOSSES})
+    assert all(out.dtype == policy.removeprefix("mixed_") for out in model.outputs)
+    model.compile(keras.optimizers.SGD(0.05),
+                  {name: make() for name, make in REDUCED_PRECISION_LOSSES.items()})
+    history = model.fit(y_true[:, None], {name: y_pred for name in REDUCED_PRECISION_LOSSES},
+                        batch_size=8, epochs=3, verbose=0).history
+    for name in REDUCED_PRECISION_LOSSES:
+        assert np.all(np.isfinite(history[f"{name}_loss"])), name
 
 
 BATCH_STATISTIC_LOSSES = [ss.SoftLeastQuantileRegressionLoss, ss.SoftTrimmedRegressionLoss,
