@@ -63,34 +63,53 @@ def _inputs(n, batch=2, seed=0):
     return x, mask
 
 
+def _all_operators(names):
+    """One function of (scores, mask) evaluating the operators `names`, each without and
+    with the mask: {(name, masked): tensor}. Traced once for all of them (one graph, or
+    one XLA program per input shape, instead of one per operator)."""
+    def evaluate(s, m):
+        return {f"{name}|{masked}": OPERATORS[name](s, m if masked else None)
+                for name in names for masked in (False, True)}
+    return evaluate
+
+
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("name", sorted(OPERATORS))
-def test_unknown_list_length_and_batch(name, jit):
-    fn = OPERATORS[name]
-    plain = tf.function(lambda s: fn(s, None), input_signature=DYNAMIC, jit_compile=jit)
-    masked = tf.function(fn, input_signature=DYNAMIC_MASKED, jit_compile=jit)
+def test_unknown_list_length_and_batch(jit):
+    """Every operator, in one `tf.function` whose list length and batch size are unknown
+    at trace time (its values, with and without a mask, are those of eager mode)."""
+    names = sorted(OPERATORS)
+    evaluate = _all_operators(names)
+    traced = tf.function(evaluate, input_signature=DYNAMIC_MASKED, jit_compile=jit)
     for n, batch in zip(LENGTHS, (2, 3), strict=True):
         x, mask = _inputs(n, batch)
-        np.testing.assert_allclose(plain(x), fn(x, None), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(masked(x, mask), fn(x, mask), rtol=1e-5, atol=1e-6)
-    # One trace per signature: the lengths did not retrace.
-    assert plain.experimental_get_tracing_count() == 1
-    assert masked.experimental_get_tracing_count() == 1
+        got = traced(x, mask)
+        want = evaluate(x, mask)
+        assert sorted(got) == sorted(want)
+        for key in sorted(want):
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{key} (name|masked), n = {n}")
+    # One trace for the signature: the lengths did not retrace.
+    assert traced.experimental_get_tracing_count() == 1
 
 
-@pytest.mark.parametrize("name", ["softsort", "neuralsort", "stochastic_softsort",
-                                  "cross_entropy", "permute_values"])
-def test_gradients_with_unknown_list_length_under_xla(name):
-    fn = OPERATORS[name]
+GRADIENT_OPERATORS = ["softsort", "neuralsort", "stochastic_softsort", "cross_entropy",
+                      "permute_values"]
 
-    def value_and_grad(s, m):
-        with tf.GradientTape() as tape:
-            tape.watch(s)
-            total = tf.reduce_sum(tf.sin(3.0 * fn(s, m)))
-        return tape.gradient(total, s)
 
-    xla = tf.function(value_and_grad, input_signature=DYNAMIC_MASKED, jit_compile=True)
+def test_gradients_with_unknown_list_length_under_xla():
+    def gradients(s, m):
+        out = {}
+        for name in GRADIENT_OPERATORS:
+            with tf.GradientTape() as tape:
+                tape.watch(s)
+                total = tf.reduce_sum(tf.sin(3.0 * OPERATORS[name](s, m)))
+            out[name] = tape.gradient(total, s)
+        return out
+
+    xla = tf.function(gradients, input_signature=DYNAMIC_MASKED, jit_compile=True)
     for n in LENGTHS:
         x, mask = _inputs(n)
-        np.testing.assert_allclose(xla(x, mask), value_and_grad(tf.constant(x), mask),
-                                   rtol=1e-4, atol=1e-5)
+        got, want = xla(x, mask), gradients(tf.constant(x), mask)
+        for name in GRADIENT_OPERATORS:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name}, n = {n}")
