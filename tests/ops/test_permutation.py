@@ -220,19 +220,27 @@ def test_gradients_match_finite_differences(op, kwargs):
     np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-6)
 
 
-@pytest.mark.parametrize("make", [
-    lambda s: ss.soft_sort_matrix(s, tau=0.3),
-    lambda s: ss.soft_sort_matrix(s, tau=0.3, distance_power=2.0, direction="ASCENDING", hard=True),
-    lambda s: ss.neural_sort_matrix(s, tau=0.3),
-    lambda s: ss.neural_sort_matrix(s, tau=0.3, direction="ASCENDING", hard=True),
-    lambda s: ss.stochastic_soft_sort_matrix(s, 4, seed=tf.constant([3, 4]), tau=0.3),
-    lambda s: ss.stochastic_neural_sort_matrix(s, 2, seed=7, tau=0.3, hard=True),
-    lambda s: ss.ranks_from_permutation(ss.soft_sort_matrix(s, tau=0.3)),
-])
-def test_xla_matches_eager(make):
+XLA_CASES = {
+    "softsort": lambda s: ss.soft_sort_matrix(s, tau=0.3),
+    "softsort_p2_ascending_hard": lambda s: ss.soft_sort_matrix(
+        s, tau=0.3, distance_power=2.0, direction="ASCENDING", hard=True),
+    "neuralsort": lambda s: ss.neural_sort_matrix(s, tau=0.3),
+    "neuralsort_ascending_hard": lambda s: ss.neural_sort_matrix(
+        s, tau=0.3, direction="ASCENDING", hard=True),
+    "stochastic_softsort": lambda s: ss.stochastic_soft_sort_matrix(
+        s, 4, seed=tf.constant([3, 4]), tau=0.3),
+    "stochastic_neuralsort_hard": lambda s: ss.stochastic_neural_sort_matrix(
+        s, 2, seed=7, tau=0.3, hard=True),
+    "ranks_from_permutation": lambda s: ss.ranks_from_permutation(ss.soft_sort_matrix(s, tau=0.3)),
+}
+
+
+def test_xla_matches_eager():
+    """Every case's output and gradient in a graph and under XLA equal the eager ones (all
+    cases in one function: one trace and one XLA compilation per mode)."""
     x = tf.constant(np.random.RandomState(8).randn(3, 6).astype(np.float32))
 
-    def with_grad(s):
+    def with_grad(s, make):
         with tf.GradientTape() as tape:
             tape.watch(s)
             out = make(s)
@@ -240,13 +248,20 @@ def test_xla_matches_eager(make):
             loss = tf.reduce_sum(out * weights)
         return out, tape.gradient(loss, s)
 
-    eager_out, eager_grad = with_grad(x)
-    graph_out, graph_grad = tf.function(with_grad)(x)
-    xla_out, xla_grad = tf.function(with_grad, jit_compile=True)(x)
-    for out, grad in ((graph_out, graph_grad), (xla_out, xla_grad)):
-        np.testing.assert_allclose(out.numpy(), eager_out.numpy(), atol=2e-5)
-        np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), atol=2e-4)
-    assert np.abs(eager_grad.numpy()).max() > 1e-3
+    def every_case(s):
+        return {name: with_grad(s, make) for name, make in XLA_CASES.items()}
+
+    eager = every_case(x)
+    for mode, results in (("graph", tf.function(every_case)(x)),
+                          ("xla", tf.function(every_case, jit_compile=True)(x))):
+        for name, (out, grad) in results.items():
+            eager_out, eager_grad = eager[name]
+            np.testing.assert_allclose(out.numpy(), eager_out.numpy(), atol=2e-5,
+                                       err_msg=f"{name} {mode}")
+            np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), atol=2e-4,
+                                       err_msg=f"{name} {mode}")
+    for name, (_, eager_grad) in eager.items():
+        assert np.abs(eager_grad.numpy()).max() > 1e-3, name
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float64])

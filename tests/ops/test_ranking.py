@@ -66,20 +66,29 @@ LIST_FUNCTIONS = {
 }
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("name", sorted(LIST_FUNCTIONS))
-def test_list_losses_and_metrics_with_an_unknown_list_length(name, jit):
-    fn = LIST_FUNCTIONS[name]()
-    spec = tf.TensorSpec([None, None], tf.float32)
-    traced = tf.function(fn, input_signature=[spec, spec], jit_compile=jit)
+def test_list_losses_and_metrics_with_an_unknown_list_length():
+    """Every list function in one tf.function with unknown list length, built twice (a
+    graph and an XLA program: one trace and one compilation each, not one per function),
+    against the eager values (computed once for both) at two lengths."""
     rng = np.random.RandomState(4)
-    for n in (7, 4):
-        labels, scores = padded_lists(rng, 3, n)
-        want = fn(tf.constant(labels), tf.constant(scores)).numpy()
-        got = traced(labels, scores).numpy()
-        assert np.isfinite(got).all()
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
-    assert traced.experimental_get_tracing_count() == 1
+    data = [padded_lists(rng, 3, n) for n in (7, 4)]
+    eager = {name: make() for name, make in LIST_FUNCTIONS.items()}
+    wants = [{name: fn(tf.constant(labels), tf.constant(scores)).numpy()
+              for name, fn in eager.items()} for labels, scores in data]
+    spec = tf.TensorSpec([None, None], tf.float32)
+    for jit in (False, True):
+        fns = {name: make() for name, make in LIST_FUNCTIONS.items()}
+        traced = tf.function(lambda y, p, fns=fns: {name: fn(y, p) for name, fn in fns.items()},
+                             input_signature=[spec, spec], jit_compile=jit)
+        for (labels, scores), want in zip(data, wants, strict=True):
+            got = traced(labels, scores)
+            for name in sorted(LIST_FUNCTIONS):
+                label = f"{name} {'xla' if jit else 'graph'} n={labels.shape[1]}"
+                value = got[name].numpy()
+                assert np.isfinite(value).all(), label
+                np.testing.assert_allclose(value, want[name], rtol=2e-4, atol=2e-5,
+                                           err_msg=label)
+        assert traced.experimental_get_tracing_count() == 1
 
 
 LIST_LOSSES = {name: LIST_FUNCTIONS[name] for name in (
@@ -87,25 +96,31 @@ LIST_LOSSES = {name: LIST_FUNCTIONS[name] for name in (
     "listwise_neuralsort", "listwise_softsort")}
 
 
-@pytest.mark.parametrize("name", sorted(LIST_LOSSES))
-def test_keras_model_fed_two_list_lengths(name):
+def test_keras_model_fed_two_list_lengths():
+    """One Keras model with one head (its own Dense, so no loss moves another's weights)
+    and one loss per list loss: fit, evaluate and predict at two list lengths; each head's
+    loss in `evaluate` is that loss on the predictions."""
     keras.utils.set_random_seed(1)
     inputs = keras.Input((None, 2))
-    scores = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(inputs))
-    model = keras.Model(inputs, scores)
-    loss = LIST_LOSSES[name]()
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss,
-                  metrics=[ss.metrics.ranking.NDCGMetric(k=3)])
+    heads = {name: keras.layers.Reshape((-1,), name=name)(keras.layers.Dense(1)(inputs))
+             for name in sorted(LIST_LOSSES)}
+    model = keras.Model(inputs, heads)
+    losses = {name: make() for name, make in LIST_LOSSES.items()}
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=losses,
+                  metrics={name: [ss.metrics.ranking.NDCGMetric(k=3)] for name in losses})
     rng = np.random.RandomState(5)
     for n in (5, 9):
         labels, _ = padded_lists(rng, 8, n)
         x = rng.randn(8, n, 2).astype(np.float32)
-        history = model.fit(x, labels, batch_size=4, epochs=1, verbose=0)
-        assert np.isfinite(history.history["loss"]).all()
-        got = model.evaluate(x, labels, batch_size=8, verbose=0, return_dict=True)
+        targets = {name: labels for name in losses}
+        history = model.fit(x, targets, batch_size=4, epochs=1, verbose=0)
+        got = model.evaluate(x, targets, batch_size=8, verbose=0, return_dict=True)
         pred = model.predict(x, batch_size=8, verbose=0)
-        assert pred.shape == (8, n)
-        assert got["loss"] == pytest.approx(float(loss(labels, pred)), rel=1e-4, abs=1e-6)
+        for name, loss in losses.items():
+            assert np.isfinite(history.history[f"{name}_loss"]).all(), name
+            assert pred[name].shape == (8, n), name
+            assert got[f"{name}_loss"] == pytest.approx(float(loss(labels, pred[name])),
+                                                        rel=1e-4, abs=1e-6), name
 
 
 # Sinkhorn runs to a tight marginal error so that padded and unpadded problems, which
