@@ -71,7 +71,9 @@ def test_input_exact_plan_marginals(n, m, eps, seed, implicit):
 
 
 def test_speedups_do_not_change_the_answer_and_warm_start_saves_iterations():
-    x = np.random.RandomState(7).rand(6, 100)
+    # Three lists (they were the first three of six): each row converges on its own
+    # (test_converged_rows_do_not_drift), so the per-row comparisons need no more.
+    x = np.random.RandomState(7).rand(6, 100)[:3]
     kw = dict(epsilon=1e-3, squash=None, threshold=1e-6, max_iterations=20000,
               return_info=True)
     ref, info_cold = ss.sinkhorn_rank(x, initializer="zeros", check_every=1, **kw)
