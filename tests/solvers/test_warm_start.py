@@ -40,8 +40,12 @@ def test_warm_start_is_the_exact_potential_in_float32_and_under_xla(jit_compile)
         b = tf.fill(tf.stack([batch, n]), tf.cast(1.0, x_.dtype) / tf.cast(n, x_.dtype))
         return sinkhorn_solver.exact_target_potential(x_, a, yb, b, 2.0)
 
-    fn = tf.function(potential, jit_compile=True) if jit_compile else potential
-    g = fn(tf.constant(x, tf.float32)).numpy()
-    np.testing.assert_allclose(g, np_exact_target_potential(x, y), atol=1e-6)
-    g64 = fn(tf.constant(x, tf.float64)).numpy()
-    np.testing.assert_allclose(g64, np_exact_target_potential(x, y), atol=1e-12)
+    def both(x32, x64):  # under XLA: the two dtypes in one program (one compile)
+        return potential(x32), potential(x64)
+
+    fn = tf.function(both, jit_compile=True) if jit_compile else both
+    g, g64 = fn(tf.constant(x, tf.float32), tf.constant(x, tf.float64))
+    np.testing.assert_allclose(g.numpy(), np_exact_target_potential(x, y), atol=1e-6,
+                               err_msg="float32")
+    np.testing.assert_allclose(g64.numpy(), np_exact_target_potential(x, y), atol=1e-12,
+                               err_msg="float64")
