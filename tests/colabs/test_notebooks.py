@@ -4,7 +4,9 @@ The slow tests execute each notebook from a clean kernel (nbclient), on the CPU,
 small budget (the environment variable `SOFTSORT_TF_BUDGET` read by the notebook's
 `parameters` cell), and check that it finished, drew its figures and printed its key
 numbers. The kernel is this interpreter (a `python3` kernel spec written for the test),
-so the notebooks run against the checkout's installed package.
+so the notebooks run against the checkout's installed package. Each kernel is a fresh
+process forked from a warm parent that has imported TensorFlow & co. once, without
+starting TensorFlow's runtime (`warm_kernels.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import nbclient
 import nbformat
@@ -20,6 +25,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLABS = os.path.join(ROOT, "colabs")
+WARM_KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_kernels.py")
 MAX_COMMITTED_BYTES = 1_500_000
 
 # notebook -> (minimum number of figures, regular expressions its printed output must match)
@@ -139,18 +145,45 @@ def test_committed_outputs(name):
     assert "CPU" in intro and "medium" in intro
 
 
+KERNEL_ENV = {"SOFTSORT_TF_BUDGET": "small", "TF_CPP_MIN_LOG_LEVEL": "2",
+              "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+
+
+@pytest.fixture(scope="module")
+def warm_parent():
+    """The Unix socket of a `warm_kernels.py serve` process (this interpreter, the
+    kernels' environment), which forks the kernels; stopped with the module's tests."""
+    folder = tempfile.mkdtemp(prefix="softsort_nb_")  # short: a socket path is <= 107 bytes
+    path = os.path.join(folder, "kernels.sock")
+    server = subprocess.Popen([sys.executable, WARM_KERNELS, "serve", path],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, **KERNEL_ENV), cwd=folder)
+    try:
+        assert server.stdout.readline() == "ready\n", "the warm kernel parent did not start"
+        yield path
+    finally:
+        server.stdin.close()  # it kills the kernels left and exits
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture
-def venv_kernel(tmp_path, monkeypatch):
-    """A `python3` kernel spec running this interpreter, first on JUPYTER_PATH."""
+def venv_kernel(tmp_path, monkeypatch, warm_parent):
+    """A `python3` kernel spec running this interpreter (forked from the warm parent),
+    first on JUPYTER_PATH."""
     spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
     spec_dir.mkdir(parents=True)
     (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, WARM_KERNELS, "launch", warm_parent,
+                 "-f", "{connection_file}"],
         "display_name": "Python 3 (test)", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("SOFTSORT_TF_BUDGET", "small")
-    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    for name, value in KERNEL_ENV.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' run folders go there
     return "python3"
 
