@@ -47,34 +47,46 @@ def _inputs(batch, n, seed):
     return x, mask
 
 
-def _check_unknown_shapes(name, jit, masks=(False, True)):
-    op = OPERATORS[name]
-    for use_mask in masks:
-        if use_mask:
-            f = tf.function(lambda x, m: op(x, mask=m, **KW), input_signature=[SPEC, MASK_SPEC],
-                            jit_compile=jit)
-        else:
-            f = tf.function(lambda x: op(x, **KW), input_signature=[SPEC], jit_compile=jit)
-        for batch, n in ((3, 5), (2, 8)):
-            x, mask = _inputs(batch, n, seed=n)
-            args, kw = ((x, mask), dict(mask=mask)) if use_mask else ((x,), {})
-            np.testing.assert_allclose(f(*args).numpy(), op(x, **kw, **KW).numpy(), atol=2e-5)
-        assert f.experimental_get_tracing_count() == 1  # one trace for every shape
+# XLA compiles once per concrete shape (about 6 s per operator and shape on the test
+# machine): a few operators covering every kind of target (default grid with a mask,
+# top-k and quantile targets per row, two-bin mask, the plan read-out). The rank with a
+# mask is compiled with its gradient by
+# `test_masked_gradients_with_unknown_n_compile_under_xla`, which checks its values too.
+XLA_MASKS = {"sort_topk": (False, True), "quantile": (True,), "topk_mask": (False,),
+             "permutation_matrix": (True,)}
+
+
+def _xla_calling(graph, spec):
+    """An XLA function running the trace of the graph function `graph`."""
+    return tf.function(lambda *args: graph(*args), input_signature=spec, jit_compile=True)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_unknown_n_and_batch_match_eager(name):
-    _check_unknown_shapes(name, jit=False)
-
-
-# XLA compiles once per concrete shape (about 6 s per operator and shape on the test
-# machine): a few operators covering every kind of target (default grid with a mask,
-# top-k and quantile targets per row, two-bin mask, the plan read-out).
-@pytest.mark.parametrize("name, masks", [("rank", (True,)), ("sort_topk", (False, True)),
-                                         ("quantile", (True,)), ("topk_mask", (False,)),
-                                         ("permutation_matrix", (True,))])
-def test_unknown_n_and_batch_under_xla(name, masks):
-    _check_unknown_shapes(name, jit=True, masks=masks)
+    """Graph mode (every operator, with and without a mask) and XLA (`XLA_MASKS`) with
+    the list length and the batch size unknown at trace time: one trace for every
+    shape, the values of eager mode. The XLA function calls the traced graph function,
+    so both run the same trace; the eager reference is computed once for both."""
+    op = OPERATORS[name]
+    for use_mask in (False, True):
+        if use_mask:
+            spec = [SPEC, MASK_SPEC]
+            graph = tf.function(lambda x, m: op(x, mask=m, **KW), input_signature=spec)
+        else:
+            spec = [SPEC]
+            graph = tf.function(lambda x: op(x, **KW), input_signature=spec)
+        functions = {"graph": graph}
+        if use_mask in XLA_MASKS.get(name, ()):
+            functions["xla"] = _xla_calling(graph, spec)
+        for batch, n in ((3, 5), (2, 8)):
+            x, mask = _inputs(batch, n, seed=n)
+            args, kw = ((x, mask), dict(mask=mask)) if use_mask else ((x,), {})
+            expected = op(x, **kw, **KW).numpy()
+            for mode, f in functions.items():
+                np.testing.assert_allclose(f(*args).numpy(), expected, atol=2e-5,
+                                           err_msg=f"{name}, mask={use_mask}, {mode}, n={n}")
+        for mode, f in functions.items():  # one trace for every shape
+            assert f.experimental_get_tracing_count() == 1, (name, use_mask, mode)
 
 
 @pytest.mark.parametrize("name", ["rank", "sort_topk", "quantile"])
@@ -108,13 +120,17 @@ def test_k_below_n_is_checked_at_run_time(call, name):
         f(np.zeros([1, 4], np.float32))
 
 
-@pytest.mark.parametrize("call", [lambda x: ss.sinkhorn_sort(x, topk=4),
-                                  lambda x: ss.sinkhorn_topk_mask(x, 4)])
-def test_k_not_below_n_gives_nan_under_xla(call):
-    """XLA drops run-time assertions: the rows are poisoned (NaN) instead."""
-    f = tf.function(call, input_signature=[SPEC], jit_compile=True)
-    assert np.all(np.isfinite(f(np.arange(6.0, dtype=np.float32)[None]).numpy()))
-    assert np.all(np.isnan(f(np.arange(4.0, dtype=np.float32)[None]).numpy()))
+def test_k_not_below_n_gives_nan_under_xla():
+    """XLA drops run-time assertions: the rows are poisoned (NaN) instead. (Both
+    operators in one compiled function: one compile per list length.)"""
+    f = tf.function(lambda x: {"topk": ss.sinkhorn_sort(x, topk=4),
+                               "k": ss.sinkhorn_topk_mask(x, 4)},
+                    input_signature=[SPEC], jit_compile=True)
+    fine = f(np.arange(6.0, dtype=np.float32)[None])
+    poisoned = f(np.arange(4.0, dtype=np.float32)[None])
+    for name in ("topk", "k"):
+        assert np.all(np.isfinite(fine[name].numpy())), name
+        assert np.all(np.isnan(poisoned[name].numpy())), name
 
 
 def test_k_may_exceed_n_valid_with_a_mask_and_unknown_n():
@@ -151,26 +167,32 @@ def test_unknown_n_keeps_the_dense_backward_of_short_lists():
                                grad(tf.constant(x_long), w_long).numpy(), atol=1e-3)
 
 
-@pytest.mark.parametrize("n", [6, 80])  # the dense and the CG backward solve
-def test_masked_gradients_with_unknown_n_compile_under_xla(n):
+def test_masked_gradients_with_unknown_n_compile_under_xla():
     """The backward solve chosen by m when m is unknown compiles under XLA (a choice
     made on the whole solve, forward loop included, failed there once differentiated:
-    'No registered FakeParam OpKernel for XLA_CPU_JIT')."""
-    rng = np.random.RandomState(n)
-    x, mask = _inputs(3, n, seed=n)
-    w = rng.randn(3, n).astype(np.float32)
+    'No registered FakeParam OpKernel for XLA_CPU_JIT'): n = 6 (dense) and n = 80 (CG)
+    through one trace. The masked ranks it returns are those of eager mode as well
+    (the rank with a mask of `test_unknown_n_and_batch_match_eager` under XLA)."""
 
     def grad(v, m, weights):
         with tf.GradientTape() as tape:
             tape.watch(v)
-            loss = tf.reduce_sum(ss.sinkhorn_rank(v, mask=m, **KW) * weights)
-        return tape.gradient(loss, v)
+            ranks = ss.sinkhorn_rank(v, mask=m, **KW)
+            loss = tf.reduce_sum(ranks * weights)
+        return ranks, tape.gradient(loss, v)
 
     xla = tf.function(grad, input_signature=[SPEC, MASK_SPEC, SPEC], jit_compile=True)
-    got = xla(x, mask, w).numpy()
-    expected = grad(tf.constant(x), mask, w).numpy()
-    np.testing.assert_allclose(got, expected, atol=1e-3 * np.abs(expected).max())
-    assert np.all(got[~mask] == 0.0)
+    for batch, n in ((3, 6), (2, 80)):  # the dense and the CG backward solve
+        rng = np.random.RandomState(n)
+        x, mask = _inputs(batch, n, seed=n)
+        w = rng.randn(batch, n).astype(np.float32)
+        ranks, got = (t.numpy() for t in xla(x, mask, w))
+        expected_ranks, expected = (t.numpy() for t in grad(tf.constant(x), mask, w))
+        np.testing.assert_allclose(ranks, expected_ranks, atol=2e-5, err_msg=f"n={n}")
+        np.testing.assert_allclose(got, expected, atol=1e-3 * np.abs(expected).max(),
+                                   err_msg=f"n={n}")
+        assert np.all(got[~mask] == 0.0)
+    assert xla.experimental_get_tracing_count() == 1
 
 
 def test_info_reports_iterations_and_error_with_batch_shape():
@@ -185,31 +207,40 @@ def test_info_reports_iterations_and_error_with_batch_shape():
     assert np.all(info.error.numpy() > 1e-12)
 
 
-@pytest.mark.parametrize("op", ["rank", "sort", "cdf", "quantile", "qnorm", "topk", "perm"])
-def test_xla_matches_eager(op):
-    x = tf.constant(np.random.RandomState(10).randn(3, 4, 9), tf.float32)
-    fns = {
-        "rank": lambda v: ss.sinkhorn_rank(v, axis=1),
-        "sort": lambda v: ss.sinkhorn_sort(v, topk=3, direction="DESCENDING"),
-        "cdf": lambda v: ss.sinkhorn_cdf(v, axis=0, threshold=1e-5),
-        "quantile": lambda v: ss.sinkhorn_quantile(v, [0.25, 0.5]),
-        "qnorm": lambda v: ss.sinkhorn_quantile_normalization(v, [1.0, 2.0, 4.0]),
-        "topk": lambda v: ss.sinkhorn_topk_mask(v, 3, implicit_diff=None),
-        "perm": lambda v: ss.sinkhorn_permutation_matrix(v),
-    }
-    f = fns[op]
+XLA_OPERATORS = {
+    "rank": lambda v: ss.sinkhorn_rank(v, axis=1),
+    "sort": lambda v: ss.sinkhorn_sort(v, topk=3, direction="DESCENDING"),
+    "cdf": lambda v: ss.sinkhorn_cdf(v, axis=0, threshold=1e-5),
+    "quantile": lambda v: ss.sinkhorn_quantile(v, [0.25, 0.5]),
+    "qnorm": lambda v: ss.sinkhorn_quantile_normalization(v, [1.0, 2.0, 4.0]),
+    "topk": lambda v: ss.sinkhorn_topk_mask(v, 3, implicit_diff=None),
+    "perm": lambda v: ss.sinkhorn_permutation_matrix(v),
+}
 
-    def with_grad(v):
+
+def test_xla_matches_eager():
+    """Values and gradients of every operator (static shapes) under XLA and eagerly;
+    one compiled function returns them all (one trace, one compile)."""
+    x = tf.constant(np.random.RandomState(10).randn(3, 4, 9), tf.float32)
+
+    def with_grad(f, v):
         with tf.GradientTape() as tape:
             tape.watch(v)
             out = f(v)
             loss = tf.reduce_sum(tf.sin(out))
         return out, tape.gradient(loss, v)
 
-    eager_out, eager_grad = with_grad(x)
-    xla_out, xla_grad = tf.function(with_grad, jit_compile=True)(x)
-    np.testing.assert_allclose(xla_out.numpy(), eager_out.numpy(), atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(xla_grad.numpy(), eager_grad.numpy(), atol=1e-3, rtol=1e-3)
+    def everything(v):
+        return {op: with_grad(f, v) for op, f in XLA_OPERATORS.items()}
+
+    xla = tf.function(everything, jit_compile=True)(x)
+    for op, f in XLA_OPERATORS.items():
+        eager_out, eager_grad = with_grad(f, x)
+        xla_out, xla_grad = xla[op]
+        np.testing.assert_allclose(xla_out.numpy(), eager_out.numpy(), atol=1e-4, rtol=1e-4,
+                                   err_msg=op)
+        np.testing.assert_allclose(xla_grad.numpy(), eager_grad.numpy(), atol=1e-3,
+                                   rtol=1e-3, err_msg=op)
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
@@ -260,19 +291,20 @@ ONE_ITEM_OPS = {
 
 
 @pytest.mark.parametrize("jit_compile", [None, True])
-@pytest.mark.parametrize("name", sorted(ONE_ITEM_OPS))
-def test_one_item_lists_of_unknown_length_equal_the_static_result(name, jit_compile):
+def test_one_item_lists_of_unknown_length_equal_the_static_result(jit_compile):
     """Lists of one item with n unknown at trace time: the same values as with a
-    static n (rank 1, CDF 1, the value itself as its sort, the 1 × 1 matrix 1)."""
-    op = ONE_ITEM_OPS[name]
+    static n (rank 1, CDF 1, the value itself as its sort, the 1 × 1 matrix 1). Every
+    operator in one traced (and compiled) function."""
     x = tf.constant([[0.7], [-2.0]])
-    expected = op(x).numpy()
-    traced = tf.function(op, input_signature=[tf.TensorSpec([None, None])],
-                         jit_compile=jit_compile)
-    got = traced(x).numpy()
-    assert got.shape == expected.shape
-    assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    traced = tf.function(lambda v: {name: op(v) for name, op in ONE_ITEM_OPS.items()},
+                         input_signature=[tf.TensorSpec([None, None])],
+                         jit_compile=jit_compile)(x)
+    for name, op in ONE_ITEM_OPS.items():
+        expected = op(x).numpy()
+        got = traced[name].numpy()
+        assert got.shape == expected.shape, name
+        assert np.all(np.isfinite(got)), name
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
 
 
 def test_one_item_lists_hard_values_and_ragged_groups_of_single_items():
