@@ -157,21 +157,25 @@ def test_xla_and_mixed_precision_models():
     assert ss.SoftSort(dtype="float64")(x.astype(np.float64)).dtype == tf.float64
 
 
-@pytest.mark.parametrize("name", list(LAYERS))
-def test_sample_axis_has_a_static_size_for_flatten_and_dense(name):
+def test_sample_axis_has_a_static_size_for_flatten_and_dense():
     # Bug: the sample axis had no static size (and size S in training, 1 in inference),
     # so a Flatten + Dense after a stochastic layer with num_samples failed.
-    cls, kwargs, _ = LAYERS[name]
+    # Every layer of LAYERS in one model (a Flatten + Dense head each), fitted once.
     inputs = keras.Input((5,))
-    perm = cls(stochastic=True, num_samples=3, seed=2, **kwargs)(inputs)
-    assert tuple(perm.shape) == (None, 3, 5, 5)
-    outputs = keras.layers.Dense(1)(keras.layers.Flatten()(perm))
+    outputs = {}
+    for name, (cls, kwargs, _) in LAYERS.items():
+        perm = cls(stochastic=True, num_samples=3, seed=2, **kwargs)(inputs)
+        assert tuple(perm.shape) == (None, 3, 5, 5), name
+        outputs[name] = keras.layers.Dense(1, name=name)(keras.layers.Flatten()(perm))
     model = keras.Model(inputs, outputs)
-    model.compile("sgd", "mse")
+    model.compile("sgd", {name: "mse" for name in LAYERS})
     x = np.random.RandomState(0).randn(8, 5).astype(np.float32)
-    history = model.fit(x, x.sum(-1), batch_size=4, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
-    assert model.predict(x, batch_size=4, verbose=0).shape == (8, 1)
+    history = model.fit(x, {name: x.sum(-1) for name in LAYERS}, batch_size=4, epochs=1,
+                        verbose=0)
+    predictions = model.predict(x, batch_size=4, verbose=0)
+    for name in LAYERS:
+        assert np.isfinite(history.history[f"{name}_loss"][0]), name
+        assert predictions[name].shape == (8, 1), name
 
 
 @pytest.mark.parametrize("make, match", [
@@ -204,34 +208,48 @@ UNKNOWN_LENGTH_LAYERS = {
 }
 
 
-@pytest.mark.parametrize("mode", ["matrix", "sorted", "ranks"])
 @pytest.mark.parametrize("layer", [
     "softsort", "neuralsort", pytest.param("sinkhorn", marks=pytest.mark.slow)])
-def test_functional_model_with_unknown_length_predicts_two_lengths(layer, mode):
+def test_functional_model_with_unknown_length_predicts_two_lengths(layer):
+    # Every output mode in one model (a deterministic and a sampling layer per mode):
+    # one predict per length; each output checked.
+    modes = ["matrix", "sorted", "ranks"]
     inputs = keras.Input((None,))
-    kwargs = dict(output_mode=mode)
-    model = keras.Model(inputs, [UNKNOWN_LENGTH_LAYERS[layer](**kwargs)(inputs),
-                                 UNKNOWN_LENGTH_LAYERS[layer](stochastic=True, num_samples=2,
-                                               **kwargs)(inputs)])
+    outputs = {}
+    for mode in modes:
+        outputs[mode] = UNKNOWN_LENGTH_LAYERS[layer](output_mode=mode)(inputs)
+        outputs[f"{mode}_sampled"] = UNKNOWN_LENGTH_LAYERS[layer](
+            stochastic=True, num_samples=2, output_mode=mode)(inputs)
+    model = keras.Model(inputs, outputs)
     for n in LENGTHS:
         x = np.random.RandomState(n).randn(3, n).astype(np.float32)
-        out, sampled = model.predict(x, verbose=0, batch_size=2)
-        expected = UNKNOWN_LENGTH_LAYERS[layer](**kwargs)(x).numpy()
-        np.testing.assert_allclose(out, expected, atol=1e-5)
-        assert sampled.shape == expected.shape[:1] + (2,) + expected.shape[1:]
+        out = model.predict(x, verbose=0, batch_size=2)
+        for mode in modes:
+            expected = UNKNOWN_LENGTH_LAYERS[layer](output_mode=mode)(x).numpy()
+            np.testing.assert_allclose(out[mode], expected, atol=1e-5,
+                                       err_msg=f"{mode}, n = {n}")
+            assert out[f"{mode}_sampled"].shape == (expected.shape[:1] + (2,)
+                                                    + expected.shape[1:]), (mode, n)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["softsort", "neuralsort"])
-def test_fit_with_padded_orderings_of_two_lengths(method):
+def test_fit_with_padded_orderings_of_two_lengths():
     # Scores from a Dense layer per item, trained with the permutation cross-entropy on
     # padded lists (ordering then −1) of two lengths; padded items are masked upstream.
+    # One head (its own Dense and layer, loss and metrics) per method, fitted together.
+    keras.utils.set_random_seed(0)  # the layers' unseeded Gumbel noise: reproducible
+    methods = ["neuralsort", "softsort"]
     items = keras.Input((None, 2))
     masked = keras.layers.Masking(mask_value=0.0)(items)
-    scores = Squeeze()(keras.layers.Dense(1)(masked))  # carries the Keras mask
-    model = keras.Model(items, UNKNOWN_LENGTH_LAYERS[method](stochastic=True)(scores))
-    model.compile(keras.optimizers.Adam(0.05), ss.PermutationCrossEntropy(),
-                  metrics=[ss.ExactPermutationAccuracy(), ss.ElementwisePermutationAccuracy()])
+    outputs = {}
+    for method in methods:
+        scores = Squeeze()(keras.layers.Dense(1)(masked))  # carries the Keras mask
+        outputs[method] = UNKNOWN_LENGTH_LAYERS[method](stochastic=True)(scores)
+    model = keras.Model(items, outputs)
+    model.compile(keras.optimizers.Adam(0.05),
+                  {method: ss.PermutationCrossEntropy() for method in methods},
+                  metrics={method: [ss.ExactPermutationAccuracy(),
+                                    ss.ElementwisePermutationAccuracy()] for method in methods})
     rng = np.random.RandomState(0)
     histories = []
     for n in (4, 7):
@@ -242,11 +260,16 @@ def test_fit_with_padded_orderings_of_two_lengths(method):
             x[b, n_valid[b]:] = 0.0
             key = x[b, :n_valid[b]] @ np.array([1.0, -2.0])
             order[b, :n_valid[b]] = np.argsort(-key, kind="stable")
-        histories.append(model.fit(x, order, epochs=6, batch_size=16, verbose=0).history)
-        result = model.evaluate(x, order, verbose=0, return_dict=True)
-        assert np.isfinite(result["loss"])
-    assert histories[0]["loss"][-1] < histories[0]["loss"][0]
-    assert result["elementwise_permutation_accuracy"] > 0.6
+        targets = {method: order for method in methods}
+        histories.append(model.fit(x, targets, epochs=6, batch_size=16, verbose=0).history)
+        result = model.evaluate(x, targets, verbose=0, return_dict=True)
+        for method in methods:
+            assert np.isfinite(result[f"{method}_loss"]), (method, n)
+    for method in methods:
+        loss = histories[0][f"{method}_loss"]
+        assert loss[-1] < loss[0], (method, loss)
+        accuracy = result[f"{method}_elementwise_permutation_accuracy"]
+        assert accuracy > 0.6, (method, accuracy)
 
 
 def test_masked_model_save_load_round_trip(tmp_path):
@@ -375,24 +398,34 @@ def sorting_data(batch=64):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-@pytest.mark.parametrize("name", sorted(MIXED_PRECISION_LAYERS))
-def test_permutation_layers_train_under_mixed_precision(policy, name):
+def test_permutation_layers_train_under_mixed_precision(policy):
+    # Every layer of MIXED_PRECISION_LAYERS in one mixed model, each after its own Dense
+    # (same initialisation as alone) with its own loss and metric: one evaluate, fit,
+    # evaluate for all; each head's loss and accuracy checked.
+    names = sorted(MIXED_PRECISION_LAYERS)
     x, order = sorting_data()
     inputs = keras.Input((N,))
-    scores = keras.layers.Dense(N, kernel_initializer=keras.initializers.RandomNormal(
-        stddev=0.3, seed=0))(inputs)
-    assert scores.dtype == policy.removeprefix("mixed_")  # the model really is mixed
-    perm = MIXED_PRECISION_LAYERS[name]()(scores)
-    assert perm.dtype == "float32"
-    model = keras.Model(inputs, perm)
-    model.compile(keras.optimizers.Adam(0.05), ss.PermutationCrossEntropy(),
-                  metrics=[ss.ExactPermutationAccuracy()])
-    before = model.evaluate(x, order, batch_size=16, verbose=0, return_dict=True)
-    history = model.fit(x, order, batch_size=16, epochs=4, verbose=0).history
-    after = model.evaluate(x, order, batch_size=16, verbose=0, return_dict=True)
-    assert np.all(np.isfinite(history["loss"]))
-    assert after["loss"] < 0.7 * before["loss"]
-    assert after["exact_permutation_accuracy"] > before["exact_permutation_accuracy"]
+    outputs = {}
+    for name in names:
+        scores = keras.layers.Dense(N, kernel_initializer=keras.initializers.RandomNormal(
+            stddev=0.3, seed=0))(inputs)
+        assert scores.dtype == policy.removeprefix("mixed_")  # the model really is mixed
+        perm = MIXED_PRECISION_LAYERS[name]()(scores)
+        assert perm.dtype == "float32", name
+        outputs[name] = perm
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.Adam(0.05),
+                  {name: ss.PermutationCrossEntropy() for name in names},
+                  metrics={name: [ss.ExactPermutationAccuracy()] for name in names})
+    targets = {name: order for name in names}
+    before = model.evaluate(x, targets, batch_size=16, verbose=0, return_dict=True)
+    history = model.fit(x, targets, batch_size=16, epochs=4, verbose=0).history
+    after = model.evaluate(x, targets, batch_size=16, verbose=0, return_dict=True)
+    for name in names:
+        assert np.all(np.isfinite(history[f"{name}_loss"])), name
+        assert after[f"{name}_loss"] < 0.7 * before[f"{name}_loss"], name
+        accuracy = f"{name}_exact_permutation_accuracy"
+        assert after[accuracy] > before[accuracy], name
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
     if policy == "mixed_float16":
         assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)

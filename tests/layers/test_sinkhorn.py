@@ -69,43 +69,71 @@ def test_quantile_normalization_targets_sorted_and_trainable():
     assert len(frozen.trainable_weights) == 1
 
 
-def _models(layer_factory, n=6):
-    """The same layer inside Sequential, functional and subclassed models."""
-    seq = keras.Sequential([keras.Input((n,)), keras.layers.Dense(n), layer_factory()])
-    inp = keras.Input((n,))
-    func = keras.Model(inp, layer_factory()(keras.layers.Dense(n)(inp)))
+ROUND_TRIP_FACTORIES = {
+    "rank": lambda: ss.SinkhornRank(epsilon=0.05),
+    "sort": lambda: ss.SinkhornSort(topk=3, direction="DESCENDING"),
+    "quantile": lambda: ss.SinkhornQuantile(quantiles=[0.2, 0.5]),
+    "qnorm": lambda: ss.SinkhornQuantileNormalization(num_targets=4),
+    "cdf": lambda: ss.SinkhornCDF(),
+}
 
-    @keras.saving.register_keras_serializable(package="softsort_tf_tests")
-    class Sub(keras.Model):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            self.dense = keras.layers.Dense(n)
-            self.sort = layer_factory()
 
-        def call(self, x):
-            return self.sort(self.dense(x))
+@keras.saving.register_keras_serializable(package="softsort_tf_tests")
+class _EverySinkhornLayer(keras.Model):
+    """A subclassed model with a Dense and each layer of ROUND_TRIP_FACTORIES."""
 
-    sub = Sub()
-    sub(np.zeros((1, n), np.float32))
-    return {"sequential": seq, "functional": func, "subclassed": sub}
+    def __init__(self, n=6, **kwargs):
+        super().__init__(**kwargs)
+        self.n = n
+        self.denses = [keras.layers.Dense(n) for _ in ROUND_TRIP_FACTORIES]
+        self.sorts = [factory() for factory in ROUND_TRIP_FACTORIES.values()]
+
+    def call(self, x):
+        return [sort(dense(x)) for dense, sort in zip(self.denses, self.sorts, strict=True)]
+
+    def get_config(self):
+        return {**super().get_config(), "n": self.n}
+
+
+def _model_of_every_layer(kind, n=6):
+    """Every layer of ROUND_TRIP_FACTORIES inside one model of the given kind, and a
+    function giving each layer's output (in ROUND_TRIP_FACTORIES' order) from the model
+    or its reloaded copy. Sequential: the layers in a chain (Dense, rank, qnorm, cdf, sort,
+    quantile), each layer's output read from the chain."""
+    if kind == "sequential":
+        order = ["rank", "qnorm", "cdf", "sort", "quantile"]
+        model = keras.Sequential([keras.Input((n,)), keras.layers.Dense(n)]
+                                 + [ROUND_TRIP_FACTORIES[name]() for name in order])
+
+        def outputs(m, x):
+            every = keras.Model(m.inputs, [layer.output for layer in m.layers[1:]])(x)
+            by_name = dict(zip(order, every, strict=True))
+            return [by_name[name] for name in ROUND_TRIP_FACTORIES]
+
+        return model, outputs
+    if kind == "functional":
+        inp = keras.Input((n,))
+        model = keras.Model(inp, [factory()(keras.layers.Dense(n)(inp))
+                                  for factory in ROUND_TRIP_FACTORIES.values()])
+    else:
+        model = _EverySinkhornLayer(n)
+        model(np.zeros((1, n), np.float32))
+    return model, lambda m, x: m(x)
 
 
 @pytest.mark.parametrize("kind", ["sequential", "functional", "subclassed"])
-@pytest.mark.parametrize("factory", [
-    lambda: ss.SinkhornRank(epsilon=0.05),
-    lambda: ss.SinkhornSort(topk=3, direction="DESCENDING"),
-    lambda: ss.SinkhornQuantile(quantiles=[0.2, 0.5]),
-    lambda: ss.SinkhornQuantileNormalization(num_targets=4),
-    lambda: ss.SinkhornCDF(),
-], ids=["rank", "sort", "quantile", "qnorm", "cdf"])
-def test_save_load_round_trip(tmp_path, kind, factory):
-    model = _models(factory)[kind]
+def test_save_load_round_trip(tmp_path, kind):
+    # One model per kind holding every layer (one save and load), each layer's output
+    # compared exactly.
+    model, outputs = _model_of_every_layer(kind)
     x = np.random.RandomState(1).randn(5, 6).astype(np.float32)
-    before = model(x).numpy()
+    before = outputs(model, x)
     path = str(tmp_path / "m.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
-    np.testing.assert_array_equal(loaded(x).numpy(), before)
+    assert type(loaded) is type(model)
+    for name, got, want in zip(ROUND_TRIP_FACTORIES, outputs(loaded, x), before, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=name)
 
 
 def test_layers_work_in_reduced_precision_and_under_xla():
@@ -146,40 +174,49 @@ LAYERS = {
 }
 
 
-def _scorer_model(layer):
-    """Features `[batch, n, 3]` (n unknown) → scores `[batch, n, 1]` → the layer."""
+def _scorer_model(names):
+    """Features `[batch, n, 3]` (n unknown) → scores `[batch, n, 1]` (a Dense per layer,
+    kernel ones) → each layer of LAYERS in `names`: one output per layer."""
     inp = keras.Input((None, 3))
-    scores = keras.layers.Dense(1, kernel_initializer="ones")(inp)
-    return keras.Model(inp, layer(scores))
+    return keras.Model(inp, {name: LAYERS[name]()(keras.layers.Dense(
+        1, kernel_initializer="ones", name=f"dense_{name}")(inp)) for name in names})
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
-def test_functional_model_predicts_two_list_lengths(name):
-    model = _scorer_model(LAYERS[name]())
+def test_functional_model_predicts_two_list_lengths():
+    # Every layer of LAYERS in one model (one predict per length), each output checked.
+    model = _scorer_model(sorted(LAYERS))
     for n in (5, 9):
         x = np.random.RandomState(n).randn(4, n, 3).astype(np.float32)
         out = model.predict(x, verbose=0)
         scores = x.sum(axis=-1, keepdims=True)
-        expected = LAYERS[name]()
-        if name == "quantile_normalization":
-            expected.build((None, None, 1))
-        np.testing.assert_allclose(out, expected(scores).numpy(), atol=1e-5)
+        for name in sorted(LAYERS):
+            expected = LAYERS[name]()
+            if name == "quantile_normalization":
+                expected.build((None, None, 1))
+            np.testing.assert_allclose(out[name], expected(scores).numpy(), atol=1e-5,
+                                       err_msg=f"{name}, n = {n}")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["rank", "sort", "quantile_normalization"])
-def test_functional_model_fits_two_list_lengths(name):
-    model = _scorer_model(LAYERS[name]())
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    before = model.get_weights()[0].copy()
+def test_functional_model_fits_two_list_lengths():
+    # The layers in one model, each after its own Dense and with its own mse loss: one fit
+    # per length; each head's loss is finite and each head's Dense is trained.
+    names = ["quantile_normalization", "rank", "sort"]
+    model = _scorer_model(names)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss={name: "mse" for name in names})
+    before = {name: model.get_layer(f"dense_{name}").get_weights()[0].copy()
+              for name in names}
     for n in (5, 8):
         rng = np.random.RandomState(n)
         x = rng.randn(16, n, 3).astype(np.float32)
-        y = model.predict(x, verbose=0)
-        y = y + rng.randn(*y.shape).astype(np.float32)
+        y = model(x)  # eager targets (not `predict`: its traces would only make targets)
+        y = {name: y[name].numpy() + rng.randn(*y[name].shape).astype(np.float32)
+             for name in names}
         history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-        assert np.isfinite(history.history["loss"][-1])
-    assert np.any(model.get_weights()[0] != before)
+        for name in names:
+            assert np.isfinite(history.history[f"{name}_loss"][-1]), (name, n)
+    for name in names:
+        assert np.any(model.get_layer(f"dense_{name}").get_weights()[0] != before[name]), name
 
 
 def test_masked_model_with_unknown_n_saves_and_loads(tmp_path):
