@@ -36,6 +36,8 @@ flags.DEFINE_integer("num_candidates", _D.num_candidates, "Candidates per episod
 flags.DEFINE_integer("num_val_episodes", _D.num_val_episodes, "Validation episodes.",
                      lower_bound=1)
 flags.DEFINE_integer("limit_per_split", None, "Keep only this many images per split.")
+flags.DEFINE_bool("jit_compile", _D.jit_compile, "XLA-compile the training and evaluation "
+                  "steps.")
 
 
 def main(argv):

@@ -219,7 +219,10 @@ def test_binary_end_to_end(npz_path, tmp_path, run_binaries):
             "--validation_size=100", "--pairs=0-1,2-3", "--train_size=40", "--val_size=20",
             "--steps=10", "--eval_every=5", "--l2_grid=0.001", "--kernel_sizes=10",
             "--kernel_block=20", "--kernel_test_per_class=4", "--cv_folds=2", "--verbose=0",
-            "--nojit_compile"]
+            "--nojit_compile",
+            # Two of the five normalisations (each traces its own training step): the
+            # fixed features and the learned f. All five: test_run_resumes_and_writes_results.
+            "--normalizations=raw,suquan"]
     pairs = {"code": "import json; print(list(json.load(open("
                      f"{str(out / 'results.json')!r}))['pairs']))"}
     procs = run_binaries([{"argv": [*argv, "--stop_after_pairs=1"], "timeout": 300}, pairs,
@@ -230,6 +233,8 @@ def test_binary_end_to_end(npz_path, tmp_path, run_binaries):
     with open(out / "results.json") as f:
         results = json.load(f)
     assert results["complete"] and results["config"]["l2_grid"] == [0.001]
+    assert results["config"]["normalizations"] == ["raw", "suquan"]
+    assert sorted(results["pairs"]["2_3"]["normalizations"]) == ["raw", "suquan"]
     assert results["summary"]["kernel"]["kendall_svm@10"]["test_accuracy"]["count"] == 2
 
 

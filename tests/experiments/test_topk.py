@@ -36,8 +36,11 @@ def test_top_k_cnn_survives_saving(tmp_path):
 def test_train_topk_binary_writes_curves(tmp_path, run_binaries):
     out = str(tmp_path / "topk")
     (proc,) = run_binaries([{"argv": [
+        # 16 images per split in batches of 8 (2 steps per epoch): every step and
+        # evaluation runs Sinkhorn over all the activations of each image.
         "train_topk.py", f"--output_dir={out}", "--epochs=2", "--num_seeds=2",
-        "--limit_per_split=64", "--quantile_norm_layers", "--losses=soft_topk", "--verbose=0"],
+        "--limit_per_split=16", "--batch_size=8", "--quantile_norm_layers",
+        "--losses=soft_topk", "--verbose=0"],
         "timeout": 600}])
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(out, "curves.csv")) as f:
@@ -46,4 +49,6 @@ def test_train_topk_binary_writes_curves(tmp_path, run_binaries):
     assert all(r["runs"] == "2" for r in rows) and len(rows) == 4
     assert os.path.getsize(os.path.join(out, "curves.png")) > 1000
     with open(os.path.join(out, "results.json")) as f:
-        assert json.load(f)["finished"]
+        results = json.load(f)
+    assert results["finished"] and results["num_train"] == 16
+    assert results["flags"]["batch_size"] == 8

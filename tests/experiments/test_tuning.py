@@ -126,16 +126,19 @@ def test_bad_arguments_raise(tmp_path, kwargs, match):
 def test_tune_binary(tmp_path, run_binaries):
     out = str(tmp_path / "binary")
     argv = ["tune.py", f"--output_dir={out}", "--task=sort", "--n=3",
-            "--methods=softsort,neuralsort", "--max_trials=2", "--tau_range=8,64", "--epochs=1",
+            "--methods=softsort,neuralsort", "--max_trials=1", "--tau_range=8,64", "--epochs=1",
             "--steps_per_epoch=2", "--batch_size=4", "--num_val_sequences=8",
             "--num_test_sequences=8", "--digits_per_class=10", "--verbose=0",
             "--nodeterministic_ops", "--strategy=mirrored", "--num_cpu_devices=2"]
     bad_argv = ["tune.py", f"--output_dir={tmp_path / 'bad'}", "--task=sort", "--tau_range=8"]
     proc, bad = run_binaries([{"argv": argv, "timeout": 600}, {"argv": bad_argv, "timeout": 120}])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "random search, 2 trials" in proc.stdout
+    # One trial (not the default 10): the flag reached the search. Several trials, the
+    # best one and resuming are the search fixture's (test_search_records_trials_...).
+    assert "random search, 1 trials" in proc.stdout
     with open(os.path.join(out, "tuning.json")) as f:
         saved = json.load(f)
-    assert saved["space"]["tau"] == [8.0, 64.0] and len(saved["trials"]) == 2
+    assert saved["space"]["tau"] == [8.0, 64.0] and len(saved["trials"]) == 1
+    assert saved["flags"]["strategy"] == "mirrored"
     assert bad.returncode != 0 and "tau_range" in bad.stderr
     assert not os.path.exists(tmp_path / "bad")
