@@ -79,7 +79,7 @@ def test_keras_model_fed_two_list_lengths():
         history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"]).all()
         logs = model.evaluate(x, y, verbose=0, return_dict=True)
-        pred = model.predict(x, verbose=0)
+        pred = model(x).numpy()  # eager: predict's traces would only repeat evaluate's
         ref = np.mean([np_ndcg(lab, s, 5)[0] for lab, s in zip(y, pred, strict=True)])
         assert logs["ndcg_at_5"] == pytest.approx(ref, abs=1e-5)
 
