@@ -280,15 +280,30 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     return f, v * eps_last + g_init, n_it, err, eps_last
 
 
-# In eager mode the loops above would run op by op from Python (milliseconds per
-# iteration); these graph versions run them as one call. Inside `tf.function` or XLA
-# the plain functions are used and inlined. Python arguments are part of the trace
-# key. Both traces generalise to unknown shapes after a second shape, so calls at many
-# list lengths do not each trace a new graph: the loop's numerics depend on the shape
-# only through `long_sums` (an argument), and a generalised backward chooses its solve
-# by m when it runs (`implicit_vjp`).
+# In eager mode the loop would run op by op from Python (milliseconds per iteration):
+# it runs as one traced graph function. With implicit differentiation (the loop itself
+# is not differentiated) it is that function's call inside `tf.function` and XLA as
+# well, traced once per process and Python arguments instead of once per caller's trace
+# (the loop is about half of an operator's graph; XLA inlines the call). Otherwise, and
+# for the backward, graphs inline the plain functions (the backward's solve is chosen by
+# the static number of targets). Python arguments are part of the trace key. Both
+# traces generalise to unknown shapes after a second shape, so calls at many list
+# lengths do not each trace a new graph: the loop's numerics depend on the shape only
+# through `long_sums` (an argument), and a generalised backward chooses its solve by m
+# when it runs (`implicit_vjp`).
 _run_loop_graph = tf.function(_run_loop, autograph=False, reduce_retracing=True)
 _implicit_vjp_graph = tf.function(implicit_vjp, autograph=False, reduce_retracing=True)
+
+
+def _loop(cost, log_a, log_b, g_init, **kwargs):
+    """`_run_loop` as a call of its graph function, with the static shapes of its inputs
+    on its outputs (a generalised trace returns unknown ones)."""
+    f, g, n_it, err, eps_reached = _run_loop_graph(cost, log_a, log_b, g_init, **kwargs)
+    f.set_shape(log_a.shape)
+    g.set_shape(log_b.shape)
+    n_it.set_shape(log_a.shape[:1])
+    err.set_shape(log_a.shape[:1])
+    return f, g, n_it, err, eps_reached
 
 
 def _eager_or_graph(fn, graph_fn):
@@ -367,14 +382,16 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
             return tf.stop_gradient(exact_target_potential(x_, a_, y, b_, power))
         return tf.zeros_like(b_)
 
-    run_loop = _eager_or_graph(_run_loop, _run_loop_graph)
     if not implicit:
+        # Differentiated through: inlined in graphs (the gradient of a while loop with a
+        # `tf.cond` inside a function call does not compile under XLA).
+        run_loop = _eager_or_graph(_run_loop, _run_loop_graph)
         f, g, n_it, err, eps_reached = run_loop(cost, tf.math.log(a), tf.math.log(b),
                                                 init_g(x, a, b), **loop_kwargs)
         return SinkhornResult(f, g, cost, tf.stop_gradient(eps_reached), n_it, err, dtype=dtype)
 
     cost_s, a_s, b_s = tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b)
-    f0, g0, n_it, err, eps_reached = run_loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
+    f0, g0, n_it, err, eps_reached = _loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
                                               init_g(tf.stop_gradient(x), a_s, b_s),
                                               **loop_kwargs)
 

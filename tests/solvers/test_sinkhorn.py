@@ -199,6 +199,41 @@ def test_new_list_lengths_do_not_retrace_the_eager_solver_and_keep_its_values():
     assert solver._implicit_vjp_graph.experimental_get_tracing_count() <= vjp_before + 2
 
 
+@pytest.mark.parametrize("implicit", [True, False], ids=["implicit", "unrolled"])
+def test_graphs_of_new_callers_agree_with_eager_and_reuse_the_implicit_loop(implicit):
+    """Inside `tf.function` and XLA, values and gradients equal the eager ones and the
+    outputs keep the callers' static shapes. With implicit differentiation the loop is a
+    call of its graph function: new callers' traces reuse its trace (generalised after a
+    second shape). Unrolled gradients go through the inlined loop (they compile under XLA)."""
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.normal(size=(3, 6)), tf.float64)
+    diff = implicit_or_unrolled(implicit)
+
+    def sort_and_gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            s = ss.sinkhorn_sort(v, epsilon=0.1, threshold=1e-9, implicit_diff=diff)
+            loss = tf.reduce_sum(s * tf.cast(tf.range(tf.shape(v)[-1]), v.dtype) ** 2)
+        return s, tape.gradient(loss, v)
+
+    want = sort_and_gradient(x)
+    sort_and_gradient(tf.constant(rng.normal(size=(2, 9))))  # a second shape: generalised
+    before = solver._run_loop_graph.experimental_get_tracing_count()
+    for jit in (False, True):
+        for _ in range(2):  # new callers, each traced anew
+            fn = tf.function(sort_and_gradient, jit_compile=jit)
+            concrete = fn.get_concrete_function(tf.TensorSpec([3, 6], tf.float64))
+            assert concrete.structured_outputs[0].shape == (3, 6)
+            calls = [op.get_attr("f").name for op in concrete.graph.get_operations()
+                     if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+            assert any("_run_loop" in name for name in calls) == implicit, calls
+            for got, ref in zip(fn(x), want, strict=True):
+                assert np.all(np.isfinite(got.numpy())) and np.abs(got.numpy()).max() > 0.1
+                np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-9, atol=1e-12)
+    if implicit:
+        assert solver._run_loop_graph.experimental_get_tracing_count() == before
+
+
 def test_long_float32_sums_are_accurate():
     values = np.random.default_rng(0).uniform(0.5, 1.5, size=(2, 1_000_000)).astype(np.float32)
     exact = values.astype(np.float64).sum(axis=1)
