@@ -6,6 +6,8 @@ The CQR data files are stand-ins in the same formats (fixture `cqr_dir`).
 """
 
 import glob
+import itertools
+import json
 import os
 import threading
 
@@ -35,6 +37,21 @@ def test_grid_table_and_results_md_section(tmp_path, cqr_dir):
     text = md.read_text()
     assert "old" not in text and text.startswith("a\n") and text.endswith("\nb\n")
     assert "| τ, loss | concrete |" in text
+
+
+def test_grid_cells_are_every_dataset_quantile_loss_and_seed_seed_major(tmp_path):
+    grid = quantile_grid.Grid(str(tmp_path), str(tmp_path), datasets=("concrete", "bio"),
+                              quantiles=(0.1, 0.5), losses=("pinball", "squantile"),
+                              seeds=2)
+    cells = list(grid.cells())
+    assert cells == [(ds, q, loss, seed) for seed, ds, q, loss in itertools.product(
+        range(2), ("concrete", "bio"), (0.1, 0.5), ("pinball", "squantile"))]
+    dirs = {grid.run_dir(*cell) for cell in cells}
+    assert len(dirs) == 16
+    assert grid.run_dir("bio", 0.5, "squantile", 1) == os.path.join(
+        str(tmp_path), "bio", "quantile0.5", "squantile", "seed1")
+    assert grid.complete({("bio", 0.5, "pinball"): [{}] * 16})
+    assert not grid.complete({("bio", 0.5, "pinball"): [{}] * 15})
 
 
 def _kill_the_process(config):
@@ -67,7 +84,10 @@ def test_quantile_grid_driver_skips_finished_runs(cqr_dir, tmp_path, run_binarie
     runs, md = str(tmp_path / "runs"), tmp_path / "R.md"
     md.write_text(f"{quantile_grid.BEGIN_MARKER}\n{quantile_grid.END_MARKER}\n")
     argv = ["run_quantile_regression_grid.py", f"--data_dir={cqr_dir[0]}",
+            # One loss (the S-quantile, XLA-compiled as in the real grid): the runs of
+            # every loss are the grid's cells (test_grid_cells_are_every_...).
             f"--runs_dir={runs}", "--datasets=community", "--quantiles=0.5", "--seeds=1",
+            "--losses=squantile",
             "--epochs=1", "--steps_per_epoch=3", f"--results_md={md}"]
     pattern = os.path.join(runs, "community", "quantile0.5", "*", "seed0", "results.json")
     stamps = {"code": f"import glob, os; print(sorted((p, os.path.getmtime(p)) "
@@ -76,6 +96,9 @@ def test_quantile_grid_driver_skips_finished_runs(cqr_dir, tmp_path, run_binarie
         [{"argv": argv, "timeout": 600}, stamps, {"argv": argv, "timeout": 600}, stamps])
     for proc in (first, stamp, again, stamp_again):
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(glob.glob(pattern)) == 2
+    (found,) = glob.glob(pattern)
+    assert found.split(os.sep)[-3] == "squantile"
+    with open(found) as f:
+        assert json.load(f)["flags"]["loss"] == "squantile"
     assert stamp_again.stdout == stamp.stdout  # skipped, not rerun
     assert "| 0.5, S-quantile |" in md.read_text()

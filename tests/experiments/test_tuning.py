@@ -37,11 +37,11 @@ def _check_trial(hp):
 @pytest.fixture(scope="module")
 def searches(tmp_path_factory):
     """One random search of 2 trials with patience 1 and a learning rate of 1e-12 (the
-    validation score never improves: each trial stops after its second epoch of four),
+    validation score never improves: each trial stops after its second epoch of three),
     then the same search resumed in the same folder with one more trial and no patience
-    (it trains all four epochs)."""
+    (it trains all three epochs)."""
     out = str(tmp_path_factory.mktemp("search") / "search")
-    config = dict(task="sort", n=3, output_dir=out, **dict(TINY, epochs=4))
+    config = dict(task="sort", n=3, output_dir=out, **dict(TINY, epochs=3))
     first = tuning.search(ExperimentConfig(patience=1, **config), tuning.SearchSpace(**SPACE),
                           max_trials=2)
     with open(os.path.join(out, "tuning.json")) as f:
@@ -75,10 +75,10 @@ def test_search_records_trials_picks_the_best_and_resumes(searches):
 @pytest.mark.slow
 def test_patience_ends_a_trial_that_stopped_improving(searches):
     # With patience 1 each trial stops after its second epoch instead of training all
-    # four; the trial of the resumed search, without patience, trains all four.
+    # three; the trial of the resumed search, without patience, trains all three.
     first, _, second = searches
     assert [t["epochs_trained"] for t in first["trials"]] == [2, 2]
-    assert [t["epochs_trained"] for t in second["trials"]] == [2, 2, 4]
+    assert [t["epochs_trained"] for t in second["trials"]] == [2, 2, 3]
 
 
 def test_hypermodel_applies_the_trial_hyperparameters():
