@@ -38,6 +38,8 @@ _NUM_SAMPLES = flags.DEFINE_integer("num_samples", _D.num_samples,
 _TAU = flags.DEFINE_float("tau", _D.tau, "Temperature of the relaxed sort.", lower_bound=0.0)
 _SEED = flags.DEFINE_integer("seed", _D.seed, "Seed of every run.")
 _LIMIT = flags.DEFINE_integer("limit_per_split", None, "Keep only this many images per split.")
+_JIT = flags.DEFINE_bool("jit_compile", _D.jit_compile, "XLA-compile the runs' training and "
+                         "evaluation steps (see train_knn).")
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False,
                                     "Only write the table from the finished runs.")
 flags.register_validator("variants", lambda v: bool(v) and set(v) <= set(VARIANTS),
@@ -98,7 +100,7 @@ def main(argv):
                 method=method, stochastic=variant == "stochastic",
                 num_samples=_NUM_SAMPLES.value, k=k, tau=_TAU.value, epochs=_EPOCHS.value,
                 steps_per_epoch=_STEPS.value, seed=_SEED.value,
-                limit_per_split=_LIMIT.value, verbose=0))
+                limit_per_split=_LIMIT.value, jit_compile=_JIT.value, verbose=0))
         os.makedirs(_RUNS_DIR.value, exist_ok=True)
         with open(os.path.join(_RUNS_DIR.value, "table.md"), "w") as f:
             f.write(_table())

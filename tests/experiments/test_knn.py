@@ -109,7 +109,10 @@ def binaries(run_binaries, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("knn")
     grid = ["run_knn_grid.py", f"--runs_dir={tmp / 'grid'}", "--ks=2", "--methods=neuralsort",
             "--variants=stochastic", "--epochs=1", "--steps_per_epoch=1",
-            "--limit_per_split=250", "--num_samples=2"]
+            "--limit_per_split=250", "--num_samples=2",
+            # The driver's table and skipping do not depend on XLA (its compile was most of
+            # the run); XLA-compiled kNN steps: test_knn_validation_inside_fit_...[True].
+            "--nojit_compile"]
     result = tmp / "grid" / "neuralsort_stochastic_k2" / "results.json"
     cases = {
         "knn": {"argv": ["train_knn.py", f"--output_dir={tmp / 'knn'}", "--epochs=1",
@@ -117,7 +120,7 @@ def binaries(run_binaries, tmp_path_factory):
                          "--k=3", "--stochastic", "--num_samples=2", "--method=neuralsort",
                          "--num_val_episodes=1", "--verbose=0", "--limit_per_split=100",
                          # XLA's compile is the cost of a run; XLA-compiled kNN steps run
-                         # in the grid's run and in test_knn_validation_inside_fit[True].
+                         # in test_knn_validation_inside_fit[True].
                          "--nojit_compile"]},
         "grid": {"argv": grid},
         "stamp": _mtime(result),
@@ -135,6 +138,7 @@ def test_knn_grid_driver_writes_the_table_and_skips_finished_runs(binaries):
     with open(os.path.join(runs, "neuralsort_stochastic_k2", "results.json")) as f:
         res = json.load(f)
     assert res["flags"]["stochastic"] and res["flags"]["k"] == 2 and res["wall_time_s"] > 0
+    assert res["flags"]["jit_compile"] is False  # the flag reaches the runs
     assert procs["stamp again"].stdout == procs["stamp"].stdout  # skipped, not rerun
     table = procs["again"].stdout
     acc = 100 * res["metrics"]["test_knn_accuracy"]
