@@ -7,6 +7,7 @@ import scipy.stats
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from operator_cases import batched_jacobians
 
 import softsort_tf as ss
 from softsort_tf.ops import squash as squash_lib
@@ -56,42 +57,16 @@ def test_robust_squash_is_weighted_and_differentiable():
         ss.sinkhorn_rank(x, squash="median")
 
 
-def _row_jacobians(op, x, delta, **kwargs):
-    """The theoretical and central-difference Jacobians of `op` at the single list x
-    `[1, n]` (what `tf.test.compute_gradient` computes, same δ), each in one batched call:
-    the operators treat the rows of a batch independently (`weights` tiled along), so
-    the 2n perturbed copies of x are one batch, and n copies of x with one output entry
-    each selected by the loss give the n rows of the Jacobian in one backward pass."""
-    n = x.shape[-1]
-    weights = kwargs.pop("weights", None)
-
-    def call(v):
-        if weights is None:
-            return op(v, **kwargs)
-        return op(v, weights=tf.tile(weights, [v.shape[0], 1]), **kwargs)
-
-    steps = delta * np.eye(n)
-    shifted = call(tf.constant(np.concatenate([x + steps, x - steps]))).numpy()
-    numerical = ((shifted[:n] - shifted[n:]) / (2 * delta)).T  # [output, input]
-    copies = tf.constant(np.repeat(x, n, axis=0))
-    with tf.GradientTape() as tape:
-        tape.watch(copies)
-        out = call(copies)
-        selected = tf.reduce_sum(out * tf.eye(n, dtype=out.dtype))
-    theoretical = tape.gradient(selected, copies).numpy()
-    return theoretical, numerical
-
-
 @pytest.mark.parametrize("weights", [None, [1.0, 2.0, 1.0, 0.5, 1.0, 1.5]])
 def test_robust_squash_gradients_match_finite_differences(weights):
     # The median and the MAD move with the entries they are read from: their
     # derivatives are part of the gradient (a stopped gradient fails here).
     x = np.array([[0.3, -1.2, 2.0, 0.9, -0.1, 5.0]])
     kwargs = dict(squash="robust", epsilon=0.05, threshold=1e-12, max_iterations=20000)
-    if weights is not None:
-        kwargs["weights"] = tf.constant([weights], tf.float64)
+    args = [x] if weights is None else [x, np.array([weights])]
     for op in (ss.sinkhorn_rank, ss.sinkhorn_sort):
-        theoretical, numerical = _row_jacobians(op, x, 1e-6, **kwargs)
+        fn = lambda v, w=None, op=op: op(v, weights=w, **kwargs)  # noqa: E731
+        theoretical, numerical = batched_jacobians(fn, args, delta=1e-6)
         assert np.abs(theoretical).max() > 1e-3
         np.testing.assert_allclose(theoretical, numerical, atol=1e-5, rtol=1e-3,
                                    err_msg=op.__name__)
