@@ -27,3 +27,26 @@ class SqueezeKeepingMask(keras.layers.Layer):
 
     def compute_mask(self, x, mask=None):
         return mask
+
+
+def unknown_length_batches(data, batch_size):
+    """A `tf.data.Dataset` of `data` (an array, or a tuple/dict nest of arrays with the
+    same leading axis) in batches of `batch_size` whose batch axis AND list axis (axis 1)
+    have no static size. Keras then traces its step once for lists of any length: fed
+    lists of several lengths in turn, a model runs every length with the one graph of
+    unknown length (instead of a trace for the first length and a retrace for the rest)."""
+    import numpy as np
+    import tensorflow as tf
+
+    arrays = tf.nest.map_structure(np.asarray, data)
+    size = len(tf.nest.flatten(arrays)[0])
+    spec = tf.nest.map_structure(lambda a: tf.TensorSpec(
+        (None,) + ((None,) + a.shape[2:] if a.ndim > 1 else ()), tf.as_dtype(a.dtype)),
+        arrays)
+
+    def generate():
+        for start in range(0, size, batch_size):
+            yield tf.nest.map_structure(lambda a, s=start: a[s:s + batch_size], arrays)
+
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    return dataset.apply(tf.data.experimental.assert_cardinality(-(-size // batch_size)))
