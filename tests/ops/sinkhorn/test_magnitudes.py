@@ -100,7 +100,7 @@ def scaled_rows(draw, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_property_every_scale_gives_exact_ranks_and_bounded_monotone_sorts(dtype, data):
     x = data.draw(scaled_rows(dtype))
@@ -115,17 +115,27 @@ def test_property_every_scale_gives_exact_ranks_and_bounded_monotone_sorts(dtype
     assert s.min() >= x.min() - tol and s.max() <= x.max() + tol
 
 
-@pytest.mark.parametrize("scale", [1e-30, 1e-10, 1.0, 1e10, 1e30])
+SCALES = [1e-30, 1e-10, 1.0, 1e10, 1e30]
+
+
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
-def test_extreme_magnitudes_are_finite(scale, dtype):
-    x = tf.constant(np.random.RandomState(0).randn(2, 6) * scale, dtype)
+def test_extreme_magnitudes_are_finite(dtype):
+    """Rows of every scale in one batch (each row is its own problem: the operators
+    and their gradients treat the rows of a batch independently), rows 2s and 2s + 1
+    the same random pair scaled by `SCALES[s]`."""
+    base = np.random.RandomState(0).randn(2, 6)
+    x = tf.constant(np.concatenate([base * scale for scale in SCALES]), dtype)
     with tf.GradientTape() as tape:
         tape.watch(x)
         outs = [ss.sinkhorn_rank(x), ss.sinkhorn_sort(x), ss.sinkhorn_quantile(x, 0.5),
                 ss.sinkhorn_cdf(x), ss.sinkhorn_topk_mask(x, 2)]
         loss = tf.add_n([tf.reduce_sum(o) for o in outs[::2]])
-    for o in outs:
-        assert np.all(np.isfinite(o.numpy()))
-    assert np.all(np.isfinite(tape.gradient(loss, x).numpy()))
+    grad = tape.gradient(loss, x).numpy()
     r = outs[0].numpy()
-    np.testing.assert_array_equal(np.argsort(r, 1), np.argsort(x.numpy(), 1))
+    for s, scale in enumerate(SCALES):
+        rows = slice(2 * s, 2 * s + 2)
+        for i, o in enumerate(outs):
+            assert np.all(np.isfinite(o.numpy()[rows])), (scale, i)
+        assert np.all(np.isfinite(grad[rows])), scale
+        np.testing.assert_array_equal(np.argsort(r[rows], 1), np.argsort(x.numpy()[rows], 1),
+                                      err_msg=f"scale {scale}")
