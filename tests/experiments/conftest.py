@@ -70,22 +70,27 @@ class ForkServer:
 
 class Forked:
     """A process started by `ForkServer`, with the part of `subprocess.Popen` the tests
-    use: `pid`, `poll`, `wait`, `send_signal`, `returncode`."""
+    use: `pid`, `poll`, `wait`, `send_signal`, `returncode`; and `cpu_seconds`, its CPU
+    time once it has exited."""
 
     def __init__(self, server: ForkServer):
-        self.server, self.pid, self.returncode = server, None, None
+        self.server, self.pid, self.returncode, self.cpu_seconds = server, None, None, None
+
+    def _update(self, answer: dict) -> int | None:
+        self.returncode, self.cpu_seconds = answer["returncode"], answer["cpu_seconds"]
+        return self.returncode
 
     def poll(self) -> int | None:
         self.server.read_pids()
         if self.returncode is None:
-            self.returncode = self.server.ask(poll=self.pid)["returncode"]
+            self._update(self.server.ask(poll=self.pid))
         return self.returncode
 
     def wait(self, timeout: float) -> int | None:
         """The exit code, None if the process still runs after `timeout` seconds."""
         self.server.read_pids()
         if self.returncode is None:
-            self.returncode = self.server.ask(wait=self.pid, timeout=timeout)["returncode"]
+            self._update(self.server.ask(wait=self.pid, timeout=timeout))
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -111,9 +116,9 @@ def run_binaries(fork_server, tmp_path_factory):
     """`run(cases, check=False)`: runs the command lines `cases` (`fork_server.py`; a
     script name alone is looked up in `scripts/`; `"timeout"`: seconds, default 600) one
     after the other, each in its own process forked from `fork_server`. Returns one
-    `returncode`, `stdout`, `stderr`, `seconds` namespace per case: a list in order, or a
-    dict with the keys of `cases` when `cases` is a dict. `check` asserts that every case
-    exited with 0."""
+    `returncode`, `stdout`, `stderr`, `seconds`, `cpu_seconds` namespace per case: a list
+    in order, or a dict with the keys of `cases` when `cases` is a dict. `check` asserts
+    that every case exited with 0."""
 
     def run(cases, check: bool = False):
         if isinstance(cases, dict):
@@ -133,11 +138,12 @@ def run_binaries(fork_server, tmp_path_factory):
                 process.wait(60)
             results.append(types.SimpleNamespace(
                 returncode=process.returncode, stdout=out.read_text() if out.exists() else "",
-                stderr=err.read_text() if err.exists() else "", seconds=time.time() - start))
+                stderr=err.read_text() if err.exists() else "", seconds=time.time() - start,
+                cpu_seconds=process.cpu_seconds))
             name = "<code>" if "code" in case else os.path.basename(case["argv"][0])
             # Shown with `pytest -s`: where the time goes.
-            print(f"[run_binaries] {results[-1].seconds:6.1f} s  exit {process.returncode}  "
-                  f"{name}")
+            print(f"[run_binaries] {results[-1].seconds:6.1f} s  "
+                  f"{process.cpu_seconds or 0.0:6.1f} s CPU  exit {process.returncode}  {name}")
         for result in results if check else ():
             assert result.returncode == 0, result.stderr[-3000:]
         return results

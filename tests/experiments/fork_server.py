@@ -15,8 +15,9 @@ It reads one JSON request per line on stdin and answers one JSON line on stdout:
   `{"argv": [script, arg, ...]}` (a Python file run as `__main__`, as
   `python script arg ...` does) or `{"code": source, "argv": [...]}` (as
   `python -c source ...`), with optional `"env"` (variables to set) and `"cwd"`;
-- `{"poll": pid}` answers `{"returncode": code}`, None while the child runs (a child
-  killed by a signal: minus the signal's number);
+- `{"poll": pid}` answers `{"returncode": code, "cpu_seconds": seconds}`, both None
+  while the child runs (a child killed by a signal: minus the signal's number; the
+  CPU time, user + system, is the child's own);
 - `{"wait": pid, "timeout": seconds}` answers the same once the child has exited or the
   timeout has passed.
 
@@ -83,13 +84,14 @@ def _child(case: dict, stdout_path: str, stderr_path: str) -> None:
         os._exit(code)
 
 
-def _wait(pid: int, timeout: float) -> int | None:
-    """The exit code of the child `pid`, None if it still runs after `timeout` seconds."""
+def _wait(pid: int, timeout: float) -> tuple[int, float] | None:
+    """The exit code and CPU seconds (user + system) of the child `pid`, None if it
+    still runs after `timeout` seconds."""
     deadline = time.time() + timeout
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status)
+            return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
         if time.time() >= deadline:
             return None
         time.sleep(0.05)
@@ -100,15 +102,16 @@ def main() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     answers = os.fdopen(os.dup(1), "w")
-    running, exited = set(), {}
+    running, exited = set(), {}  # exited: pid -> (exit code, CPU seconds)
 
     def returncode(pid, timeout):
         if pid not in exited:
-            code = _wait(pid, timeout)
-            if code is not None:
-                exited[pid] = code
+            done = _wait(pid, timeout)
+            if done is not None:
+                exited[pid] = done
                 running.discard(pid)
-        return exited.get(pid)
+        code, cpu = exited.get(pid, (None, None))
+        return {"returncode": code, "cpu_seconds": cpu}
 
     for line in sys.stdin:
         try:
@@ -122,9 +125,9 @@ def main() -> None:
                 running.add(pid)
                 answer = {"pid": pid}
             elif "poll" in request:
-                answer = {"returncode": returncode(request["poll"], 0)}
+                answer = returncode(request["poll"], 0)
             else:
-                answer = {"returncode": returncode(request["wait"], request["timeout"])}
+                answer = returncode(request["wait"], request["timeout"])
         except Exception as error:  # noqa: BLE001 (a bad request: answered, not fatal)
             answer = {"error": repr(error)}
         answers.write(json.dumps(answer) + "\n")
