@@ -16,7 +16,7 @@ from softsort_tf.solvers import sinkhorn as sinkhorn_solver
 from softsort_tf.solvers import sinkhorn as solver
 from softsort_tf.solvers import sinkhorn as solver_lib
 
-SETTINGS = settings(max_examples=15, deadline=None)
+SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 
 
 seeds = st.integers(0, 10_000)

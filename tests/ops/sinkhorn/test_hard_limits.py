@@ -32,7 +32,7 @@ def run(op, *args, **kwargs):
     """`op(*args, **kwargs, **HARD)` as numpy, and the largest reported marginal error."""
     out, info = op(*args, return_info=True, **kwargs, **HARD)
     return out.numpy(), float(np.max(info.error.numpy()))
-SETTINGS = settings(max_examples=8, deadline=None)
+SETTINGS = settings(max_examples=8, deadline=None, derandomize=True)
 directions = st.sampled_from(["ASCENDING", "DESCENDING"])
 seeds = st.integers(0, 10_000)
 
