@@ -47,113 +47,66 @@ def _inputs(batch, n, seed):
     return x, mask
 
 
-# XLA compiles once per concrete shape (about 1 s per operator and shape on the test
+# XLA compiles once per concrete shape (about 6 s per operator and shape on the test
 # machine): a few operators covering every kind of target (default grid with a mask,
 # top-k and quantile targets per row, two-bin mask, the plan read-out). The rank with a
-# mask is compiled with its gradient (`test_masked_gradients_with_unknown_n_compile_under_xla`),
-# which checks its values too.
+# mask is compiled with its gradient by
+# `test_masked_gradients_with_unknown_n_compile_under_xla`, which checks its values too.
 XLA_MASKS = {"sort_topk": (False, True), "quantile": (True,), "topk_mask": (False,),
              "permutation_matrix": (True,)}
 
 
-GRADIENT_OPERATORS = ("rank", "sort_topk", "quantile")
-
-
-# The shapes of the unknown-n tests' calls, one call of every function per row: (batch, n)
-# of the operators' inputs, of the masked rank gradient (n = 6: the dense backward solve,
-# n = 80: CG) and of the top-k lists of 4 < n = 6 (fine) and 4 = n (poisoned under XLA).
-UNKNOWN_N_CALLS = (((3, 5), (3, 6), (1, 6)), ((2, 8), (2, 80), (1, 4)))
-
-
-def _op_call(name, use_mask, x, mask):
-    op = OPERATORS[name]
-    return op(x, mask=mask, **KW) if use_mask else op(x, **KW)
-
-
-def _unknown_n_gradient(name, x):
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        loss = tf.reduce_sum(OPERATORS[name](x, **KW) * 1.0)
-    return tape.gradient(loss, x)
-
-
-def _masked_rank_gradient(v, m, weights):
-    with tf.GradientTape() as tape:
-        tape.watch(v)
-        ranks = ss.sinkhorn_rank(v, mask=m, **KW)
-        loss = tf.reduce_sum(ranks * weights)
-    return ranks, tape.gradient(loss, v)
-
-
-def _k_not_below_n(x):
-    return {"topk": ss.sinkhorn_sort(x, topk=4), "k": ss.sinkhorn_topk_mask(x, 4)}
-
-
-@pytest.fixture(scope="module")
-def unknown_n_runs():
-    """Every unknown-n case of this module computed by two functions traced once each
-    (list length and batch size unknown at trace time), each called at the two rows of
-    `UNKNOWN_N_CALLS`: a graph function (every operator with and without a mask, the
-    gradients of `GRADIENT_OPERATORS`, the `ONE_ITEM_OPS` on lists of one item, whose XLA
-    version is compiled with `test_xla_matches_eager`) and an XLA function (the
-    operators of `XLA_MASKS`, the masked rank and its gradient, the top-k of
-    `_k_not_below_n`): two XLA compiles instead of fourteen. Returns the inputs and
-    outputs of each call, and the tracing counts."""
-
-    def graph_all(x, mask, one_item):
-        values = {(name, use_mask): _op_call(name, use_mask, x, mask)
-                  for name in OPERATORS for use_mask in (False, True)}
-        gradients = {name: _unknown_n_gradient(name, x) for name in GRADIENT_OPERATORS}
-        return values, gradients, _one_item_ops(one_item)
-
-    def xla_all(x, mask, xg, mg, wg, xk):
-        values = {(name, use_mask): _op_call(name, use_mask, x, mask)
-                  for name, masks in XLA_MASKS.items() for use_mask in masks}
-        return values, _masked_rank_gradient(xg, mg, wg), _k_not_below_n(xk)
-
-    graph = tf.function(graph_all, input_signature=[SPEC, MASK_SPEC, SPEC])
-    xla = tf.function(xla_all, input_signature=[SPEC, MASK_SPEC, SPEC, MASK_SPEC, SPEC, SPEC],
-                      jit_compile=True)
-    runs = []
-    for (batch, n), (batch_g, n_g), (_, n_k) in UNKNOWN_N_CALLS:
-        x, mask = _inputs(batch, n, seed=n)
-        xg, mg = _inputs(batch_g, n_g, seed=n_g)
-        wg = np.random.RandomState(n_g).randn(batch_g, n_g).astype(np.float32)
-        xk = np.arange(float(n_k), dtype=np.float32)[None]
-        runs.append(dict(x=x, mask=mask, xg=xg, mg=mg, wg=wg, xk=xk,
-                         graph=graph(x, mask, ONE_ITEM_X), xla=xla(x, mask, xg, mg, wg, xk)))
-    return runs, {"graph": graph.experimental_get_tracing_count(),
-                  "xla": xla.experimental_get_tracing_count()}
+def _xla_calling(graph, spec):
+    """An XLA function running the trace of the graph function `graph`."""
+    return tf.function(lambda *args: graph(*args), input_signature=spec, jit_compile=True)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))
-def test_unknown_n_and_batch_match_eager(name, unknown_n_runs):
+def test_unknown_n_and_batch_match_eager(name):
     """Graph mode (every operator, with and without a mask) and XLA (`XLA_MASKS`) with
     the list length and the batch size unknown at trace time: one trace for every
-    shape, the values of eager mode (the eager reference is computed once for both)."""
-    runs, tracing_counts = unknown_n_runs
-    assert tracing_counts == {"graph": 1, "xla": 1}  # one trace for every shape
+    shape, the values of eager mode. The XLA function calls the traced graph function,
+    so both run the same trace; the eager reference is computed once for both."""
+    op = OPERATORS[name]
     for use_mask in (False, True):
-        for run in runs:
-            x, mask = run["x"], run["mask"]
-            expected = _op_call(name, use_mask, x, mask).numpy()
-            got = {"graph": run["graph"][0][name, use_mask]}
-            if use_mask in XLA_MASKS.get(name, ()):
-                got["xla"] = run["xla"][0][name, use_mask]
-            for mode, value in got.items():
-                np.testing.assert_allclose(value.numpy(), expected, atol=2e-5,
-                                           err_msg=f"{name}, mask={use_mask}, {mode}, "
-                                                   f"n={x.shape[1]}")
+        if use_mask:
+            spec = [SPEC, MASK_SPEC]
+            graph = tf.function(lambda x, m: op(x, mask=m, **KW), input_signature=spec)
+        else:
+            spec = [SPEC]
+            graph = tf.function(lambda x: op(x, **KW), input_signature=spec)
+        functions = {"graph": graph}
+        if use_mask in XLA_MASKS.get(name, ()):
+            functions["xla"] = _xla_calling(graph, spec)
+        for batch, n in ((3, 5), (2, 8)):
+            x, mask = _inputs(batch, n, seed=n)
+            args, kw = ((x, mask), dict(mask=mask)) if use_mask else ((x,), {})
+            expected = op(x, **kw, **KW).numpy()
+            for mode, f in functions.items():
+                np.testing.assert_allclose(f(*args).numpy(), expected, atol=2e-5,
+                                           err_msg=f"{name}, mask={use_mask}, {mode}, n={n}")
+        for mode, f in functions.items():  # one trace for every shape
+            assert f.experimental_get_tracing_count() == 1, (name, use_mask, mode)
 
 
-@pytest.mark.parametrize("name", GRADIENT_OPERATORS)
-def test_gradients_with_unknown_n(name, unknown_n_runs):
-    runs, tracing_counts = unknown_n_runs
-    assert tracing_counts["graph"] == 1
-    for run in runs:
-        expected = _unknown_n_gradient(name, tf.constant(run["x"])).numpy()
-        np.testing.assert_allclose(run["graph"][1][name].numpy(), expected, atol=1e-4,
-                                   err_msg=f"{name}, n={run['x'].shape[1]}")
+@pytest.mark.parametrize("name", ["rank", "sort_topk", "quantile"])
+def test_gradients_with_unknown_n(name):
+    op = OPERATORS[name]
+
+    @tf.function(input_signature=[SPEC])
+    def grad(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(op(x, **KW) * tf.range(1.0, 3.0)[0])
+        return tape.gradient(loss, x)
+
+    for n in (5, 9):
+        x, _ = _inputs(2, n, seed=n)
+        xt = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            loss = tf.reduce_sum(op(xt, **KW) * 1.0)
+        np.testing.assert_allclose(grad(x).numpy(), tape.gradient(loss, xt).numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize("call, name", [
@@ -167,13 +120,14 @@ def test_k_below_n_is_checked_at_run_time(call, name):
         f(np.zeros([1, 4], np.float32))
 
 
-def test_k_not_below_n_gives_nan_under_xla(unknown_n_runs):
+def test_k_not_below_n_gives_nan_under_xla():
     """XLA drops run-time assertions: the rows are poisoned (NaN) instead. (Both
-    operators in the XLA function of `unknown_n_runs`, called with n = 6, then n = 4.)"""
-    runs, tracing_counts = unknown_n_runs
-    assert tracing_counts["xla"] == 1
-    fine, poisoned = (run["xla"][2] for run in runs)
-    assert [run["xk"].shape for run in runs] == [(1, 6), (1, 4)]
+    operators in one compiled function: one compile per list length.)"""
+    f = tf.function(lambda x: {"topk": ss.sinkhorn_sort(x, topk=4),
+                               "k": ss.sinkhorn_topk_mask(x, 4)},
+                    input_signature=[SPEC], jit_compile=True)
+    fine = f(np.arange(6.0, dtype=np.float32)[None])
+    poisoned = f(np.arange(4.0, dtype=np.float32)[None])
     for name in ("topk", "k"):
         assert np.all(np.isfinite(fine[name].numpy())), name
         assert np.all(np.isnan(poisoned[name].numpy())), name
@@ -213,26 +167,32 @@ def test_unknown_n_keeps_the_dense_backward_of_short_lists():
                                grad(tf.constant(x_long), w_long).numpy(), atol=1e-3)
 
 
-def test_masked_gradients_with_unknown_n_compile_under_xla(unknown_n_runs):
+def test_masked_gradients_with_unknown_n_compile_under_xla():
     """The backward solve chosen by m when m is unknown compiles under XLA (a choice
     made on the whole solve, forward loop included, failed there once differentiated:
     'No registered FakeParam OpKernel for XLA_CPU_JIT'): n = 6 (dense) and n = 80 (CG)
-    through one trace (the XLA function of `unknown_n_runs`). The masked ranks it
-    returns are those of eager mode as well (the rank with a mask of
-    `test_unknown_n_and_batch_match_eager` under XLA)."""
-    runs, tracing_counts = unknown_n_runs
-    assert [run["xg"].shape[1] for run in runs] == [6, 80]  # the dense and the CG solve
-    for run in runs:
-        x, mask, w = run["xg"], run["mg"], run["wg"]
-        n = x.shape[1]
-        ranks, got = (t.numpy() for t in run["xla"][1])
-        expected_ranks, expected = (t.numpy() for t in _masked_rank_gradient(
-            tf.constant(x), mask, w))
+    through one trace. The masked ranks it returns are those of eager mode as well
+    (the rank with a mask of `test_unknown_n_and_batch_match_eager` under XLA)."""
+
+    def grad(v, m, weights):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            ranks = ss.sinkhorn_rank(v, mask=m, **KW)
+            loss = tf.reduce_sum(ranks * weights)
+        return ranks, tape.gradient(loss, v)
+
+    xla = tf.function(grad, input_signature=[SPEC, MASK_SPEC, SPEC], jit_compile=True)
+    for batch, n in ((3, 6), (2, 80)):  # the dense and the CG backward solve
+        rng = np.random.RandomState(n)
+        x, mask = _inputs(batch, n, seed=n)
+        w = rng.randn(batch, n).astype(np.float32)
+        ranks, got = (t.numpy() for t in xla(x, mask, w))
+        expected_ranks, expected = (t.numpy() for t in grad(tf.constant(x), mask, w))
         np.testing.assert_allclose(ranks, expected_ranks, atol=2e-5, err_msg=f"n={n}")
         np.testing.assert_allclose(got, expected, atol=1e-3 * np.abs(expected).max(),
                                    err_msg=f"n={n}")
         assert np.all(got[~mask] == 0.0)
-    assert tracing_counts["xla"] == 1
+    assert xla.experimental_get_tracing_count() == 1
 
 
 def test_info_reports_iterations_and_error_with_batch_shape():
@@ -258,41 +218,25 @@ XLA_OPERATORS = {
 }
 
 
-def _with_grad(f, v):
-    with tf.GradientTape() as tape:
-        tape.watch(v)
-        out = f(v)
-        loss = tf.reduce_sum(tf.sin(out))
-    return out, tape.gradient(loss, v)
-
-
-XLA_X = np.random.RandomState(10).randn(3, 4, 9).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def xla_static_and_one_item():
-    """One XLA program (one trace, one compile): the values and gradients of every
-    operator of `XLA_OPERATORS` on `XLA_X` (static shape) and the `ONE_ITEM_OPS` of
-    `ONE_ITEM_X` passed with its list length and batch size unknown at trace time."""
-
-    def everything(v, one_item):
-        return ({op: _with_grad(f, v) for op, f in XLA_OPERATORS.items()},
-                _one_item_ops(one_item))
-
-    xla = tf.function(everything, jit_compile=True,
-                      input_signature=[tf.TensorSpec(XLA_X.shape, tf.float32), SPEC])
-    return xla(XLA_X, ONE_ITEM_X)
-
-
-def test_xla_matches_eager(xla_static_and_one_item):
+def test_xla_matches_eager():
     """Values and gradients of every operator (static shapes) under XLA and eagerly;
     one compiled function returns them all (one trace, one compile)."""
-    x = tf.constant(XLA_X)
-    xla = xla_static_and_one_item[0]
+    x = tf.constant(np.random.RandomState(10).randn(3, 4, 9), tf.float32)
+
+    def with_grad(f, v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            out = f(v)
+            loss = tf.reduce_sum(tf.sin(out))
+        return out, tape.gradient(loss, v)
+
+    def everything(v):
+        return {op: with_grad(f, v) for op, f in XLA_OPERATORS.items()}
+
+    xla = tf.function(everything, jit_compile=True)(x)
     for op, f in XLA_OPERATORS.items():
-        eager_out, eager_grad = _with_grad(f, x)
+        eager_out, eager_grad = with_grad(f, x)
         xla_out, xla_grad = xla[op]
-        assert xla_out.shape == eager_out.shape, op  # the static shapes are kept
         np.testing.assert_allclose(xla_out.numpy(), eager_out.numpy(), atol=1e-4, rtol=1e-4,
                                    err_msg=op)
         np.testing.assert_allclose(xla_grad.numpy(), eager_grad.numpy(), atol=1e-3,
@@ -346,32 +290,21 @@ ONE_ITEM_OPS = {
 }
 
 
-ONE_ITEM_X = np.array([[0.7], [-2.0]], np.float32)
-
-
-def _one_item_ops(v):
-    return {name: op(v) for name, op in ONE_ITEM_OPS.items()}
-
-
 @pytest.mark.parametrize("jit_compile", [None, True])
-def test_one_item_lists_of_unknown_length_equal_the_static_result(
-        jit_compile, unknown_n_runs, xla_static_and_one_item):
+def test_one_item_lists_of_unknown_length_equal_the_static_result(jit_compile):
     """Lists of one item with n unknown at trace time: the same values as with a
     static n (rank 1, CDF 1, the value itself as its sort, the 1 × 1 matrix 1). Every
-    operator in one traced (and compiled) function: the graph function of
-    `unknown_n_runs` (both of its calls) and the XLA program of `xla_static_and_one_item`."""
-    x = tf.constant(ONE_ITEM_X)
-    if jit_compile:
-        traced = [xla_static_and_one_item[1]]
-    else:
-        traced = [run["graph"][2] for run in unknown_n_runs[0]]
+    operator in one traced (and compiled) function."""
+    x = tf.constant([[0.7], [-2.0]])
+    traced = tf.function(lambda v: {name: op(v) for name, op in ONE_ITEM_OPS.items()},
+                         input_signature=[tf.TensorSpec([None, None])],
+                         jit_compile=jit_compile)(x)
     for name, op in ONE_ITEM_OPS.items():
         expected = op(x).numpy()
-        for outputs in traced:
-            got = outputs[name].numpy()
-            assert got.shape == expected.shape, name
-            assert np.all(np.isfinite(got)), name
-            np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
+        got = traced[name].numpy()
+        assert got.shape == expected.shape, name
+        assert np.all(np.isfinite(got)), name
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
 
 
 def test_one_item_lists_hard_values_and_ragged_groups_of_single_items():
