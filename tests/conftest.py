@@ -11,7 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # faster with LLVM's optimisation level 0 and its classic fusion code generator instead of
 # the MLIR fusion emitters. The HLO (what is computed, fusions included) is the same and
 # the values agree to rounding; the binaries and notebooks the tests fork inherit it.
-# `tests/test_xla_defaults.py` compiles every family with XLA's default flags, as users do.
+# `tests/ops/test_xla_defaults.py` compiles every family with XLA's defaults, as users do.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
                       "--xla_cpu_use_fusion_emitters=false")
 
