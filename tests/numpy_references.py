@@ -30,21 +30,24 @@ def np_window_shares(x, low, high):
 
 
 def np_log_sinkhorn_plan(x, y, epsilon, iterations):
-    """Entropic plan between x (uniform masses 1/n) and targets y (uniform 1/m) for the
-    cost |x_i − y_j|², by the log-domain Sinkhorn updates of Cuturi et al. (eq. 3)."""
+    """Entropic plans between x `[..., n]` (uniform masses 1/n) and targets y `[..., m]`
+    (uniform 1/m) for the cost |x_i − y_j|², by the log-domain Sinkhorn updates of Cuturi
+    et al. (eq. 3), on every problem of the leading axes at once; ε is a scalar or one per
+    problem `[...]`. Returns the plans `[..., n, m]`."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    cost = (x[:, None] - y[None, :]) ** 2
-    log_a, log_b = np.full(x.size, -np.log(x.size)), np.full(y.size, -np.log(y.size))
-    f, g = np.zeros(x.size), np.zeros(y.size)
+    eps = np.asarray(epsilon, np.float64)[..., None]  # [..., 1]
+    cost = (x[..., :, None] - y[..., None, :]) ** 2
+    log_a, log_b = -np.log(x.shape[-1]), -np.log(y.shape[-1])
+    f, g = np.zeros(x.shape), np.zeros(y.shape)
 
-    def softmin(m, axis):
-        top = m.max(axis=axis, keepdims=True)
-        return (top + np.log(np.exp(m - top).sum(axis=axis, keepdims=True))).squeeze(axis)
+    def softmin(v, axis):
+        top = v.max(axis=axis, keepdims=True)
+        return (top + np.log(np.exp(v - top).sum(axis=axis, keepdims=True))).squeeze(axis)
 
     for _ in range(iterations):
-        f = epsilon * log_a - epsilon * softmin((g[None, :] - cost) / epsilon, 1)
-        g = epsilon * log_b - epsilon * softmin((f[:, None] - cost) / epsilon, 0)
-    return np.exp((f[:, None] + g[None, :] - cost) / epsilon)
+        f = eps * log_a - eps * softmin((g[..., None, :] - cost) / eps[..., None], -1)
+        g = eps * log_b - eps * softmin((f[..., :, None] - cost) / eps[..., None], -2)
+    return np.exp((f[..., :, None] + g[..., None, :] - cost) / eps[..., None])
 
 
 def scipy_tau(a, b):

@@ -183,23 +183,3 @@ def batched_jacobians(f, args, wrt=0, delta=1e-5):
     numerical = ((out_copies[:, 0] - out_copies[:, 1]) / (2 * delta)).T
     return theoretical, numerical
 
-
-def np_log_sinkhorn_plans(x, y, epsilon, iterations):
-    """`numpy_references.np_log_sinkhorn_plan` for a batch of problems at once: x `[B, n]`,
-    targets y `[B, m]` and ε (a scalar or `[B]`), the same log-domain updates on every
-    problem; returns the plans `[B, n, m]`."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    eps = np.broadcast_to(np.asarray(epsilon, np.float64), x.shape[:1])[:, None, None]
-    cost = (x[:, :, None] - y[:, None, :]) ** 2
-    n, m = x.shape[1], y.shape[1]
-    log_a, log_b = -np.log(n), -np.log(m)
-    f, g = np.zeros(x.shape), np.zeros(y.shape)
-
-    def softmin(v, axis):
-        top = v.max(axis=axis, keepdims=True)
-        return (top + np.log(np.exp(v - top).sum(axis=axis, keepdims=True))).squeeze(axis)
-
-    for _ in range(iterations):
-        f = eps[:, :, 0] * log_a - eps[:, :, 0] * softmin((g[:, None, :] - cost) / eps, 2)
-        g = eps[:, :, 0] * log_b - eps[:, :, 0] * softmin((f[:, :, None] - cost) / eps, 1)
-    return np.exp((f[:, :, None] + g[:, None, :] - cost) / eps)

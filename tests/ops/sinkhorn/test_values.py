@@ -15,7 +15,7 @@ import scipy.stats
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from operator_cases import np_log_sinkhorn_plans
+from numpy_references import np_log_sinkhorn_plan
 
 import softsort_tf as ss
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
@@ -275,7 +275,7 @@ def numpy_permutations():
                 for direction, targets in PERMUTATION_CASES for row in PERMUTATION_X]
     xs, ys = (np.stack(parts) for parts in zip(*problems, strict=True))
     n = xs.shape[1]
-    plans = n * np.transpose(np_log_sinkhorn_plans(xs, ys, 0.1, 5000), (0, 2, 1))
+    plans = n * np.transpose(np_log_sinkhorn_plan(xs, ys, 0.1, 5000), (0, 2, 1))
     return {case: plans[2 * i:2 * i + 2] for i, case in enumerate(PERMUTATION_CASES)}
 
 
