@@ -12,9 +12,7 @@ from operator_cases import implicit_or_unrolled
 
 import softsort_tf as ss
 from softsort_tf.ops import transport as transport_lib
-from softsort_tf.solvers import sinkhorn as sinkhorn_solver
 from softsort_tf.solvers import sinkhorn as solver
-from softsort_tf.solvers import sinkhorn as solver_lib
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 
@@ -39,8 +37,8 @@ def random_problem(seed, n, m):
 def test_plan_marginals(n, m, eps, seed, power):
     x, y, a, b = random_problem(seed, n, m)
     threshold = 1e-4
-    res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, power=power, threshold=threshold,
-                                max_iterations=20000)
+    res = solver.solve(x, y, a, b, epsilon=eps, power=power, threshold=threshold,
+                       max_iterations=20000)
     plan = res.plan().numpy()
     row_err = np.abs(plan.sum(2) - a).sum(-1)
     np.testing.assert_array_less(row_err, threshold)
@@ -55,18 +53,18 @@ def test_plan_marginals(n, m, eps, seed, power):
 def test_input_exact_plan_marginals(n, m, eps, seed, implicit):
     """exact_marginal='input': rows equal a, columns are within the reported error."""
     x, y, a, b = random_problem(seed, n, m)
-    res = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
-                                max_iterations=20000, implicit_diff=implicit_or_unrolled(implicit),
-                                exact_marginal="input")
+    res = solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
+                       max_iterations=20000, implicit_diff=implicit_or_unrolled(implicit),
+                       exact_marginal="input")
     plan = res.plan().numpy()
     np.testing.assert_allclose(plan.sum(2), a, atol=1e-9)
     col_err = np.abs(plan.sum(1) - b).sum(-1)
     np.testing.assert_array_less(col_err, res.error.numpy() + 1e-12)
     np.testing.assert_array_less(res.error.numpy(), 1e-4)
     # Same potentials g as the default plan: both are read from the same iterate.
-    target = sinkhorn_solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
-                                   max_iterations=20000,
-                                   implicit_diff=implicit_or_unrolled(implicit))
+    target = solver.solve(x, y, a, b, epsilon=eps, threshold=1e-4,
+                          max_iterations=20000,
+                          implicit_diff=implicit_or_unrolled(implicit))
     np.testing.assert_allclose(res.g.numpy(), target.g.numpy(), atol=1e-9)
 
 
@@ -293,6 +291,6 @@ def test_marginal_error_has_no_rounding_floor_of_size_cost_over_epsilon(dtype, e
     x = rng.uniform(0.1, 0.9, size=(4, 12)).astype(dtype)
     for y, b in (([0.0, 1.0], [0.25, 0.75]), ([0.0, 0.5, 1.0], [0.1, 0.8, 0.1]),
                  (np.linspace(0.0, 1.0, 12), np.full(12, 1 / 12))):
-        result = solver_lib.solve(x, np.asarray(y, dtype), b=np.asarray(b, dtype),
-                                  epsilon=epsilon, threshold=1e-6, max_iterations=2000)
+        result = solver.solve(x, np.asarray(y, dtype), b=np.asarray(b, dtype),
+                              epsilon=epsilon, threshold=1e-6, max_iterations=2000)
         assert np.all(result.error.numpy() < 1e-6), result.error.numpy()
