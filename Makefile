@@ -11,8 +11,14 @@ export PYTHONUNBUFFERED := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The installer is uv (fetched into the environment by pip: it downloads and unpacks in
+# parallel, 2-3x faster than pip here) with the byte code compiled up front, as pip does;
+# plain pip when uv cannot be had (uv reads no pip.conf: a pip-only index or an offline
+# machine falls back to pip).
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	( $(BIN)/python -m pip install --quiet uv && \
+	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+	    -e ".[dev,experiments]" ) || \
 	$(BIN)/python -m pip install --quiet -e ".[dev,experiments]"
 	touch $(STAMP)
 

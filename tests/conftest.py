@@ -1,5 +1,7 @@
 """Shared pytest set-up: quiet TF logs, deterministic seeds, small thread pools, MNIST."""
 
+import collections
+import json
 import os
 import sys
 
@@ -27,6 +29,53 @@ except RuntimeError:
 # twice, so the rewrites cost more than they save. The rewrites keep what is computed (the
 # values agree to rounding); the forked binaries and the notebooks keep TensorFlow's default.
 tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
+# Under `make test` two pytest-xdist workers share the files (`--dist loadfile`: all the
+# tests of a file run on one worker, so its module fixtures are built once). They finish
+# together when the longest files start first and the short ones fill in at the end (xdist's
+# own order, most tests first, left a 20 s one-test file for last). `file_durations.json`
+# holds each file's seconds in a whole run; write it again after large changes with
+# `--file-durations-out=tests/file_durations.json`. A file it does not list counts one second
+# per test.
+FILE_DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "file_durations.json")
+_seconds_per_file = collections.Counter()
+
+
+def _file_of(nodeid):
+    return nodeid.split("::")[0]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--file-durations-out", default=None, metavar="PATH",
+                     help="write each test file's summed test durations (seconds) to PATH")
+
+
+def pytest_configure(config):
+    config.option.loadscopereorder = False  # xdist: keep the order made below
+
+
+def pytest_collection_modifyitems(config, items):
+    with open(FILE_DURATIONS) as f:
+        seconds = json.load(f)
+    tests = collections.Counter(_file_of(item.nodeid) for item in items)
+    weight = {name: seconds.get(name, count) for name, count in tests.items()}
+    # Stable: a file's tests keep their order and stay together.
+    items.sort(key=lambda item: (-weight[_file_of(item.nodeid)], _file_of(item.nodeid)))
+
+
+def pytest_runtest_logreport(report):
+    _seconds_per_file[_file_of(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--file-durations-out")
+    if path and not hasattr(session.config, "workerinput"):  # the xdist controller, or no xdist
+        with open(path, "w") as f:
+            json.dump({name: round(t, 1) for name, t in sorted(_seconds_per_file.items())},
+                      f, indent=0)
+            f.write("\n")
 
 
 @pytest.fixture
