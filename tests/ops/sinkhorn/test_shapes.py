@@ -293,21 +293,25 @@ ONE_ITEM_OPS = {
 }
 
 
-@pytest.mark.parametrize("jit_compile", [None, True])
-def test_one_item_lists_of_unknown_length_equal_the_static_result(jit_compile):
-    """Lists of one item with n unknown at trace time: the same values as with a
-    static n (rank 1, CDF 1, the value itself as its sort, the 1 × 1 matrix 1). Every
-    operator in one traced (and compiled) function."""
+def test_one_item_lists_of_unknown_length_equal_the_static_result():
+    """Lists of one item with n unknown at trace time, in a graph and under XLA: the same
+    values as with a static n (rank 1, CDF 1, the value itself as its sort, the 1 × 1
+    matrix 1). Every operator in one traced function, which the XLA function calls (one
+    trace for both); the static results are computed once for both."""
     x = tf.constant([[0.7], [-2.0]])
-    traced = tf.function(lambda v: {name: op(v) for name, op in ONE_ITEM_OPS.items()},
-                         input_signature=[tf.TensorSpec([None, None])],
-                         jit_compile=jit_compile)(x)
+    spec = [tf.TensorSpec([None, None])]
+    graph = tf.function(lambda v: {name: op(v) for name, op in ONE_ITEM_OPS.items()},
+                        input_signature=spec)
+    results = {"graph": graph(x), "xla": _xla_calling(graph, spec)(x)}
     for name, op in ONE_ITEM_OPS.items():
         expected = op(x).numpy()
-        got = traced[name].numpy()
-        assert got.shape == expected.shape, name
-        assert np.all(np.isfinite(got)), name
-        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
+        for mode, traced in results.items():
+            got = traced[name].numpy()
+            assert got.shape == expected.shape, (name, mode)
+            assert np.all(np.isfinite(got)), (name, mode)
+            np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6,
+                                       err_msg=f"{name}, {mode}")
+    assert graph.experimental_get_tracing_count() == 1
 
 
 def test_one_item_lists_hard_values_and_ragged_groups_of_single_items():
