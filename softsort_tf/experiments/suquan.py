@@ -349,6 +349,28 @@ def _logistic(scores, y):
         labels=tf.broadcast_to(y, tf.shape(scores)), logits=scores), axis=-1)
 
 
+_FIXED_FEATURES_CHUNKS: dict = {}
+
+
+def _fixed_features_chunk(jit_compile: bool):
+    """`count` Adam steps of the K logistic regressions on fixed features, a
+    `tf.function` shared by every `train_linear_models` call (the variables and data
+    are its arguments: calls of the same shapes trace and compile it once)."""
+    if jit_compile not in _FIXED_FEATURES_CHUNKS:
+        @tf.function(jit_compile=jit_compile)
+        def chunk(w, b, w_mom, w_vel, b_mom, b_vel, x, y, lam, lr, start, count):
+            params, state = [w, b], [(w_mom, w_vel), (b_mom, b_vel)]
+            for i in tf.range(count):
+                with tf.GradientTape() as tape:
+                    s = tf.linalg.matmul(w, x, transpose_b=True) + b[:, None]
+                    loss = tf.reduce_sum(_logistic(s, y) + lam * tf.reduce_sum(w * w, axis=1))
+                grads = tape.gradient(loss, params)
+                _adam(params, grads, state, lr, tf.cast(start + i + 1, tf.float32))
+
+        _FIXED_FEATURES_CHUNKS[jit_compile] = chunk
+    return _FIXED_FEATURES_CHUNKS[jit_compile]
+
+
 def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: int,
                         eval_every: int, learning_rate: float, targets=None,
                         jit_compile: bool = True) -> dict:
@@ -391,15 +413,26 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
 
     x_tr = features if learn_f else tf.constant(features, tf.float32)
 
-    @tf.function(jit_compile=jit_compile)
-    def train_chunk(start, count):
-        for i in tf.range(count):
-            with tf.GradientTape() as tape:
-                f = current_f()
-                loss = tf.reduce_sum(_logistic(scores(x_tr, f), y_tr)
-                                     + lam * tf.reduce_sum(w * w, axis=1))
-            grads = tape.gradient(loss, params)
-            _adam(params, grads, state, learning_rate, tf.cast(start + i + 1, tf.float32))
+    if learn_f:
+        @tf.function(jit_compile=jit_compile)
+        def chunk(start, count):
+            for i in tf.range(count):
+                with tf.GradientTape() as tape:
+                    f = current_f()
+                    loss = tf.reduce_sum(_logistic(scores(x_tr, f), y_tr)
+                                         + lam * tf.reduce_sum(w * w, axis=1))
+                grads = tape.gradient(loss, params)
+                _adam(params, grads, state, learning_rate, tf.cast(start + i + 1, tf.float32))
+
+        train_chunk = chunk
+    else:
+        # Fixed features: one traced (and, with XLA, compiled) step for every call of
+        # the same shapes (all the fixed normalisations of all the pairs).
+        lr = tf.constant(learning_rate, tf.float32)
+
+        def train_chunk(start, count):
+            _fixed_features_chunk(jit_compile)(w, b, *state[0], *state[1], x_tr, y_tr, lam,
+                                               lr, start, count)
 
     x_va = val_features if learn_f else tf.constant(val_features, tf.float32)
     y_va = tf.constant(y_val, tf.float32)
