@@ -50,3 +50,17 @@ def unknown_length_batches(data, batch_size):
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=spec)
     return dataset.apply(tf.data.experimental.assert_cardinality(-(-size // batch_size)))
+
+
+def unknown_length_inference(model, item_shape=(), dtype="float32"):
+    """`model`'s inference call (`training=False`) as ONE graph whose batch axis and list
+    axis (axis 1) have no static size: inputs `[batch, n, *item_shape]`, every batch and
+    list length run by the one trace, outputs as numpy arrays. (`model.predict` traces a
+    graph of static shapes first, relaxes the batch axis at the next shape, then the list
+    axis: three traces for two lengths.)"""
+    import numpy as np
+    import tensorflow as tf
+
+    spec = tf.TensorSpec((None, None) + tuple(item_shape), dtype)
+    graph = tf.function(lambda x: model(x, training=False), input_signature=[spec])
+    return lambda x: tf.nest.map_structure(np.asarray, graph(x))
