@@ -623,18 +623,29 @@ def test_regression_losses_take_reduced_and_other_float_predictions(policy):
         value64 = make(dtype="float64")(y_true, tf.constant(y_pred, tf.float32))
         assert value64.dtype == tf.float64, name
         assert float(value64) == pytest.approx(reference, abs=1e-6), name
-    # A model under the mixed policy trains with each loss: one head (its own Dense) per
-    # loss in one model, fitted once.
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16"], indirect=True)
+def test_mixed_precision_models_train_with_each_loss(policy):
+    # A model under a mixed policy trains with each loss: one head (its own Dense) per loss
+    # and reduced float, in one model fitted once (one trace, not one per policy): float16
+    # heads under the global mixed_float16 policy (loss-scaled, as Keras does), bfloat16
+    # heads with the mixed_bfloat16 policy of their layer.
+    y_true = np.linspace(0.0, 1.0, 8)
+    y_pred = np.linspace(0.0, 1.0, 8) + np.array([0.1, -0.2, 0.05, 3.0, 0, 0.1, -0.1, 0.2])
+    heads = {f"{name}_{dtype}": (make, dtype) for name, make in REDUCED_PRECISION_LOSSES.items()
+             for dtype in ("float16", "bfloat16")}
     inputs = keras.Input((1,))
-    model = keras.Model(inputs, {name: keras.layers.Dense(1, name=name)(inputs)
-                                 for name in REDUCED_PRECISION_LOSSES})
-    assert all(out.dtype == policy.removeprefix("mixed_") for out in model.outputs)
-    model.compile(keras.optimizers.SGD(0.05),
-                  {name: make() for name, make in REDUCED_PRECISION_LOSSES.items()})
-    history = model.fit(y_true[:, None], {name: y_pred for name in REDUCED_PRECISION_LOSSES},
-                        batch_size=8, epochs=3, verbose=0).history
-    for name in REDUCED_PRECISION_LOSSES:
-        assert np.all(np.isfinite(history[f"{name}_loss"])), name
+    model = keras.Model(inputs, {head: keras.layers.Dense(
+        1, name=head, dtype=None if dtype == "float16" else "mixed_bfloat16")(inputs)
+        for head, (_, dtype) in heads.items()})
+    for head, (_, dtype) in heads.items():
+        assert model.get_layer(head).compute_dtype == dtype, head
+    model.compile(keras.optimizers.SGD(0.05), {head: make() for head, (make, _) in heads.items()})
+    history = model.fit(y_true[:, None], {head: y_pred for head in heads}, batch_size=8,
+                        epochs=3, verbose=0).history
+    for head in heads:
+        assert np.all(np.isfinite(history[f"{head}_loss"])), head
 
 
 BATCH_STATISTIC_LOSSES = [ss.SoftLeastQuantileRegressionLoss, ss.SoftTrimmedRegressionLoss,
