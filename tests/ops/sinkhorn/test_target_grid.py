@@ -155,6 +155,8 @@ def test_default_operators_follow_the_papers_formulas(epsilon, paper_operators):
     np.testing.assert_allclose(ss.sinkhorn_cdf(x, **kw).numpy(), expected["cdf"], atol=1e-6)
     np.testing.assert_allclose(ss.sinkhorn_rank(x, **kw).numpy(), expected["rank"], atol=1e-6)
     np.testing.assert_allclose(ss.sinkhorn_sort(x, **kw).numpy(), expected["sort"], atol=1e-6)
-    # The bin-centre placement is another problem: it does not reproduce them.
-    centres = ss.sinkhorn_sort(x, targets="centres", **kw).numpy()
+    # The bin-centre placement is another problem: it does not reproduce them (by 0.02 at
+    # ε = 1e-2, 0.2 at 3e-2; a threshold of 1e-6 moves these by 2e-6, at a third of the
+    # iterations of 1e-12).
+    centres = ss.sinkhorn_sort(x, targets="centres", **{**kw, "threshold": 1e-6}).numpy()
     assert np.abs(centres - expected["sort"]).max() > 1e-3
