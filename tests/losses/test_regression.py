@@ -139,7 +139,7 @@ def test_quantile_regression_loss_moves_the_quantile_to_zero():
     loss = ss.SoftQuantileRegressionLoss(0.2)
     opt = keras.optimizers.SGD(0.5)
 
-    @tf.function  # one trace for the 200 steps
+    @tf.function  # one trace for the 100 steps
     def step():
         with tf.GradientTape() as tape:
             value = loss(y, pred + 0.0)
@@ -147,7 +147,10 @@ def test_quantile_regression_loss_moves_the_quantile_to_zero():
         opt.apply_gradients([(tf.fill([64], tf.reduce_sum(grad)), pred)])
         return grad
 
-    for _ in range(200):  # only a shared offset is free: it moves to the 0.2-quantile
+    # At zero offset 50 % of y lie below; only a shared offset is free: it moves to the
+    # 0.2-quantile (there by step 50: 20.3 %, the same fraction as after 200 steps).
+    assert np.mean(y.numpy() <= pred.numpy()) == pytest.approx(0.5, abs=0.1)
+    for _ in range(100):
         assert np.all(np.isfinite(step().numpy()))
     assert np.mean(y.numpy() <= pred.numpy()) == pytest.approx(0.2, abs=0.05)
 
