@@ -230,11 +230,12 @@ def test_masked_model_with_unknown_n_saves_and_loads(tmp_path):
     model = keras.Model(inp, ranks)
     path = tmp_path / "masked.keras"
     model.save(path)
-    loaded = keras.models.load_model(path)
+    # The loaded model traced once with no static batch size or length: both lengths.
+    predict = unknown_length_inference(keras.models.load_model(path), (1,))
     for n in (4, 6):
         x = np.random.RandomState(n).randn(3, n, 1).astype(np.float32)
         x[:, -1] = 0.0  # padding
-        out = loaded.predict(x, verbose=0)
+        out = predict(x)
         # The original model's reference by an eager call (its predict traces added nothing).
         np.testing.assert_allclose(out, model(x).numpy(), atol=1e-6)
         assert np.all(out[:, -1] == 0.0)
@@ -246,11 +247,14 @@ def test_plain_list_input_of_unknown_length():
     inp = keras.Input((None,))
     valid = keras.Input((None,), dtype="bool")
     model = keras.Model([inp, valid], ss.SinkhornSort(epsilon=1e-3)(inp, mask=valid))
+    # Traced once with no static batch size or length: the one graph runs both lengths.
+    graph = tf.function(lambda x, mask: model([x, mask], training=False), input_signature=[
+        tf.TensorSpec((None, None), tf.float32), tf.TensorSpec((None, None), tf.bool)])
     for n in (3, 6):
         x = np.random.RandomState(n).randn(2, n).astype(np.float32)
         mask = np.ones_like(x, bool)
         mask[1, 0] = False
-        out = model.predict([x, mask], verbose=0)
+        out = graph(x, mask).numpy()
         np.testing.assert_allclose(out[0], np.sort(x[0]), atol=1e-2)
         np.testing.assert_allclose(out[1, :-1], np.sort(x[1, 1:]), atol=1e-2)
         assert out[1, -1] == 0.0
