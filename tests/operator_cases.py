@@ -183,3 +183,35 @@ def batched_jacobians(f, args, wrt=0, delta=1e-5):
     numerical = ((out_copies[:, 0] - out_copies[:, 1]) / (2 * delta)).T
     return theoretical, numerical
 
+
+
+def weighted_gradient_check(f, args, wrt=0, num_weights=2, delta=1e-6, seed=0):
+    """`(theoretical, numerical)` gradients `[num_weights, args[wrt].size]` of the losses
+    Σ w_k ⊙ f(*args) for `num_weights` random Gaussian weightings w_k of the outputs, from
+    ONE forward and backward pass over a batch of copies (every arg `[B, ...]` stacked along
+    axis 0; `f` must treat the rows of its batch independently). Copies 0..K−1 are
+    unperturbed, copy k carries the loss of w_k, so its gradient is the theoretical one;
+    copies K + 2i and K + 2i + 1 hold args[wrt] ± delta·e_i and give the central difference
+    of every weighted loss along entry i. A wrong Jacobian entry J_ij shifts gradient i of
+    each loss by w_kj·ΔJ_ij: random weights catch it (almost surely) as the full Jacobian
+    would, with 2·size + K evaluations in one call instead of 2·size calls."""
+    args = [np.asarray(a) for a in args]
+    target = args[wrt]
+    size = target.size
+    steps = delta * np.eye(size).reshape((size,) + target.shape)
+    perturbed = np.stack([target + s for step in steps for s in (step, -step)])
+    copies = [np.stack([a] * (num_weights + 2 * size)) for a in args]
+    copies[wrt] = np.concatenate([np.stack([target] * num_weights), perturbed])
+    stacked = [tf.constant(a.reshape((-1,) + a.shape[2:])) for a in copies]
+    with tf.GradientTape() as tape:
+        tape.watch(stacked[wrt])
+        out = f(*stacked)
+        out_copies = tf.reshape(out, [num_weights + 2 * size, -1])
+        weights = np.random.default_rng(seed).normal(
+            size=(num_weights, out_copies.shape[1]))
+        loss = tf.reduce_sum(out_copies[:num_weights] * tf.cast(weights, out.dtype))
+    grad = tape.gradient(loss, stacked[wrt]).numpy().reshape((-1, size))
+    theoretical = grad[:num_weights]
+    values = out_copies.numpy()[num_weights:] @ weights.T  # [2·size, K]
+    numerical = ((values[0::2] - values[1::2]) / (2 * delta)).T
+    return theoretical, numerical
