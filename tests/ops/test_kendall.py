@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 from numpy_references import scipy_tau
-from operator_cases import assert_finite_close, tied_rows
+from operator_cases import assert_finite_close, tied_rows, weighted_gradient_check
 
 from softsort_tf.layers.kendall import KendallEmbedding
 from softsort_tf.losses.kendall import KendallTauLoss
@@ -220,12 +220,16 @@ def test_embedding_and_soft_tau_gradients_match_finite_differences():
     x = tf.constant(rng.normal(size=(2, 5)))
     t = tf.constant(tied_rows(rng, 2, 5))
     mask = tf.constant([[True] * 5, [True, True, False, True, True]])
-    for fn in (lambda v: K.kendall_embedding(v, smooth_scale=0.8, mask=mask),
-               lambda v: K.kendall_embedding(v, smooth_scale=0.8, signed=True),
-               lambda v: K.soft_kendall_tau(t, v, smooth_scale=0.6, mask=mask)):
-        theoretical, numerical = tf.test.compute_gradient(fn, [x])
-        assert np.all(np.isfinite(theoretical[0]))
-        np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-6)
+    # Gradients of random weightings of all outputs against central differences along
+    # every entry of x, each function's copies evaluated in one batched call (rows are
+    # independent lists; the mask and targets are stacked with them).
+    for name, fn in (
+            ("embedding", lambda v, t_, m: K.kendall_embedding(v, smooth_scale=0.8, mask=m)),
+            ("signed", lambda v, t_, m: K.kendall_embedding(v, smooth_scale=0.8, signed=True)),
+            ("soft tau", lambda v, t_, m: K.soft_kendall_tau(t_, v, smooth_scale=0.6, mask=m))):
+        theoretical, numerical = weighted_gradient_check(fn, [x, t, mask], num_weights=3)
+        assert np.all(np.isfinite(theoretical)), name
+        np.testing.assert_allclose(theoretical, numerical, atol=1e-6, err_msg=name)
     with tf.GradientTape() as tape:
         tape.watch(x)
         tau = K.soft_kendall_tau(t, x, smooth_scale=0.6, mask=mask)
