@@ -512,6 +512,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 _SCRIPT = r"""
 import json, sys
+# Unused here; TensorFlow's import of Keras imports its scikit-learn wrapper, which
+# imports scikit-learn when it can (about a second of the child's start-up).
+sys.modules["sklearn"] = None
 import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
