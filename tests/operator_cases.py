@@ -149,6 +149,21 @@ def assert_finite_close(actual, expected, **kw):
     np.testing.assert_allclose(actual, expected, **kw)
 
 
+def _perturbed_copies(args, wrt, unperturbed, delta):
+    """The batch of copies behind `batched_jacobians` and `weighted_gradient_check`: every
+    arg `[B, ...]` repeated `unperturbed` times, then 2·size more times where args[wrt]
+    holds args[wrt] + delta·e_i and args[wrt] − delta·e_i (i = 0..size−1, size =
+    args[wrt].size); the copies are flattened into the batch axis, as tensors."""
+    args = [np.asarray(a) for a in args]
+    target = args[wrt]
+    size = target.size
+    steps = delta * np.eye(size).reshape((size,) + target.shape)
+    perturbed = np.stack([target + s for step in steps for s in (step, -step)])
+    copies = [np.stack([a] * (unperturbed + 2 * size)) for a in args]
+    copies[wrt] = np.concatenate([np.stack([target] * unperturbed), perturbed])
+    return [tf.constant(a.reshape((-1,) + a.shape[2:])) for a in copies]
+
+
 def batched_jacobians(f, args, wrt=0, delta=1e-5):
     """`(theoretical, numerical)` Jacobians of `f(*args)` with respect to `args[wrt]`, as
     `tf.test.compute_gradient` gives them (`[y.size, args[wrt].size]`, central
@@ -159,17 +174,8 @@ def batched_jacobians(f, args, wrt=0, delta=1e-5):
     j-th output entry, so its gradient is row j of the theoretical Jacobian (cross-row
     entries included); copies S + 2i and S + 2i + 1 hold args[wrt] ± delta·e_i, their
     outputs give column i of the numerical Jacobian."""
-    args = [np.asarray(a) for a in args]
-    target = args[wrt]
-    size = target.size
-    steps = delta * np.eye(size).reshape((size,) + target.shape)
-    perturbed = np.stack([target + s for step in steps for s in (step, -step)])
-    copies = [np.stack([a] * size) for a in args]
-    copies[wrt] = np.concatenate([copies[wrt], perturbed])
-    for i, a in enumerate(copies):
-        if i != wrt:
-            copies[i] = np.concatenate([a, np.stack([args[i]] * (2 * size))])
-    stacked = [tf.constant(a.reshape((-1,) + a.shape[2:])) for a in copies]
+    size = np.asarray(args[wrt]).size
+    stacked = _perturbed_copies(args, wrt, size, delta)
     with tf.GradientTape() as tape:
         tape.watch(stacked[wrt])
         out = f(*stacked)
@@ -184,7 +190,6 @@ def batched_jacobians(f, args, wrt=0, delta=1e-5):
     return theoretical, numerical
 
 
-
 def weighted_gradient_check(f, args, wrt=0, num_weights=2, delta=1e-6, seed=0):
     """`(theoretical, numerical)` gradients `[num_weights, args[wrt].size]` of the losses
     Σ w_k ⊙ f(*args) for `num_weights` random Gaussian weightings w_k of the outputs, from
@@ -195,14 +200,8 @@ def weighted_gradient_check(f, args, wrt=0, num_weights=2, delta=1e-6, seed=0):
     of every weighted loss along entry i. A wrong Jacobian entry J_ij shifts gradient i of
     each loss by w_kj·ΔJ_ij: random weights catch it (almost surely) as the full Jacobian
     would, with 2·size + K evaluations in one call instead of 2·size calls."""
-    args = [np.asarray(a) for a in args]
-    target = args[wrt]
-    size = target.size
-    steps = delta * np.eye(size).reshape((size,) + target.shape)
-    perturbed = np.stack([target + s for step in steps for s in (step, -step)])
-    copies = [np.stack([a] * (num_weights + 2 * size)) for a in args]
-    copies[wrt] = np.concatenate([np.stack([target] * num_weights), perturbed])
-    stacked = [tf.constant(a.reshape((-1,) + a.shape[2:])) for a in copies]
+    size = np.asarray(args[wrt]).size
+    stacked = _perturbed_copies(args, wrt, num_weights, delta)
     with tf.GradientTape() as tape:
         tape.watch(stacked[wrt])
         out = f(*stacked)
