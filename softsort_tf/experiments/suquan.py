@@ -415,7 +415,7 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
 
     if learn_f:
         @tf.function(jit_compile=jit_compile)
-        def chunk(start, count):
+        def train_chunk(start, count):
             for i in tf.range(count):
                 with tf.GradientTape() as tape:
                     f = current_f()
@@ -423,8 +423,6 @@ def train_linear_models(features, y_train, val_features, y_val, l2_grid, steps: 
                                          + lam * tf.reduce_sum(w * w, axis=1))
                 grads = tape.gradient(loss, params)
                 _adam(params, grads, state, learning_rate, tf.cast(start + i + 1, tf.float32))
-
-        train_chunk = chunk
     else:
         # Fixed features: one traced (and, with XLA, compiled) step for every call of
         # the same shapes (all the fixed normalisations of all the pairs).
