@@ -2,6 +2,7 @@
 their binary `scripts/time_to_accuracy.py`, on a run with the faster schedule
 (bfloat16 CNN, cosine learning rate with warm-up, time budget, per-epoch weights)."""
 
+import csv
 import os
 
 import numpy as np
@@ -36,8 +37,6 @@ def test_fast_schedule_run_keeps_epochs_and_draws_the_curve(tmp_path, run_binari
         results["metrics"]["test_exact_accuracy"])
     assert curves.time_to_reach(rows, "test_exact_accuracy", -1.0) == rows[0]["train_seconds"]
     assert curves.time_to_reach(rows, "test_exact_accuracy", 2.0) is None
-    sparse = curves.epoch_curve(out, every=2)  # epoch 2, and the best epoch
-    assert [r["epoch"] for r in sparse] == sorted({2, results["best_epoch"]})
     # Same seeds, same numbers (determinism with the bfloat16 CNN too).
     twin = experiment.run(ExperimentConfig(output_dir=str(tmp_path / "twin"), **config))
     assert twin["history"]["val_loss"] == results["history"]["val_loss"]
@@ -45,11 +44,17 @@ def test_fast_schedule_run_keeps_epochs_and_draws_the_curve(tmp_path, run_binari
     png = str(tmp_path / "curve.png")
     csv_path = str(tmp_path / "curve.csv")
     proc, bad = run_binaries([
-        {"argv": ["time_to_accuracy.py", f"--runs=bf16={out}", "--target=0.5",
+        # --every=2: the binary's curve is the sparse one (epoch 2, and the best epoch).
+        {"argv": ["time_to_accuracy.py", f"--runs=bf16={out}", "--target=0.5", "--every=2",
                   f"--output_png={png}", f"--output_csv={csv_path}"], "timeout": 300},
         {"argv": ["time_to_accuracy.py", f"--runs={out}"], "timeout": 120}])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert os.path.getsize(png) > 1000
     with open(csv_path) as f:
-        assert len(f.read().splitlines()) == 3
+        sparse = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in sparse] == sorted({2, results["best_epoch"]})
+    for row in sparse:  # the rows of the full curve computed above
+        want = rows[int(row["epoch"]) - 1]
+        assert row["run"] == "bf16" and int(row["steps"]) == want["steps"]
+        assert float(row["test_exact_accuracy"]) == pytest.approx(want["test_exact_accuracy"])
     assert bad.returncode != 0 and "label=existing_dir" in bad.stderr
