@@ -151,13 +151,17 @@ def test_float64_cg_backward_matches_cholesky_and_float32_matches_float64():
             loss = tf.reduce_sum(out * tf.cast(w, v.dtype))
         return tape.gradient(loss, v)
 
-    for eps in (1e-3, 1e-5):
-        cholesky = tf.function(grad)(tf.constant(x), eps, "dense").numpy()
+    # The four float64 gradients (Cholesky and CG at both ε) in one graph: one trace.
+    epsilons = (1e-3, 1e-5)
+    float64_grads = tf.function(lambda v: {(eps, solver): grad(v, eps, solver)
+                                           for eps in epsilons for solver in ("dense", "auto")})
+    float64_grads = {key: g.numpy() for key, g in float64_grads(tf.constant(x)).items()}
+    for eps in epsilons:
+        cholesky, cg64 = float64_grads[eps, "dense"], float64_grads[eps, "auto"]
         scale = np.abs(cholesky).max()
-        assert scale > 1.0
-        cg64 = tf.function(grad)(tf.constant(x), eps).numpy()
+        assert scale > 1.0, eps
         assert np.isfinite(cg64).all() and np.isfinite(cholesky).all()
-        np.testing.assert_allclose(cg64, cholesky, atol=1e-5 * scale)
+        np.testing.assert_allclose(cg64, cholesky, atol=1e-5 * scale, err_msg=f"ε = {eps}")
     x32 = tf.constant(x, tf.float32)
     # One XLA program: its first input has a static shape (float64 CG), its second an
     # unknown one (Cholesky).

@@ -168,13 +168,20 @@ def test_new_epsilon_or_threshold_does_not_retrace_the_eager_solver():
 
 def test_new_list_lengths_do_not_retrace_the_eager_solver_and_keep_its_values():
     """Eager calls at many list lengths share one generalised trace of the loop and of
-    the backward (they traced one graph per length); each call's values and gradients
-    are those of a graph with the static shape. The backward of at most 64 targets takes
-    float64 potentials, of more targets float32 ones: one trace for the first length of
-    each dtype and one generalised trace for the rest, whatever ran before (the test
-    also passes alone)."""
+    the backward (they traced one graph per length); the values and gradients of each
+    of those traces are those of a graph with the static shape. The backward of at most
+    64 targets takes float64 potentials, of more targets float32 ones: one trace for the
+    first length of each dtype and one generalised trace for the rest, whatever ran
+    before (the test also passes alone)."""
     rng = np.random.default_rng(4)
     lengths = (5, 9, 13, 17, 21, 70, 75)  # 70 and 75 targets: the float32 CG backward
+    # Each eager trace against a static-shape graph (a trace of its own, ~0.6 s each):
+    # the first trace of each backward dtype (5, 70), the first generalised one (9, 75)
+    # and a later call reusing the generalised float64-backward trace (21). Lengths 13
+    # and 17 run the very same generalised traces as 9 and 21 (the loop's and the
+    # backward's numerics depend on n only through `long_sums` and the backward's
+    # dtype, the same for 5 ≤ n ≤ 64); they keep the eager checks and the trace counts.
+    graph_checked = (5, 9, 21, 70, 75)
     loop_before = solver._run_loop_graph.experimental_get_tracing_count()
     vjp_before = solver._implicit_vjp_graph.experimental_get_tracing_count()
 
@@ -189,10 +196,13 @@ def test_new_list_lengths_do_not_retrace_the_eager_solver_and_keep_its_values():
         x = tf.constant(rng.normal(size=(2, n)), tf.float32)
         w = tf.constant(rng.normal(size=(2, n)), tf.float32)
         eager_r, eager_g = ranks_and_gradient(x, w)
-        graph_r, graph_g = tf.function(ranks_and_gradient)(x, w)
         # Soft ranks of one list are a permutation's ranks averaged: they sum to n(n + 1)/2
         # (an off-by-one or a transposed plan breaks it).
         np.testing.assert_allclose(eager_r.numpy().sum(axis=-1), n * (n + 1) / 2, rtol=1e-4)
+        assert np.all(np.isfinite(eager_g.numpy())), n
+        if n not in graph_checked:
+            continue
+        graph_r, graph_g = tf.function(ranks_and_gradient)(x, w)
         for got, want in ((eager_r, graph_r), (eager_g, graph_g)):
             assert np.all(np.isfinite(got.numpy()))
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
