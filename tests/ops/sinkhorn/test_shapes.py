@@ -61,52 +61,66 @@ def _xla_calling(graph, spec):
     return tf.function(lambda *args: graph(*args), input_signature=spec, jit_compile=True)
 
 
-@pytest.mark.parametrize("name", sorted(OPERATORS))
-def test_unknown_n_and_batch_match_eager(name):
+def _all_operators(x, m):
+    """Every operator without and with the mask `m`: `{(name, use_mask): output}`."""
+    return {(name, use_mask): op(x, **(dict(mask=m) if use_mask else {}), **KW)
+            for name, op in OPERATORS.items() for use_mask in (False, True)}
+
+
+def test_unknown_n_and_batch_match_eager():
     """Graph mode (every operator, with and without a mask) and XLA (`XLA_MASKS`) with
     the list length and the batch size unknown at trace time: one trace for every
-    shape, the values of eager mode. The XLA function calls the traced graph function,
-    so both run the same trace; the eager reference is computed once for both."""
-    op = OPERATORS[name]
-    for use_mask in (False, True):
-        if use_mask:
-            spec = [SPEC, MASK_SPEC]
-            graph = tf.function(lambda x, m: op(x, mask=m, **KW), input_signature=spec)
-        else:
-            spec = [SPEC]
-            graph = tf.function(lambda x: op(x, **KW), input_signature=spec)
-        functions = {"graph": graph}
-        if use_mask in XLA_MASKS.get(name, ()):
-            functions["xla"] = _xla_calling(graph, spec)
-        for batch, n in ((3, 5), (2, 8)):
-            x, mask = _inputs(batch, n, seed=n)
-            args, kw = ((x, mask), dict(mask=mask)) if use_mask else ((x,), {})
-            expected = op(x, **kw, **KW).numpy()
-            for mode, f in functions.items():
-                np.testing.assert_allclose(f(*args).numpy(), expected, atol=2e-5,
-                                           err_msg=f"{name}, mask={use_mask}, {mode}, n={n}")
-        for mode, f in functions.items():  # one trace for every shape
-            assert f.experimental_get_tracing_count() == 1, (name, use_mask, mode)
+    shape, the values of eager mode. One graph function returns every operator's
+    output; the XLA function calls it and returns those of `XLA_MASKS` (XLA compiles
+    only what they need: one XLA program per shape instead of one per operator), so
+    both run the same trace; the eager references are computed once for both. Each
+    case is asserted on its own, its name in the message."""
+    graph = tf.function(_all_operators, input_signature=[SPEC, MASK_SPEC])
+    xla_cases = [(name, use_mask) for name, masks in XLA_MASKS.items() for use_mask in masks]
+    xla = tf.function(lambda x, m: {case: out for case, out in graph(x, m).items()
+                                    if case in xla_cases},
+                      input_signature=[SPEC, MASK_SPEC], jit_compile=True)
+    for batch, n in ((3, 5), (2, 8)):
+        x, mask = _inputs(batch, n, seed=n)
+        results = {"graph": graph(x, mask), "xla": xla(x, mask)}
+        for name, use_mask in results["graph"]:
+            expected = OPERATORS[name](x, **(dict(mask=mask) if use_mask else {}), **KW).numpy()
+            for mode, outputs in results.items():
+                if (name, use_mask) in outputs:
+                    np.testing.assert_allclose(
+                        outputs[name, use_mask].numpy(), expected, atol=2e-5,
+                        err_msg=f"{name}, mask={use_mask}, {mode}, n={n}")
+    assert set(results["xla"]) == set(xla_cases) and len(results["graph"]) == 2 * len(OPERATORS)
+    for mode, f in (("graph", graph), ("xla", xla)):  # one trace for every shape
+        assert f.experimental_get_tracing_count() == 1, mode
 
 
-@pytest.mark.parametrize("name", ["rank", "sort_topk", "quantile"])
-def test_gradients_with_unknown_n(name):
-    op = OPERATORS[name]
+GRADIENT_OPERATORS = ("rank", "sort_topk", "quantile")
 
-    @tf.function(input_signature=[SPEC])
-    def grad(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(op(x, **KW) * tf.range(1.0, 3.0)[0])
-        return tape.gradient(loss, x)
 
+def test_gradients_with_unknown_n():
+    """Gradients with n and the batch unknown at trace time equal those of eager mode.
+    One graph function returns the gradient of every operator of `GRADIENT_OPERATORS`
+    (one trace); each is asserted on its own, its name in the message."""
+
+    def grads(x):
+        out = {}
+        for name in GRADIENT_OPERATORS:
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = tf.reduce_sum(OPERATORS[name](x, **KW) * tf.range(1.0, 3.0)[0])
+            out[name] = tape.gradient(loss, x)
+        return out
+
+    graph = tf.function(grads, input_signature=[SPEC])
     for n in (5, 9):
         x, _ = _inputs(2, n, seed=n)
-        xt = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(xt)
-            loss = tf.reduce_sum(op(xt, **KW) * 1.0)
-        np.testing.assert_allclose(grad(x).numpy(), tape.gradient(loss, xt).numpy(), atol=1e-4)
+        got = graph(x)
+        expected = grads(tf.constant(x))
+        for name in GRADIENT_OPERATORS:
+            np.testing.assert_allclose(got[name].numpy(), expected[name].numpy(), atol=1e-4,
+                                       err_msg=f"{name}, n={n}")
+    assert graph.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("call, name", [
