@@ -9,8 +9,8 @@ Two workers (`tf.distribute.MultiWorkerMirroredStrategy`) on localhost: a cluste
 worker processes (`multi_worker_job.py`; free ports picked at run time, `TF_CONFIG`)
 runs two jobs one after the other, each through `training.fit_resumable`:
 - "keras": a user's own Keras model with our losses, two heads on lists of 4 items:
-  `SpearmanLoss` on per-item scores (a mean over lists) and
-  `SoftTrimmedRegressionLoss` on a pooled regression (a batch statistic);
+  `SpearmanLoss` (SoftSort) on per-item scores (a mean over lists) and
+  `SoftTrimmedRegressionLoss` (Sinkhorn) on a pooled regression (a batch statistic);
 - "sort": the train_sort experiment (`large_mnist.run`, the binary's code path).
 
 The cluster trains the "keras" job to its end, is killed mid-epoch in the "sort" job
