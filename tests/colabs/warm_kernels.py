@@ -9,7 +9,8 @@ that it runs no thread but OpenBLAS' workers, before every fork), then listens o
 socket SOCKET. Each `launch` (a light program: it imports no TensorFlow) sends its argv,
 environment, working directory and stdin/stdout/stderr to the parent, which forks a child
 that runs `python -m ipykernel_launcher ARG...` with them: a fresh kernel program per notebook
-as far as TensorFlow's devices and thread pools, Keras and the notebook's namespace go.
+as far as TensorFlow's devices and thread pools, Keras and the notebook's namespace go
+(with Grappler's graph rewrites off, as in the test processes).
 The launcher stands for the kernel: it forwards SIGINT/SIGTERM/SIGHUP to it and exits with
 its exit code; if the launcher dies (SIGKILL), the parent kills the kernel. The parent
 exits (killing the kernels left) at the end of its stdin.
@@ -67,6 +68,11 @@ def _kernel(conn, listener, others, request, fds) -> None:
         import runpy
         import tempfile
         tempfile.tempdir = None  # read TMPDIR again
+        # As in the test processes (tests/conftest.py): no Grappler rewrites. At the small
+        # budget every graph runs once or twice, so rewriting it costs more than it saves
+        # (a fifth of a notebook's time); what is computed is the same.
+        import tensorflow as tf
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
         sys.argv = ["-m", *request["args"]]
         sys.path[0] = os.getcwd()  # as `python -m` does
         runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
