@@ -3,6 +3,7 @@ matplotlib, scikit-learn and softsort_tf are imported once, not once per noteboo
 
     python warm_kernels.py serve SOCKET     # the parent (started by the tests)
     python warm_kernels.py launch SOCKET ARG...   # the kernel spec's argv
+    python warm_kernels.py script SOCKET SCRIPT ARG...   # `python SCRIPT ARG...`, forked
 
 The parent imports the modules WITHOUT initialising TensorFlow's runtime (it checks, and
 that it runs no thread but OpenBLAS' workers, before every fork), then listens on the Unix
@@ -10,7 +11,9 @@ socket SOCKET. Each `launch` (a light program: it imports no TensorFlow) sends i
 environment, working directory and stdin/stdout/stderr to the parent, which forks a child
 that runs `python -m ipykernel_launcher ARG...` with them: a fresh kernel program per notebook
 as far as TensorFlow's devices and thread pools, Keras and the notebook's namespace go
-(with Grappler's graph rewrites off, as in the test processes).
+(with Grappler's graph rewrites off, as in the test processes). `script` does the same for
+`python SCRIPT ARG...` (the `make demo` test): a fresh program whose tf.functions are
+all traced in it.
 The launcher stands for the kernel: it forwards SIGINT/SIGTERM/SIGHUP to it and exits with
 its exit code; if the launcher dies (SIGKILL), the parent kills the kernel. The parent
 exits (killing the kernels left) at the end of its stdin.
@@ -73,9 +76,15 @@ def _kernel(conn, listener, others, request, fds) -> None:
         # (a fifth of a notebook's time); what is computed is the same.
         import tensorflow as tf
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-        sys.argv = ["-m", *request["args"]]
-        sys.path[0] = os.getcwd()  # as `python -m` does
-        runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+        if "script" in request:  # as `python SCRIPT ARG...` does
+            script = os.path.abspath(request["script"])
+            sys.argv = [script, *request["args"]]
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name="__main__")
+        else:
+            sys.argv = ["-m", *request["args"]]
+            sys.path[0] = os.getcwd()  # as `python -m` does
+            runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as error:
         code = error.code if isinstance(error.code, int) else (error.code is not None)
@@ -140,10 +149,12 @@ def serve(path: str) -> None:
     os._exit(0)  # no TensorFlow teardown: it never ran anything
 
 
-def launch(path: str, args: list) -> None:
+def launch(path: str, args: list, script: str | None = None) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     request = {"args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    if script is not None:
+        request["script"] = script
     socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
 
     def forward(signum, _frame):
@@ -170,5 +181,7 @@ def launch(path: str, args: list) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
+    elif sys.argv[1] == "script":
+        launch(sys.argv[2], sys.argv[4:], script=sys.argv[3])
     else:
         launch(sys.argv[2], sys.argv[3:])
