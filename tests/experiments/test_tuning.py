@@ -36,49 +36,57 @@ def _check_trial(hp):
 
 @pytest.fixture(scope="module")
 def searches(tmp_path_factory):
-    """One random search of 2 trials with patience 1 and a learning rate of 1e-12 (the
-    validation score never improves: each trial stops after its second epoch of three),
+    """One random search of 1 trial with patience 1 and a learning rate of 1e-12 (the
+    validation score never improves: the trial stops after its second epoch of three),
     then the same search resumed in the same folder with one more trial and no patience
-    (it trains all three epochs)."""
+    (it trains all three epochs): the resumed search picks the best of 2 trials."""
     out = str(tmp_path_factory.mktemp("search") / "search")
     config = dict(task="sort", n=3, output_dir=out, **dict(TINY, epochs=3))
     first = tuning.search(ExperimentConfig(patience=1, **config), tuning.SearchSpace(**SPACE),
-                          max_trials=2)
+                          max_trials=1)
     with open(os.path.join(out, "tuning.json")) as f:
         saved = json.load(f)
     second = tuning.search(ExperimentConfig(**config), tuning.SearchSpace(**SPACE),
-                           max_trials=3)
+                           max_trials=2)
     return first, saved, second
+
+
+def _check_best(results):
+    """`results["best"]` is a trial of the best score, with finite test metrics."""
+    scores = [t["score"] for t in results["trials"]]
+    assert results["best"]["best_val_exact_accuracy"] == max(scores)
+    assert results["best"]["hyperparameters"] in [
+        t["hyperparameters"] for t in results["trials"] if t["score"] == max(scores)]
+    for key in ("test_exact_accuracy", "test_elementwise_accuracy", "test_loss"):
+        assert math.isfinite(results["best"][key])
 
 
 @pytest.mark.slow
 def test_search_records_trials_picks_the_best_and_resumes(searches):
     first, saved, second = searches
-    assert len(first["trials"]) == 2
-    for trial in first["trials"]:
-        assert trial["status"] == "COMPLETED" and 0.0 <= trial["score"] <= 1.0
-        _check_trial(trial["hyperparameters"])
-    scores = [t["score"] for t in first["trials"]]
-    assert first["best"]["best_val_exact_accuracy"] == max(scores)
-    assert first["best"]["hyperparameters"] in [t["hyperparameters"] for t in first["trials"]
-                                                if t["score"] == max(scores)]
-    for key in ("test_exact_accuracy", "test_elementwise_accuracy", "test_loss"):
-        assert math.isfinite(first["best"][key])
+    assert len(first["trials"]) == 1
+    _check_best(first)
     assert saved["trials"] == first["trials"]
 
-    # Same folder, larger budget: the finished trials are kept, one more is run.
-    assert len(second["trials"]) == 3
-    assert second["trials"][:2] == first["trials"]
-    _check_trial(second["trials"][2]["hyperparameters"])
+    # Same folder, larger budget: the finished trial is kept, one more is run, and the
+    # best of both (one trained by the first process) is picked.
+    assert len(second["trials"]) == 2
+    assert second["trials"][:1] == first["trials"]
+    for trial in second["trials"]:
+        assert trial["status"] == "COMPLETED" and 0.0 <= trial["score"] <= 1.0
+        _check_trial(trial["hyperparameters"])
+    # The two trials differ (else picking the best would be trivial).
+    assert second["trials"][0]["hyperparameters"] != second["trials"][1]["hyperparameters"]
+    _check_best(second)
 
 
 @pytest.mark.slow
 def test_patience_ends_a_trial_that_stopped_improving(searches):
-    # With patience 1 each trial stops after its second epoch instead of training all
+    # With patience 1 the trial stops after its second epoch instead of training all
     # three; the trial of the resumed search, without patience, trains all three.
     first, _, second = searches
-    assert [t["epochs_trained"] for t in first["trials"]] == [2, 2]
-    assert [t["epochs_trained"] for t in second["trials"]] == [2, 2, 3]
+    assert [t["epochs_trained"] for t in first["trials"]] == [2]
+    assert [t["epochs_trained"] for t in second["trials"]] == [2, 3]
 
 
 def test_hypermodel_applies_the_trial_hyperparameters():
