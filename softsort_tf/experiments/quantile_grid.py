@@ -121,7 +121,7 @@ class Grid:
 
     def run(self, runs_per_process: int = RUNS_PER_PROCESS,
             runner: Callable[[quantile_regression.QuantileRegressionConfig], None] = _run_one,
-            ) -> None:
+            start_method: str = "spawn") -> None:
         """Runs every missing run; rewrites `runs_dir/table.md` after each.
 
         The runs go to a child process that is replaced every `runs_per_process` runs:
@@ -134,6 +134,11 @@ class Grid:
           runs_per_process: runs per child process before it is replaced.
           runner: the function a child applies to each run's config (a module-level
             function, pickled by name); `quantile_regression.run` in a fresh session.
+          start_method: how the children start (`multiprocessing`): 'spawn', a fresh
+            interpreter (TensorFlow's runtime is not fork-safe); 'fork' only for a
+            runner that does not use TensorFlow (the tests' runner that kills its
+            process, which then skips a fresh TensorFlow import); a forked child is
+            never replaced (`multiprocessing` forbids it).
         """
         configs = [quantile_regression.QuantileRegressionConfig(
             output_dir=self.run_dir(ds, quantile, loss, seed), dataset=ds,
@@ -144,8 +149,9 @@ class Grid:
                                                "results.json"))]
         if not configs:
             return
-        with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                         max_tasks_per_child=runs_per_process) as pool:
+        with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method),
+                                         max_tasks_per_child=(None if start_method == "fork"
+                                                              else runs_per_process)) as pool:
             try:
                 for _ in pool.map(runner, configs):
                     self.write_tables(None)

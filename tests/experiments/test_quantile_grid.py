@@ -59,6 +59,10 @@ def _kill_the_process(config):
     os._exit(3)
 
 
+# The real runs' children are spawned (fresh interpreters): the driver's test,
+# test_quantile_grid_driver_skips_finished_runs, runs one. This runner uses no TensorFlow,
+# so its child is forked: a spawned one would spend its time importing TensorFlow (to
+# unpickle the run's config) before dying. Either way the pool breaks the same way.
 def test_quantile_grid_stops_with_an_error_when_a_run_kills_its_process(tmp_path):
     grid = quantile_grid.Grid(runs_dir=str(tmp_path), data_dir=str(tmp_path),
                               datasets=("concrete",), quantiles=(0.5,), losses=("pinball",),
@@ -67,7 +71,7 @@ def test_quantile_grid_stops_with_an_error_when_a_run_kills_its_process(tmp_path
 
     def run():
         try:
-            grid.run(runner=_kill_the_process)
+            grid.run(runner=_kill_the_process, start_method="fork")
         except Exception as e:  # noqa: BLE001 (checked below)
             errors.append(e)
 
