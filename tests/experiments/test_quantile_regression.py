@@ -53,10 +53,15 @@ def binary(run_binaries, cqr_dir, tmp_path_factory):
     """The binary on the stand-in concrete data, interrupted after its first epoch, then
     resumed (without XLA: the XLA-compiled steps run in the grid's runs,
     `test_quantile_grid.py`); and on the synthetic default data under a mirrored
-    strategy on two logical CPUs. Returns ({name: run}, folder)."""
+    strategy on two logical CPUs. Returns ({name: run}, folder).
+
+    One loss per run, both losses trained by the binaries: the pinball loss here (resuming
+    does not depend on the loss, and the S-quantile's Sinkhorn graph was most of these
+    runs' tracing), the S-quantile in the mirrored run (the binary's default loss) and
+    XLA-compiled in the grid's run."""
     tmp = tmp_path_factory.mktemp("quantile_regression")
     args = ["train_quantile_regression.py", "--dataset=concrete", f"--data_dir={cqr_dir[0]}",
-            "--quantile=0.2", "--loss=squantile", "--epochs=3", "--steps_per_epoch=5",
+            "--quantile=0.2", "--loss=pinball", "--epochs=3", "--steps_per_epoch=5",
             "--patience=1", f"--output_dir={tmp / 'qr'}", "--verbose=0", "--nojit_compile"]
     cases = {
         "interrupted": [*args, "--stop_after_epochs=1"],
@@ -84,6 +89,7 @@ def test_train_quantile_regression_binary_resumes_and_writes_results(binary):
     with open(os.path.join(out, "results.json")) as f:
         res = json.load(f)
     assert res["finished"] and res["epochs_completed"] >= 1
+    assert res["flags"]["loss"] == "pinball"
     assert len(res["history"]["val_pinball"]) == res["epochs_completed"]
     assert np.isfinite(res["metrics"]["test_pinball"]) and res["num_test"] == 30
     assert glob.glob(os.path.join(out, "tensorboard", "train", "events.out*"))
@@ -94,5 +100,6 @@ def test_train_quantile_regression_offline_default_under_mirrored_strategy(binar
     with open(os.path.join(binary[1], "qr_mirrored", "results.json")) as f:
         res = json.load(f)
     assert res["flags"]["dataset"] == "synthetic" and res["flags"]["strategy"] == "mirrored"
+    assert res["flags"]["loss"] == "squantile"  # the default loss, statistic of each replica
     assert "/device:CPU:1" in " ".join(res["machine"]["devices"])
     assert np.isfinite(res["metrics"]["test_pinball"])
