@@ -28,7 +28,8 @@ except RuntimeError:
     pass
 # Grappler rewrites each new graph before its first run; here every graph runs once or
 # twice, so the rewrites cost more than they save. The rewrites keep what is computed (the
-# values agree to rounding); the forked binaries and the notebooks keep TensorFlow's default.
+# values agree to rounding). The notebooks' kernels do the same (`tests/colabs/warm_kernels.py`);
+# the forked binaries keep TensorFlow's default, so Grappler still sees the package's graphs.
 tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
@@ -102,6 +103,54 @@ def policy(request):
         yield request.param
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _first_batch(x, y, sample_weight, batch_size):
+    """The first batch `fit` will draw from arrays/tensors (nested) or a `tf.data`
+    dataset, as `(x, y, sample_weight)`; None for other inputs (generators, PyDatasets)."""
+    import keras
+
+    if isinstance(x, tf.data.Dataset):
+        return keras.utils.unpack_x_y_sample_weight(next(iter(x.take(1))))
+    leaves = tf.nest.flatten((x, y, sample_weight))
+    if not leaves or not all(isinstance(v, (np.ndarray, tf.Tensor)) for v in leaves):
+        return None
+    size = batch_size or 32
+    return tf.nest.map_structure(lambda v: v[:size], (x, y, sample_weight))
+
+
+@pytest.fixture(autouse=True)
+def _fit_traces_once(request, monkeypatch):
+    """`keras.Model.fit` on a model without a distribution strategy first creates the
+    optimizer's slots and the compiled loss' and metrics' variables from the first batch
+    (eagerly, as `softsort_tf.experiments.training.build_training_state` does for the
+    binaries), then fits. Keras otherwise creates them inside the first trace of the train
+    step, and a `tf.function` whose first trace creates variables is traced a second time:
+    with Sinkhorn layers each trace of a train step costs seconds. The train step run is
+    the same. Tests marked `keras_default_build` keep Keras' own order (users' `fit`)."""
+    if request.node.get_closest_marker("keras_default_build"):
+        yield
+        return
+    import keras
+
+    fit = keras.Model.fit
+
+    def fit_after_building(model, x=None, y=None, batch_size=None, *args, **kwargs):
+        batch = None
+        if (getattr(model, "_distribute_strategy", None) is None and model.optimizer is not None
+                and not model.optimizer.built and not args):
+            batch = _first_batch(x, y, kwargs.get("sample_weight"), batch_size)
+        if batch is not None:
+            bx, by, bw = batch
+            y_pred = model(bx, training=False)
+            model.compute_loss(bx, by, y_pred, bw, training=False)
+            model.compute_metrics(bx, by, y_pred, bw)
+            model.reset_metrics()
+            model.optimizer.build(model.trainable_variables)
+        return fit(model, x, y, batch_size, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "fit", fit_after_building)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -157,6 +157,7 @@ def test_xla_and_mixed_precision_models():
     assert ss.SoftSort(dtype="float64")(x.astype(np.float64)).dtype == tf.float64
 
 
+@pytest.mark.keras_default_build
 def test_sample_axis_has_a_static_size_for_flatten_and_dense():
     # Bug: the sample axis had no static size (and size S in training, 1 in inference),
     # so a Flatten + Dense after a stochastic layer with num_samples failed.

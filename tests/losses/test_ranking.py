@@ -133,6 +133,7 @@ def test_sinkhorn_ndcg_loss_takes_the_sinkhorn_options():
         SpearmanLoss(negative_labels_are_padding="yes")
 
 
+@pytest.mark.keras_default_build
 def test_losses_train_a_linear_scorer_to_a_better_ndcg():
     """A gradient step on each loss raises the hard NDCG of a bad linear scorer."""
     rng = np.random.default_rng(7)
