@@ -71,8 +71,8 @@ def pytest_collection_finish(session):
     # The imported modules and collected tests live as long as the process: moved out of
     # the collector's reach, they are not scanned again by every full collection; and
     # graph building allocates many short-lived objects, so the youngest generation is
-    # collected less often. The collector still runs (no cycle is kept for good);
-    # together about 2 % of the suite's CPU time.
+    # collected less often. The collector still runs (no cycle is kept for good).
+    # Three ops test files run side by side with and without: 85 vs 95 CPU s.
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 10)
