@@ -19,6 +19,7 @@ its exit code; if the launcher dies (SIGKILL), the parent kills the kernel. The 
 exits (killing the kernels left) at the end of its stdin.
 """
 
+import gc
 import json
 import os
 import signal
@@ -105,6 +106,12 @@ def serve(path: str) -> None:
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
     for name in PRELOAD:
         importlib.import_module(name)
+    # As in the test processes (tests/conftest.py): the preloaded modules out of the
+    # collector's reach (also spares the children copy-on-write of their pages), the
+    # youngest generation collected less often; the children inherit both.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 10)
     _check_pristine()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
