@@ -159,7 +159,7 @@ def _set_tf_global_seed(seed: int) -> None:
     """`tf.random.set_seed(seed)` in eager mode, without clearing the eager context's
     caches. `tf.random.set_seed` also drops every cached kernel and instantiated
     function (so that stateful random kernels restart their streams), and every test
-    then instantiated its functions anew: about 15 % of the CPU time of the ops tests.
+    then instantiated its functions anew: 15–25 % of the CPU time of the ops tests.
     The tests draw their random inputs with numpy and the package uses stateless random
     ops, so no cached stateful kernel carries a stream from one test into the next; op
     seeds (`tf.data` shuffles, graph seeds) are derived from the reset seed as before."""
