@@ -108,12 +108,11 @@ def policy(request):
 
 
 def _first_batch(x, y, sample_weight, batch_size):
-    """The first batch `fit` will draw from arrays/tensors (nested) or a `tf.data`
-    dataset, as `(x, y, sample_weight)`; None for other inputs (generators, PyDatasets)."""
-    import keras
-
+    """What `build_training_state` takes for `fit`'s data: a `tf.data` dataset itself,
+    the first batch `(x, y, sample_weight)` of arrays/tensors (nested), or None for
+    other inputs (generators, PyDatasets)."""
     if isinstance(x, tf.data.Dataset):
-        return keras.utils.unpack_x_y_sample_weight(next(iter(x.take(1))))
+        return x
     leaves = tf.nest.flatten((x, y, sample_weight))
     if not leaves or not all(isinstance(v, (np.ndarray, tf.Tensor)) for v in leaves):
         return None
@@ -123,32 +122,28 @@ def _first_batch(x, y, sample_weight, batch_size):
 
 @pytest.fixture(autouse=True)
 def _fit_traces_once(request, monkeypatch):
-    """`keras.Model.fit` on a model without a distribution strategy first creates the
-    optimizer's slots and the compiled loss' and metrics' variables from the first batch
-    (eagerly, as `softsort_tf.experiments.training.build_training_state` does for the
-    binaries), then fits. Keras otherwise creates them inside the first trace of the train
-    step, and a `tf.function` whose first trace creates variables is traced a second time:
-    with Sinkhorn layers each trace of a train step costs seconds. The train step run is
-    the same. Tests marked `keras_default_build` keep Keras' own order (users' `fit`)."""
+    """`keras.Model.fit` first creates the optimizer's slots and the compiled loss' and
+    metrics' variables from the first batch
+    (`softsort_tf.experiments.training.build_training_state`, as the binaries do), then
+    fits. Without a distribution strategy Keras otherwise creates them inside the first
+    trace of the train step, and a `tf.function` whose first trace creates variables is
+    traced a second time: with Sinkhorn layers each trace of a train step costs seconds.
+    The train step run is the same. Tests marked `keras_default_build` keep Keras' own
+    order (users' `fit`)."""
     if request.node.get_closest_marker("keras_default_build"):
         yield
         return
     import keras
 
+    from softsort_tf.experiments import training
+
     fit = keras.Model.fit
 
     def fit_after_building(model, x=None, y=None, batch_size=None, *args, **kwargs):
-        batch = None
-        if (getattr(model, "_distribute_strategy", None) is None and model.optimizer is not None
-                and not model.optimizer.built and not args):
+        if model.optimizer is not None and not model.optimizer.built and not args:
             batch = _first_batch(x, y, kwargs.get("sample_weight"), batch_size)
-        if batch is not None:
-            bx, by, bw = batch
-            y_pred = model(bx, training=False)
-            model.compute_loss(bx, by, y_pred, bw, training=False)
-            model.compute_metrics(bx, by, y_pred, bw)
-            model.reset_metrics()
-            model.optimizer.build(model.trainable_variables)
+            if batch is not None:
+                training.build_training_state(model, batch)
         return fit(model, x, y, batch_size, *args, **kwargs)
 
     monkeypatch.setattr(keras.Model, "fit", fit_after_building)

@@ -583,22 +583,36 @@ def _agree_on_resume_epoch(strategy: tf.distribute.Strategy, backup_dir: str) ->
     return agreed
 
 
-def build_training_state(model: keras.Model, dataset: tf.data.Dataset) -> None:
+def build_training_state(model: keras.Model, data) -> bool:
     """Creates the optimizer's slots and the compiled loss' and metrics' variables of
-    `model` (compiled, default strategy) from one batch of `dataset`, then resets the
-    metrics.
+    `model` (compiled) from one batch, then resets the metrics.
 
     Without a distribution strategy Keras creates them inside the first trace of the
     train step, and a `tf.function` whose first trace creates variables is traced a
-    second time: building them first halves the tracing of the first epoch (under a
-    strategy Keras builds them itself before tracing).
+    second time: building them first halves the tracing of the first epoch. Under a
+    strategy (the model's, or one in scope) Keras builds them itself before tracing,
+    and this does nothing.
+
+    Args:
+      model: a compiled Keras model.
+      data: a `tf.data.Dataset` of batches (its first batch is used) or one batch
+        `(x, y)` / `(x, y, sample_weight)`.
+
+    Returns:
+      Whether the state was built (False under a distribution strategy).
     """
-    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(next(iter(dataset.take(1))))
+    default = tf.distribute.get_strategy()
+    if tf.distribute.has_strategy() or model.distribute_strategy is not default:
+        return False
+    if isinstance(data, tf.data.Dataset):
+        data = next(iter(data.take(1)))
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     y_pred = model(x, training=False)
     model.compute_loss(x, y, y_pred, sample_weight, training=False)
     model.compute_metrics(x, y, y_pred, sample_weight)
     model.reset_metrics()
     model.optimizer.build(model.trainable_variables)
+    return True
 
 
 def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.data.Dataset],
@@ -709,10 +723,7 @@ def fit_resumable(model: keras.Model, make_train_dataset: Callable[[int], tf.dat
                 os.path.join(output_dir, "tensorboard"), profile_batch=0))
         else:
             print("tensorboard is not installed: no TensorBoard logs (pip install tensorboard).")
-        if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
-            # No strategy (outside any scope, the model's is the default one): Keras
-            # would create these variables inside the first trace.
-            build_training_state(model, validation_dataset)
+        build_training_state(model, validation_dataset)
         model.fit(make_train_dataset(initial_epoch * steps_per_epoch), epochs=epochs,
                   initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                   validation_data=validation_dataset, callbacks=bookkeeping + list(callbacks or []),

@@ -32,7 +32,6 @@ import time
 
 import keras
 import keras_tuner as kt
-import tensorflow as tf
 
 import softsort_tf as ss
 from softsort_tf.experiments import large_mnist, models, training
@@ -140,15 +139,12 @@ class LargeMnistHyperModel(kt.HyperModel):
     def fit(self, hp: kt.HyperParameters, model: keras.Model, *args, **kwargs):
         """`model.fit`, recording how many epochs the trial trained (early stopping).
 
-        Without a distribution strategy the optimizer's and metrics' variables are
-        created first (`training.build_training_state`, as `training.fit_resumable`
-        does): Keras would create them inside the first trace of the train step, and
-        that step would be traced twice.
+        The optimizer's and metrics' variables are created first from a validation
+        batch (`training.build_training_state`, as `training.fit_resumable` does), so
+        that Keras traces the train step once.
         """
-        data = kwargs.get("validation_data")
-        if data is not None and not tf.distribute.has_strategy() and (
-                model.distribute_strategy is tf.distribute.get_strategy()):
-            training.build_training_state(model, data)
+        if kwargs.get("validation_data") is not None:
+            training.build_training_state(model, kwargs["validation_data"])
         history = model.fit(*args, **kwargs)
         self.epochs_trained.append([dict(hp.values), len(history.epoch)])
         training.write_json(self._epochs_path, self.epochs_trained)

@@ -405,3 +405,21 @@ def test_two_workers_on_a_keras_model_with_a_ranking_and_a_batch_statistic_loss(
         else:
             np.testing.assert_allclose(value, one_process[name], rtol=1e-5, atol=1e-6,
                                        err_msg=name)
+
+
+def test_build_training_state_from_a_batch_and_not_under_a_strategy():
+    x, y = np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32)
+
+    def compiled():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+        return model
+
+    model = compiled()
+    assert training.build_training_state(model, (x, y))
+    assert model.optimizer.built and len(model.optimizer.variables) > 2
+    assert all(float(v.numpy()) == 0.0 for m in model.metrics for v in m.variables)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        under_strategy = compiled()
+    assert not training.build_training_state(under_strategy, (x, y))
+    assert not under_strategy.optimizer.built
