@@ -121,8 +121,8 @@ def _checked_list_length(k: int, count, name: str):
         f"softsort_tf: `{name}` = {k} must be smaller than the list length n"))
     with tf.control_dependencies([check]):
         count = tf.identity(count)
-    poison = tf.where(count > k, tf.zeros_like(count), tf.fill(tf.shape(count), np.nan))
-    return count, tf.cast(poison, count.dtype)
+    nan = tf.fill(tf.shape(count), tf.constant(np.nan, count.dtype))
+    return count, tf.where(count > k, tf.zeros_like(count), nan)
 
 
 @sinkhorn_operator

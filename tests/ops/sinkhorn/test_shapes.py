@@ -344,3 +344,19 @@ def test_one_item_lists_hard_values_and_ragged_groups_of_single_items():
     traced = tf.function(lambda r: ss.sinkhorn_sort(r, epsilon=1e-3), input_signature=[
         tf.RaggedTensorSpec([None, None], tf.float32, 1)])
     np.testing.assert_allclose(traced(ragged)[0].numpy(), [0.3], rtol=1e-6)
+
+
+def test_topk_of_unknown_n_in_float64():
+    """k checked against an unknown n in float64 (the poison of the k >= n rows was a
+    float32 NaN): the three top-k paths run and match the static-shape results."""
+    spec = [tf.TensorSpec([None, None], tf.float64)]
+    x = np.random.RandomState(3).randn(2, 6)
+    calls = {"front_door": lambda v: ss.soft_topk(v, 2, method="sinkhorn", **KW),
+             "topk_mask": lambda v: ss.sinkhorn_topk_mask(v, 2, **KW),
+             "sort_topk": lambda v: ss.sinkhorn_sort(v, topk=2, **KW)}
+    for name, call in calls.items():
+        got = tf.function(call, input_signature=spec)(x)
+        assert got.dtype == tf.float64, name
+        want = call(tf.constant(x)).numpy()
+        assert np.all(np.isfinite(got.numpy())), name
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-12, err_msg=name)
