@@ -350,9 +350,10 @@ def _tau_b(n0, n1, n2, n3, nd):
 
 @_no_autograph
 def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
-    """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B])`: NaN-free
-    values in the compute dtype, padding from the mask, negative labels and ragged
-    rows; `missing` marks lists with a NaN at a valid entry. Inputs are checked, and
+    """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B], exact_scores)`:
+    NaN-free values in the compute dtype (integer labels as int64), padding from the
+    mask, negative labels and ragged rows; `missing` marks lists with a NaN at a valid
+    entry; `exact_scores` are integer scores as int64 (None for floats). Inputs are checked, and
     Keras-RS's dict `y_true` unpacked, by `ranking.check_lists`."""
     y_true, y_pred, mask = ranking.check_lists(y_true, y_pred, mask)
     if _masking.is_ragged(y_true) or _masking.is_ragged(y_pred):
@@ -377,6 +378,9 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     labels, _ = _shapes.to_batch(y_true, axis, "y_true")
     dtype = _shapes.batch_compute_dtype(y_pred.dtype)
     labels = tf.cast(labels, dtype)
+    # Integers are compared as integers: int64 values above 2⁵³ are not distinct in
+    # float64 (the pair counts only compare values; `_signs` and the sorts take int64).
+    exact_labels, exact_scores = _integer_batch(y_true, view), _integer_batch(y_pred, view)
     valid = _masking.mask_to_batch(mask, view)
     if valid is None:
         valid = tf.ones_like(scores, dtype=tf.bool)
@@ -387,7 +391,18 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     zero = tf.zeros_like(scores)
     labels = tf.where(tf.logical_and(valid, tf.logical_not(nan)), labels, zero)
     scores = tf.where(tf.logical_and(valid, tf.logical_not(nan)), scores, zero)
-    return labels, scores, valid, view, missing
+    if exact_labels is not None:
+        labels = tf.where(valid, exact_labels, tf.zeros_like(exact_labels))
+    return labels, scores, valid, view, missing, exact_scores
+
+
+def _integer_batch(t, view):
+    """An integer `t` as int64 `[batch, n]` in the layout of `view` (None for floats)."""
+    if not t.dtype.is_integer:
+        return None
+    t = tf.cast(t, tf.int64)
+    moved = tf.transpose(t, view.perm) if view.axis != view.rank - 1 else t
+    return tf.reshape(moved, tf.stack([-1, tf.shape(moved)[-1]]))
 
 
 def _finish(values, weights, missing, view, return_weights: bool):
@@ -438,8 +453,10 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
     negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
                                                      negative_labels_are_padding)
     return_weights = _checks.check_bool("return_weights", return_weights)
-    labels, scores, valid, view, missing = _lists(y_true, y_pred, mask, axis,
-                                                   negative_labels_are_padding)
+    labels, scores, valid, view, missing, exact_scores = _lists(
+        y_true, y_pred, mask, axis, negative_labels_are_padding)
+    if exact_scores is not None:
+        scores = tf.where(valid, exact_scores, tf.zeros_like(exact_scores))
     tau, weights = _tau_b(*_counts(labels, scores, valid, algorithm, view.static_n))
     return _finish(tau, weights, missing, view, return_weights)
 
@@ -479,8 +496,8 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
     negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
                                                      negative_labels_are_padding)
     return_weights = _checks.check_bool("return_weights", return_weights)
-    labels, scores, valid, view, missing = _lists(y_true, y_pred, mask, axis,
-                                                   negative_labels_are_padding)
+    labels, scores, valid, view, missing, _ = _lists(y_true, y_pred, mask, axis,
+                                                      negative_labels_are_padding)
     dtype = scores.dtype
     st = tf.cast(_signs(labels), dtype)
     soft = tf.math.erf((scores[:, None, :] - scores[:, :, None]) / (2.0 * smooth_scale))

@@ -304,3 +304,21 @@ def test_bad_inputs_raise_clear_errors():
     for fn, word in cases:
         with pytest.raises(ValueError, match=word):
             fn()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_tau_of_integers_beyond_float64_precision(algorithm):
+    """int64 values above 2⁵³ are compared as integers (cast to float64, 2⁵³ and 2⁵³ + 1
+    tied): τ = 1 as scipy says, and a reversed list gives −1."""
+    big = np.array([[2**53, 2**53 + 1, 2**53 + 2, 2**53 + 3],
+                    [2**62 + 3, 2**62 + 2, 2**62 + 1, 2**62]], np.int64)
+    order = np.array([[1, 2, 3, 4], [1, 2, 3, 4]], np.int64)
+    want = [scipy.stats.kendalltau(a.tolist(), b.tolist()).statistic
+            for a, b in zip(big, order, strict=True)]
+    np.testing.assert_allclose(want, [1.0, -1.0])
+    for y_true, y_pred in ((big, order), (order, big), (big, big[::-1])):
+        tau = K.kendall_tau(y_true, y_pred, algorithm=algorithm).numpy()
+        assert np.all(np.isfinite(tau))
+        expected = [scipy.stats.kendalltau(a.tolist(), b.tolist()).statistic
+                    for a, b in zip(y_true, y_pred, strict=True)]
+        np.testing.assert_allclose(tau, expected, atol=1e-12)
