@@ -104,6 +104,7 @@ from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "temperature_range",
     "lapsum_permutation_matrix",
     "lapsum_quantile",
     "lapsum_rank",
@@ -116,6 +117,35 @@ DEFAULT_ALPHA = 1.0
 # ---------------------------------------------------------------------------------
 # Arguments.
 # ---------------------------------------------------------------------------------
+# Headroom at both ends of α's range: the sorted values and quantiles reach
+# s ± α·log(2n) (under α·22 for n < 2³¹) and the gradients' intermediates a few times
+# that; a gradient in the scores is up to about n/α times the cotangent, finite for
+# n < 2³¹ and cotangents up to 2⁸ when α ≥ 2⁴⁰/max.
+_HIGH_HEADROOM = 2.0 ** 8
+_LOW_HEADROOM = 2.0 ** 40
+
+
+def temperature_range(dtype) -> tuple[float, float]:
+    """`(low, high)`: the α a LapSum computation in `dtype` resolves (float16 and
+    bfloat16 compute in float32).
+
+    From 2⁴⁰ / (the largest finite number of `dtype`) — a gradient in the scores grows
+    as n/α, finite there for any list length — to that largest number / 2⁸ (room for
+    the sorted values s ± α·log(2n) and the gradients' intermediates). Inside the range
+    the values and the gradients (in the scores and in a tensor α) are finite for
+    finite scores. The values alone stay finite down to the smallest normal α.
+
+    Example:
+    >>> "%.3g, %.3g" % temperature_range("float32")
+    '3.23e-27, 1.33e+36'
+    """
+    dtype = tf.as_dtype(dtype)
+    if dtype in (tf.float16, tf.bfloat16):
+        dtype = tf.float32
+    info = np.finfo(dtype.as_numpy_dtype)
+    return _LOW_HEADROOM / float(info.max), float(info.max) / _HIGH_HEADROOM
+
+
 def _alpha_tensor(alpha, dtype):
     """`alpha` as a scalar tensor of `dtype`; Python numbers and constants are checked
     at trace time, other tensors at run time (a `tf.debugging` assertion)."""
@@ -138,12 +168,44 @@ def _alpha_tensor(alpha, dtype):
     return tf.constant(_checks.check_positive("alpha", alpha), dtype)
 
 
-def _prepare(lists: Lists, direction: str):
-    """`[batch, n]` scores in the compute dtype (negated for 'DESCENDING', padded
-    entries replaced), the `BatchView`, and the bool valid mask (or None)."""
-    direction = _checks.check_direction(direction)
-    x2d = -lists.values if direction == "DESCENDING" else lists.values
-    return x2d, lists.view, lists.mask
+class _Prepared:
+    """One call's lists in the frame the operators compute in.
+
+    Attributes:
+      x: `[b, n]` scores (negated for 'DESCENDING'), every entry finite: padded and
+        non-finite entries replaced by the largest finite valid score of the row.
+      view: the `BatchView`.
+      mask: the caller's bool mask `[b, n]`, or None.
+      valid: bool `[b, n]`, the valid entries with a finite score (those the LapSum
+        construction runs on).
+      neg, pos: bool `[b, n]`, the valid entries at −inf and +inf (of `x`'s frame).
+      n_neg, n_pos, n_all: `[b]` numbers of −inf, +inf and valid entries (float).
+      nan: bool `[b]`, the lists with a NaN at a valid entry (their results are NaN).
+    """
+
+    def __init__(self, lists: Lists, direction: str):
+        direction = _checks.check_direction(direction)
+        x2d = -lists.values if direction == "DESCENDING" else lists.values
+        dtype = x2d.dtype
+        self.view, self.mask = lists.view, lists.mask
+        given = tf.ones_like(x2d, dtype=tf.bool) if lists.mask is None else lists.mask
+        finite = tf.math.is_finite(x2d)
+        self.valid = tf.logical_and(given, finite)
+        self.neg = tf.logical_and(given, tf.equal(x2d, tf.constant(-np.inf, dtype)))
+        self.pos = tf.logical_and(given, tf.equal(x2d, tf.constant(np.inf, dtype)))
+        self.nan = tf.reduce_any(tf.logical_and(given, tf.math.is_nan(x2d)), axis=-1)
+        self.x = _masking.replace_padded(x2d, self.valid)
+
+        def count(t):
+            return tf.reduce_sum(tf.cast(t, dtype), axis=-1)
+
+        self.n_neg, self.n_pos, self.n_all = count(self.neg), count(self.pos), count(given)
+
+    def poison(self, values):
+        """`values` `[b, ...]` with the lists holding a NaN set to NaN."""
+        nan = tf.reshape(self.nan, tf.concat([tf.shape(self.nan), tf.ones(
+            tf.rank(values) - 1, tf.int32)], axis=0))
+        return tf.where(nan, tf.constant(np.nan, values.dtype), values)
 
 
 # ---------------------------------------------------------------------------------
@@ -249,9 +311,25 @@ def _laplace_sums(s, w, alpha):
 
 
 def _scaled_gap(low, high, alpha):
-    """(high − low)/α for high ≥ low without overflow in the subtraction (halves first);
-    +inf when the quotient overflows, which every caller handles (exp(−inf) = 0)."""
-    return tf.maximum(high * 0.5 - low * 0.5, 0.0) / (alpha * 0.5)
+    """(high − low)/α for high ≥ low without overflow in the subtraction (halves first,
+    α itself never scaled: the smallest normal α stays normal); +inf when the quotient
+    overflows, which every caller handles (exp(−inf) = 0)."""
+    return _over_alpha(tf.maximum(high * 0.5 - low * 0.5, 0.0), alpha)
+
+
+@tf.custom_gradient
+def _over_alpha(half, alpha):
+    """2·half/α for a scalar α, with the gradient in α written as −Σ ȳ·y/α where ȳ ≠ 0
+    (autodiff's −ȳ·half/α² overflows at a small α, and 0·inf is NaN)."""
+    y = half / alpha * 2.0
+
+    def grad(dy):
+        used = tf.not_equal(dy, 0.0)
+        term = tf.where(used, dy * tf.where(used, y, tf.zeros_like(y)) / alpha,
+                        tf.zeros_like(y))
+        return dy / alpha * 2.0, -tf.reduce_sum(term)
+
+    return y, grad
 
 
 def _clip_finite(u):
@@ -263,7 +341,7 @@ def _clip_finite(u):
 def _scaled_difference(a, b, alpha):
     """(a − b)/α without overflow in the subtraction (±inf when the quotient overflows
     or a is infinite)."""
-    return (a * 0.5 - b * 0.5) / (alpha * 0.5)
+    return _over_alpha(a * 0.5 - b * 0.5, alpha)
 
 
 # ---------------------------------------------------------------------------------
@@ -330,8 +408,32 @@ class _SortedList:
         hist = tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, b * width)
         return tf.cumsum(tf.reshape(hist, tf.stack([b, width])), axis=-1)[:, :num_levels]
 
+    def positions(self):
+        """`[b, n]` the sorted position of each input entry (the inverse of `order`)."""
+        n = tf.shape(self.order)[1]
+        return self.scatter(tf.broadcast_to(tf.range(n)[None, :], tf.shape(self.order)))
+
+    def offsets(self, thr):
+        """(t − s_j)/α `[b, K, n]` of thresholds `thr` (`invert`) at every sorted score
+        s_j, from the neighbour on the side of s_j: δ_left + (s_left − s_j)/α for
+        j < m, δ_right + (s_right − s_j)/α otherwise. Both terms have the same sign,
+        so the result is the difference of scores rounded once, whatever their offset
+        (an absolute threshold near large scores would be rounded to their ulp)."""
+        n = tf.shape(self.s)[-1]
+        below = tf.range(n)[None, None, :] < thr.m[:, :, None]
+        s = self.s[:, None, :]
+        from_left = thr.delta_left[:, :, None] + _scaled_difference(
+            thr.s_left[:, :, None], s, self.alpha)
+        from_right = thr.delta_right[:, :, None] + _scaled_difference(
+            thr.s_right[:, :, None], s, self.alpha)
+        return tf.where(below, from_left, from_right)
+
     def invert(self, levels, m):
-        """x with F(x) = level, for `[b, K]` levels in (0, N) and their segments m."""
+        """The solutions t of F(t) = level for `[b, K]` levels in (0, N) and their
+        segments m, as a `_Threshold`: the value t and its offsets from the two sorted
+        neighbours, δ_left = (t − s_m)/α ≥ 0 and δ_right = (t − s_{m+1})/α ≤ 0 (1-based
+        s as in the module docstring), each computed from the closed form without
+        forming t."""
         alpha = self.alpha
         dtype = self.s.dtype
         n = tf.shape(self.s)[-1]
@@ -370,7 +472,30 @@ class _SortedList:
         h = log_abs + tf.math.log1p(tf.sqrt(1.0 + tf.exp(ell_b - 2.0 * log_abs)))
         x_right = s_right + alpha * (tf.where(use_right, h - log_q, tf.zeros_like(h)))
         x_left = s_left + alpha * (tf.where(use_left, log_p - h, tf.zeros_like(h)))
-        return tf.where(small, x_small, tf.where(use_right, x_right, x_left))
+        value = tf.where(small, x_small, tf.where(use_right, x_right, x_left))
+        # The offsets: symmetric form t = midpoint + α·c; one-neighbour forms from that
+        # neighbour, the other one across the gap g (inf when it overflows: the scores
+        # across the gap are then at distance inf, as they should).
+        c = 0.5 * (log_p - log_q) + tf.math.asinh(z)
+        from_right = tf.where(use_right, h - log_q, tf.zeros_like(h))
+        from_left = tf.where(use_left, log_p - h, tf.zeros_like(h))
+        gap_f = tf.where(both, gap, tf.zeros_like(gap))
+        delta_left = tf.where(small, 0.5 * gap_f + c,
+                              tf.where(use_right, gap_f + from_right, from_left))
+        delta_right = tf.where(small, c - 0.5 * gap_f,
+                               tf.where(use_right, from_right, from_left - gap_f))
+        return _Threshold(value, m, s_left, s_right, delta_left, delta_right)
+
+
+class _Threshold:
+    """Solutions t of F(t) = level (`_SortedList.invert`), `[b, K]` each: `value` (t),
+    `m` (its segment: s_left = s_m ≤ t ≤ s_right = s_{m+1}, 1-based), and the offsets
+    `delta_left` = (t − s_left)/α, `delta_right` = (t − s_right)/α."""
+
+    def __init__(self, value, m, s_left, s_right, delta_left, delta_right):
+        self.value, self.m = value, m
+        self.s_left, self.s_right = s_left, s_right
+        self.delta_left, self.delta_right = delta_left, delta_right
 
 
 def _in_xla_context() -> bool:
@@ -475,12 +600,17 @@ def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int 
     >>> np.round(r.numpy(), 3)
     array([[3., 1., 2., 4.]], dtype=float32)
     """
-    x2d, view, valid = _prepare(x, direction)
-    alpha_t = _alpha_tensor(alpha, x2d.dtype)
-    lst = _SortedList(x2d, valid, alpha_t)
-    ranks = lst.scatter(lst.f + 0.5 if valid is None else
-                        tf.where(lst.w > 0, lst.f + 0.5, tf.zeros_like(lst.f)))
-    return ListResult(ranks, "elementwise")
+    prep = _Prepared(x, direction)
+    alpha_t = _alpha_tensor(alpha, prep.x.dtype)
+    lst = _SortedList(prep.x, prep.valid, alpha_t)
+    finite = lst.scatter(tf.where(lst.w > 0, lst.f + 0.5, tf.zeros_like(lst.f)))
+    # ±inf entries: tied among themselves at the ends of the order.
+    zero = tf.zeros_like(finite)
+    ranks = tf.where(prep.valid, finite + prep.n_neg[:, None], zero)
+    ranks = tf.where(prep.neg, zero + 0.5 * (prep.n_neg[:, None] + 1.0), ranks)
+    ranks = tf.where(prep.pos, zero + prep.n_all[:, None] - 0.5 * (prep.n_pos[:, None] - 1.0),
+                     ranks)
+    return ListResult(prep.poison(ranks), "elementwise")
 
 
 @list_operator
@@ -509,21 +639,36 @@ def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int 
     array([[-1. ,  0.3,  2.5,  4. ]], dtype=float32)
     """
     direction = _checks.check_direction(direction)
-    x2d, view, valid = _prepare(x, direction)
-    alpha_t = _alpha_tensor(alpha, x2d.dtype)
-    lst = _SortedList(x2d, valid, alpha_t)
+    prep = _Prepared(x, direction)
+    x2d = prep.x
+    dtype = x2d.dtype
+    alpha_t = _alpha_tensor(alpha, dtype)
+    lst = _SortedList(x2d, prep.valid, alpha_t)
     n = tf.shape(x2d)[-1]
     m = lst.segments_unit_spaced(0.5, n)
-    k = tf.range(n, dtype=x2d.dtype)[None, :] + 0.5
+    k = tf.range(n, dtype=dtype)[None, :] + 0.5
     levels = tf.broadcast_to(k, tf.shape(x2d))
     keep = levels < lst.count[:, None]
-    levels = tf.where(keep, levels, tf.fill(tf.shape(levels), tf.constant(0.5, x2d.dtype)))
+    levels = tf.where(keep, levels, tf.fill(tf.shape(levels), tf.constant(0.5, dtype)))
     m = tf.where(keep, m, tf.zeros_like(m))
-    values = lst.invert(levels, m)
+    values = lst.invert(levels, m).value
     values = tf.where(keep, values, tf.zeros_like(values))
+    # The finite values at positions n_neg .. n_neg + N_finite − 1, −inf before, +inf
+    # after (then the padding).
+    position = tf.range(n)[None, :]
+    n_neg = tf.cast(prep.n_neg, tf.int32)[:, None]
+    n_fin = tf.cast(lst.count, tf.int32)[:, None]
+    shifted = tf.gather(values, tf.clip_by_value(position - n_neg, 0, n - 1), batch_dims=1)
+    inf = tf.constant(np.inf, dtype)
+    values = tf.where(position < n_neg, -inf * tf.ones_like(shifted),
+                      tf.where(position < n_neg + n_fin, shifted,
+                               tf.where(position < tf.cast(prep.n_all, tf.int32)[:, None],
+                                        inf * tf.ones_like(shifted),
+                                        tf.zeros_like(shifted))))
+    values = prep.poison(values)
     if direction == "DESCENDING":
         values = -values
-    return ListResult(values, "sorted", lengths=None if valid is None else lst.count)
+    return ListResult(values, "sorted", lengths=None if prep.mask is None else prep.n_all)
 
 
 def _check_k(k, static_n):
@@ -557,13 +702,17 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
     Each p_i ∈ (0, 1), Σ_i p_i = k, p is increasing in the score, and p tends to the
     hard top-k indicator as α → 0 (scores tied at the boundary share the mass). `k` may
     be real and may be a (differentiable) tensor; the gradient is that of the implicit
-    function t(r, k, α) (π-weights in the log domain: finite at any gap and α).
+    function t(r, k, α) (π-weights in the log domain: finite at any gap and α). The
+    memberships are computed from the scores' differences to the threshold's sorted
+    neighbours, never from an absolute threshold: adding a constant to the scores does
+    not change them beyond the rounding of the differences.
 
     Args:
       x: `[..., n]` real tensor.
       k: a number in (0, n), real allowed, or a scalar tensor. With `mask`, rows with
         n_valid <= k select all their valid entries (p = 1), rows without valid
-        entries give 0.
+        entries give 0. A Python k is exact in the compute dtype (float64 for float64
+        scores).
       alpha: the Laplace scale α > 0, in the units of the scores.
       direction: 'DESCENDING' (default: the k largest) or 'ASCENDING' (the k smallest).
       mask: optional boolean `[..., n]` (or `[n]`), True = valid.
@@ -579,48 +728,59 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
     direction = _checks.check_direction(direction)
     # The membership Lap_α(r_i − t) selects the largest entries of the prepared scores:
     # those of x for 'DESCENDING', of −x for 'ASCENDING'.
-    x2d, view, valid = _prepare(x, "ASCENDING" if direction == "DESCENDING" else "DESCENDING")
+    prep = _Prepared(x, "ASCENDING" if direction == "DESCENDING" else "DESCENDING")
+    x2d, view = prep.x, prep.view
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
     # With a mask, rows of n_valid <= k select all their entries: k may reach n.
-    k_value, static_k = _check_k(k, view.static_n if valid is None else None)
-    k_t = tf.cast(k_value, dtype)
-    count = (tf.cast(tf.fill(tf.shape(x2d)[:1], tf.shape(x2d)[-1]), dtype) if valid is None
-             else tf.reduce_sum(tf.cast(valid, dtype), axis=-1))
+    k_value, static_k = _check_k(k, view.static_n if prep.mask is None else None)
+    k_t = (tf.constant(k_value, dtype) if isinstance(k_value, float)
+           else tf.cast(k_value, dtype))
     if not static_k:
         checks = [tf.debugging.assert_positive(k_t, message="softsort_tf: `k` must be > 0")]
-        if valid is None:
+        if prep.mask is None:
             checks.append(tf.debugging.assert_less(
                 k_t, tf.cast(tf.shape(x2d)[-1], dtype),
                 message="softsort_tf: `k` must be smaller than the list length n"))
         with tf.control_dependencies(checks):
             k_t = tf.identity(k_t)
-    elif valid is None and view.static_n is None:
+    elif prep.mask is None and view.static_n is None:
         check = tf.debugging.assert_less(
             k_t, tf.cast(tf.shape(x2d)[-1], dtype),
             message=f"softsort_tf: `k` = {k_value} must be smaller than the list length n")
         with tf.control_dependencies([check]):
             k_t = tf.identity(k_t)
-    p = _topk_membership(x2d, k_t, alpha_t, valid, count)
-    return ListResult(p, "elementwise")
+    # +inf entries take the first min(k, n₊) of the mass, equally; the finite entries the
+    # top-(k − n₊) of their own list; −inf entries what is left, equally.
+    count = tf.reduce_sum(tf.cast(prep.valid, dtype), axis=-1)
+    k_finite = k_t - prep.n_pos
+    p = _topk_membership(x2d, k_finite, alpha_t, prep.valid, count)
+    share_pos = tf.clip_by_value(k_t / tf.maximum(prep.n_pos, 1.0), 0.0, 1.0)
+    share_neg = tf.clip_by_value((k_finite - count) / tf.maximum(prep.n_neg, 1.0), 0.0, 1.0)
+    p = tf.where(prep.pos, tf.ones_like(p) * share_pos[:, None], p)
+    p = tf.where(prep.neg, tf.ones_like(p) * share_neg[:, None], p)
+    return ListResult(prep.poison(p), "elementwise")
 
 
 def _topk_membership(x2d, k, alpha, valid, count):
-    """p `[b, n]` with its implicit-function gradient w.r.t. (x, k, α)."""
+    """p `[b, n]` with its implicit-function gradient w.r.t. (x, k, α); k `[b]` (the
+    finite entries' share), rows with k ≤ 0 give 0, rows with k ≥ count give 1."""
     dtype = x2d.dtype
-    vmask = tf.ones_like(x2d) if valid is None else tf.cast(valid, dtype)
+    vmask = tf.cast(valid, dtype)
 
     @tf.custom_gradient
     def membership(x2d, k, alpha):
         level = count - k                                         # F(t) = N − k
-        active = level > 0
+        active = tf.logical_and(level > 0, level < count)
         safe_level = tf.where(active, level, 0.5 * tf.ones_like(level))
         lst = _SortedList(tf.stop_gradient(x2d), valid, tf.stop_gradient(alpha))
         levels = safe_level[:, None]
-        t = lst.invert(levels, lst.segments_counted(levels))     # [b, 1]
-        u = _scaled_difference(x2d, t, alpha)                     # u_i = (r_i − t)/α
+        thr = lst.invert(levels, lst.segments_counted(levels))   # [b, 1]
+        # u_i = (r_i − t)/α from the neighbours of t (`offsets`), in input order.
+        u = lst.scatter(-lst.offsets(thr)[:, 0, :])
         u = tf.where(vmask > 0, u, tf.zeros_like(u))
-        p = tf.where(active[:, None], _lap_cdf(u), tf.ones_like(u)) * vmask
+        full = tf.where(level <= 0, tf.ones_like(level), tf.zeros_like(level))
+        p = tf.where(active[:, None], _lap_cdf(u), tf.ones_like(u) * full[:, None]) * vmask
 
         def grad(dp):
             # dp_i = f_i·(dr_i − dt − u_i·dα), dt = Σπ_j dr_j − dk/F' + (Σπ_j u_j)·dα·(−1),
@@ -635,12 +795,13 @@ def _topk_membership(x2d, k, alpha, valid, count):
             v_bar = tf.reduce_sum(dp * pi, axis=-1, keepdims=True)
             u_bar = tf.reduce_sum(pi * uc, axis=-1, keepdims=True)
             dx = f * (dp - v_bar)
-            dk = tf.reduce_sum(v_bar)
+            dk = v_bar[:, 0]
             dalpha = -tf.reduce_sum(dp * f * (uc - u_bar))
             return dx, dk, dalpha
 
         return p, grad
 
+    k = tf.broadcast_to(k, tf.shape(count))
     return membership(x2d, k, alpha)
 
 
@@ -669,37 +830,46 @@ def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, axis: int = -1, *, mask=N
     3.0
     """
     taus, scalar = _checks.check_quantiles(quantiles)
-    x2d, view, valid = _prepare(x, "ASCENDING")
+    prep = _Prepared(x, "ASCENDING")
+    x2d, valid = prep.x, prep.valid
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
-    count = (tf.cast(tf.fill(tf.shape(x2d)[:1], tf.shape(x2d)[-1]), dtype) if valid is None
-             else tf.reduce_sum(tf.cast(valid, dtype), axis=-1))
-    vmask = tf.ones_like(x2d) if valid is None else tf.cast(valid, dtype)
+    count = tf.reduce_sum(tf.cast(valid, dtype), axis=-1)
     taus_t = tf.constant(taus, dtype)
+    # F of the whole list is that of the finite entries plus n₋ (the −inf entries):
+    # levels at or below 0 are −inf, at or above the finite count +inf.
+    levels = prep.n_all[:, None] * taus_t[None, :] - prep.n_neg[:, None]
+    active = tf.logical_and(levels > 0, levels < count[:, None])
 
     @tf.custom_gradient
     def solve(x2d, alpha):
-        levels = count[:, None] * taus_t[None, :]
-        active = count > 0
-        levels = tf.where(active[:, None], levels, 0.5 * tf.ones_like(levels))
+        safe = tf.where(active, levels, 0.5 * tf.ones_like(levels))
         lst = _SortedList(tf.stop_gradient(x2d), valid, tf.stop_gradient(alpha))
-        t = lst.invert(levels, lst.segments_counted(levels))      # [b, q]
-        t = tf.where(active[:, None], t, tf.zeros_like(t))
+        thr = lst.invert(safe, lst.segments_counted(safe))        # [b, q]
+        t = tf.where(active, thr.value, tf.zeros_like(thr.value))
 
         def grad(dt):
-            u = _clip_finite(_scaled_difference(t[:, :, None], x2d[:, None, :], alpha))
-            logits = tf.where(vmask[:, None, :] > 0, -tf.abs(u), tf.constant(-np.inf, dtype))
+            # In sorted order: u_j = (t − s_j)/α from the neighbours of t.
+            on = lst.w[:, None, :] > 0
+            u = _clip_finite(lst.offsets(thr))
+            logits = tf.where(on, -tf.abs(u), tf.constant(-np.inf, dtype))
             pi = tf.nn.softmax(logits, axis=-1)
-            pi = tf.where(vmask[:, None, :] > 0, pi, tf.zeros_like(pi))
-            u = tf.where(vmask[:, None, :] > 0, u, tf.zeros_like(u))
-            dt = dt * tf.cast(active, dtype)[:, None]
-            dx = tf.reduce_sum(dt[:, :, None] * pi, axis=1)
+            pi = tf.where(on, pi, tf.zeros_like(pi))
+            u = tf.where(on, u, tf.zeros_like(u))
+            dt = dt * tf.cast(active, dtype)
+            dx = lst.scatter(tf.reduce_sum(dt[:, :, None] * pi, axis=1))
             dalpha = tf.reduce_sum(dt * tf.reduce_sum(pi * u, axis=-1))
             return dx, dalpha
 
         return t, grad
 
     out = solve(x2d, alpha_t)
+    inf = tf.constant(np.inf, dtype)
+    out = tf.where(levels <= 0, -inf * tf.ones_like(out),
+                   tf.where(levels >= count[:, None], inf * tf.ones_like(out), out))
+    if prep.mask is not None:  # a list without valid entry: 0
+        out = tf.where(prep.n_all[:, None] > 0, out, tf.zeros_like(out))
+    out = prep.poison(out)
     return ListResult(out[:, 0] if scalar else out, "per_list")
 
 
@@ -713,7 +883,10 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     `direction` order (the orientation of `softsort_tf.ops.permutation.soft_sort_matrix`:
     `P @ x` soft-sorts values by x); P is doubly stochastic (rows and columns sum to 1)
     and tends to the sorting permutation matrix as α → 0. O(n²) time and memory (the
-    thresholds themselves cost O(n log n)).
+    thresholds themselves cost O(n log n)). The entries are computed from the scores'
+    differences to each threshold's sorted neighbours (`_SortedList.offsets`), never
+    from absolute thresholds: adding a constant to the scores does not change P beyond
+    the rounding of the differences.
 
     Args:
       x: `[..., n]` scores.
@@ -732,12 +905,13 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
     """
-    x2d, view, valid = _prepare(x, direction)
-    dtype = x2d.dtype
-    alpha_t = _alpha_tensor(alpha, dtype)
     # 'DESCENDING' ranks −x ascending: position 0 of the ascending order of −x is the
     # largest score.
-    lst = _SortedList(x2d, valid, alpha_t)
+    prep = _Prepared(x, direction)
+    x2d = prep.x
+    dtype = x2d.dtype
+    alpha_t = _alpha_tensor(alpha, dtype)
+    lst = _SortedList(x2d, prep.valid, alpha_t)
     n = tf.shape(x2d)[-1]
     b = tf.shape(x2d)[0]
     num = tf.maximum(n - 1, 1)
@@ -746,28 +920,45 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     inner = levels < lst.count[:, None]
     safe_levels = tf.where(inner, levels, 0.5 * tf.ones_like(levels))
     m = tf.where(inner, m, tf.zeros_like(m))
-    thresholds = lst.invert(safe_levels, m)[:, : n - 1]
-    inner = inner[:, : n - 1]
+    thr = lst.invert(safe_levels, m)
     inf = tf.constant(np.inf, dtype)
-    thresholds = tf.where(inner, thresholds, inf)                # t_k for k ≥ N is +∞
-    lower = tf.concat([tf.fill(tf.stack([b, 1]), -inf), thresholds], axis=-1)   # t_k
-    upper = tf.concat([thresholds, tf.fill(tf.stack([b, 1]), inf)], axis=-1)    # t_{k+1}
-    def scaled(t):
-        # (t − r_j)/α, ±inf for infinite thresholds (no gradient reaches those).
-        ok = tf.math.is_finite(t)[:, :, None]
-        safe = tf.where(ok, t[:, :, None], tf.zeros_like(t[:, :, None]))
-        out = _scaled_difference(safe, x2d[:, None, :], alpha_t)
-        return tf.where(ok, out, tf.broadcast_to(t[:, :, None], tf.shape(out)))
-
-    hi, lo = scaled(upper), scaled(lower)
-    # (t_{k+1} − t_k)/α from the thresholds themselves (never inf − inf).
-    finite = tf.logical_and(tf.math.is_finite(lower), tf.math.is_finite(upper))
-    spread = tf.where(finite, _scaled_gap(tf.where(finite, lower, tf.zeros_like(lower)),
-                                          tf.where(finite, upper, tf.zeros_like(upper)),
-                                          alpha_t), inf)
-    perm = _lap_cdf_difference(hi, lo, spread[:, :, None])
-    if valid is not None:
-        rows = _masking.valid_prefix(tf.cast(lst.count, tf.int32), n)
-        keep = tf.logical_and(rows[:, :, None], valid[:, None, :])
-        perm = tf.where(keep, perm, tf.zeros_like(perm))
-    return ListResult(perm, "square")
+    # (t_k − s_j)/α for the inner thresholds t_1..t_{N−1}, +inf beyond; t_0 = −∞.
+    off = tf.where(inner[:, :, None], lst.offsets(thr), inf)[:, : n - 1]
+    column = tf.fill(tf.stack([b, 1, n]), inf)
+    lo = tf.concat([-column, off], axis=1)                        # (t_k − s_j)/α
+    hi = tf.concat([off, column], axis=1)                         # (t_{k+1} − s_j)/α
+    # (t_{k+1} − t_k)/α without cancellation: across segments, the sum of three
+    # non-negative terms; within a segment, the difference of the offsets from the
+    # nearer neighbour.
+    dl, dr = thr.delta_left, thr.delta_right
+    same = tf.equal(m[:, 1:], m[:, :-1])
+    across = (-dr[:, :-1] + _scaled_gap(thr.s_right[:, :-1], thr.s_left[:, 1:], alpha_t)
+              + dl[:, 1:])
+    near_left = dl[:, 1:] <= -dr[:, :-1]
+    within = tf.where(near_left, dl[:, 1:] - dl[:, :-1], dr[:, 1:] - dr[:, :-1])
+    step = tf.maximum(tf.where(same, within, across), 0.0)
+    step = tf.where(tf.logical_and(inner[:, 1:], inner[:, :-1]), step, inf)
+    edge = tf.fill(tf.stack([b, 1]), inf)
+    spread = tf.concat([edge, step, edge], axis=1)[:, :n]          # [b, n] rows
+    spread = tf.where(tf.equal(n, 1), tf.fill(tf.stack([b, n]), inf), spread)
+    finite = _lap_cdf_difference(hi, lo, spread[:, :, None])      # rows × sorted cols
+    # Into the full list: the finite block at rows n₋ .. n₋ + N_finite − 1 and the
+    # columns of the finite entries; −inf entries share the first n₋ rows, +inf the
+    # last n₊ valid rows.
+    row = tf.range(n)[None, :]
+    n_neg = tf.cast(prep.n_neg, tf.int32)[:, None]
+    n_fin = tf.cast(lst.count, tf.int32)[:, None]
+    n_all = tf.cast(prep.n_all, tf.int32)[:, None]
+    rows = tf.gather(finite, tf.clip_by_value(row - n_neg, 0, n - 1), batch_dims=1)
+    perm = tf.gather(rows, lst.positions(), axis=2, batch_dims=1)
+    in_block = tf.logical_and(row >= n_neg, row < n_neg + n_fin)[:, :, None]
+    perm = tf.where(tf.logical_and(in_block, prep.valid[:, None, :]), perm,
+                    tf.zeros_like(perm))
+    ones = tf.ones_like(perm)
+    neg_rows = (row < n_neg)[:, :, None]
+    pos_rows = tf.logical_and(row >= n_neg + n_fin, row < n_all)[:, :, None]
+    perm = tf.where(tf.logical_and(neg_rows, prep.neg[:, None, :]),
+                    ones / tf.maximum(prep.n_neg, 1.0)[:, None, None], perm)
+    perm = tf.where(tf.logical_and(pos_rows, prep.pos[:, None, :]),
+                    ones / tf.maximum(prep.n_pos, 1.0)[:, None, None], perm)
+    return ListResult(prep.poison(perm), "square")

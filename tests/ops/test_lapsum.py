@@ -482,3 +482,173 @@ def test_runtime_checks_of_tensor_arguments():
         f(x, -1.0, 2.0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="`k`"):
         f(x, 1.0, 3.0)
+
+
+# ---------------------------------------------------------------------------------
+# Issue 39: offsets, non-finite scores, k in float64, extreme temperatures.
+# ---------------------------------------------------------------------------------
+def test_topk_and_matrix_depend_on_differences_only():
+    """The threshold is held as offsets from its sorted neighbours: scores around 1000
+    (float32, α = 1e-3), four tied 1e4's and float64 ties at α = 1e-20 give the exact
+    values of the same inputs (the absolute threshold was rounded: Σp = 2.0534, matrix
+    rows 0.961–1.074, [0.188]·4, rows [2, 0, 0, 2], [0.5, 0.5, 0.5, 1])."""
+    x = np.array([[0.0012, -0.0021, 0.0005, 0.0031, -0.0007, 0.0018]], np.float32) + 1000
+    r = x[0].astype(np.float64)
+    p = L.lapsum_topk_mask(x, 2, 1e-3).numpy()
+    assert np.all(np.isfinite(p))
+    np.testing.assert_allclose(p[0], ref_topk(r, 2, 1e-3), atol=2e-6)
+    np.testing.assert_allclose(p.sum(), 2.0, atol=2e-6)
+    P = L.lapsum_permutation_matrix(x, 1e-3).numpy()[0]
+    assert np.all(np.isfinite(P))
+    np.testing.assert_allclose(P, ref_permutation(-r, 1e-3), atol=2e-6)
+    np.testing.assert_allclose(P.sum(0), 1.0, atol=2e-6)
+    np.testing.assert_allclose(P.sum(1), 1.0, atol=2e-6)
+    ties = np.full([1, 4], 1e4, np.float32)
+    np.testing.assert_allclose(L.lapsum_topk_mask(ties, 1, 1e-3).numpy(), 0.25, atol=1e-7)
+    np.testing.assert_allclose(L.lapsum_permutation_matrix(ties, 1e-4).numpy(), 0.25,
+                               atol=1e-7)
+    p64 = L.lapsum_topk_mask(np.array([[5.0, 5.0, 5.0, 10.0]]), 2, 1e-20).numpy()
+    np.testing.assert_allclose(p64, [[1 / 3, 1 / 3, 1 / 3, 1.0]], atol=1e-15)
+    rng = np.random.default_rng(21)
+    for _ in range(3):  # scores around 100, α = 1e-4
+        y = (100 + 1e-4 * rng.normal(size=[1, 7])).astype(np.float32)
+        ry = y[0].astype(np.float64)
+        for k in (1, 3.5, 6):
+            np.testing.assert_allclose(L.lapsum_topk_mask(y, k, 1e-4).numpy()[0],
+                                       ref_topk(ry, k, 1e-4), atol=3e-6)
+        np.testing.assert_allclose(L.lapsum_permutation_matrix(y, 1e-4, "ASCENDING")
+                                   .numpy()[0], ref_permutation(ry, 1e-4), atol=3e-6)
+        np.testing.assert_allclose(L.lapsum_quantile(y, [0.3, 0.5], 1e-4).numpy()[0],
+                                   ref_quantile(ry, [0.3, 0.5], 1e-4), atol=2e-5)
+
+
+def test_python_k_keeps_float64():
+    """A Python k is not rounded to float32 for float64 scores (Σp was 2.0999999046)."""
+    x = scores([1, 10], seed=22, ties=False)
+    p = L.lapsum_topk_mask(x, 2.1, 0.5).numpy()
+    assert p.dtype == np.float64
+    np.testing.assert_allclose(p.sum(), 2.1, rtol=0, atol=1e-14)
+    y = np.random.default_rng(23).normal(size=[1, 3000])
+    k = 1000.5833
+    q = L.lapsum_topk_mask(y, k, 0.05).numpy()
+    np.testing.assert_allclose(q.sum(), k, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(q[0], ref_topk(y[0], k, 0.05), atol=1e-9)
+
+
+def test_infinite_scores_get_their_limits():
+    """±inf entries are the limits of very large finite scores: +inf ranks last
+    (ascending), sorts last, gets top-k mass 1 and row 0 of the descending matrix; the
+    finite entries get the results of the finite list alone (mass 1 where it belongs),
+    with finite gradients and zero gradient at the infinite entries."""
+    inf = np.inf
+    x = np.array([[0.3, -1.2, inf, 0.7, -0.1], [0.3, -1.2, -inf, 0.7, -0.1],
+                  [inf, -1.2, -inf, 0.7, inf]], np.float32)
+    a = 0.3
+    xt = tf.constant(x)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(xt)
+        outs = dict(rank=L.lapsum_rank(xt, a), sort=L.lapsum_sort(xt, a),
+                    top1=L.lapsum_topk_mask(xt, 1, a), top2=L.lapsum_topk_mask(xt, 2.5, a),
+                    top4=L.lapsum_topk_mask(xt, 4, a),
+                    quantile=L.lapsum_quantile(xt, [0.1, 0.5, 0.9], a),
+                    perm=L.lapsum_permutation_matrix(xt, a))
+        losses = {name: tf.reduce_sum(tf.sin(tf.where(tf.math.is_finite(out), out, 0.0)))
+                  for name, out in outs.items()}
+    for name in outs:
+        g = tape.gradient(losses[name], xt).numpy()
+        assert np.all(np.isfinite(g)), name
+        np.testing.assert_array_equal(g[~np.isfinite(x)], 0.0, err_msg=name)
+    o = {k: v.numpy() for k, v in outs.items()}
+    for i, row in enumerate(x):
+        fin = np.isfinite(row)
+        r = row[fin].astype(np.float64)
+        pos, neg = row == inf, row == -inf
+        n_neg, n_pos, nf = neg.sum(), pos.sum(), fin.sum()
+        want_rank = np.zeros(5)
+        want_rank[fin] = n_neg + ref_rank(r, a)
+        want_rank[neg] = (n_neg + 1) / 2
+        want_rank[pos] = 5 - (n_pos - 1) / 2
+        np.testing.assert_allclose(o["rank"][i], want_rank, atol=2e-6)
+        want_sort = np.concatenate([[-inf] * n_neg, ref_sort(r, a), [inf] * n_pos])
+        np.testing.assert_allclose(o["sort"][i], want_sort, atol=2e-6)
+        for name, k in (("top1", 1), ("top2", 2.5), ("top4", 4)):
+            want = np.zeros(5)
+            want[pos] = min(k / n_pos, 1.0) if n_pos else 0.0
+            kf = k - n_pos
+            if kf >= nf:
+                want[fin] = 1.0
+                want[neg] = (kf - nf) / n_neg
+            elif kf > 0:
+                want[fin] = ref_topk(r, kf, a)
+            np.testing.assert_allclose(o[name][i], want, atol=2e-6, err_msg=name)
+            np.testing.assert_allclose(o[name][i].sum(), k, atol=4e-6)
+        levels = 5 * np.array([0.1, 0.5, 0.9]) - n_neg
+        want_q = np.where(levels <= 0, -inf, np.where(levels >= nf, inf, 0.0))
+        inner = (levels > 0) & (levels < nf)
+        want_q[inner] = f_inverse(levels[inner], r, a)
+        np.testing.assert_allclose(o["quantile"][i], want_q, atol=2e-6)
+        P = o["perm"][i]   # descending: +inf rows first
+        want_p = np.zeros([5, 5])
+        want_p[:n_pos][:, pos] = 1.0 / max(n_pos, 1)
+        want_p[n_pos:n_pos + nf][:, fin] = ref_permutation(-r, a)
+        want_p[n_pos + nf:][:, neg] = 1.0 / max(n_neg, 1)
+        np.testing.assert_allclose(P, want_p, atol=2e-6)
+
+
+def test_nan_gives_a_nan_list():
+    """A NaN at a valid entry makes its whole list NaN (the other lists untouched, no
+    NaN gradient into the batch); a NaN at a padded entry is ignored."""
+    x = np.array([[0.3, np.nan, 2.0, 0.7, -0.1], [0.3, -1.2, 2.0, 0.7, -0.1]])
+    xt = tf.constant(x)
+    for fn in (lambda v, m=None: L.lapsum_rank(v, 0.3, mask=m),
+               lambda v, m=None: L.lapsum_sort(v, 0.3, mask=m),
+               lambda v, m=None: L.lapsum_topk_mask(v, 2, 0.3, mask=m),
+               lambda v, m=None: L.lapsum_quantile(v, [0.5], 0.3, mask=m),
+               lambda v, m=None: L.lapsum_permutation_matrix(v, 0.3, mask=m)):
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            out = fn(xt)
+            loss = tf.reduce_sum(tf.where(tf.math.is_nan(out), tf.zeros_like(out), out))
+        o = out.numpy()
+        assert np.all(np.isnan(o[0]))
+        assert np.all(np.isfinite(o[1]))
+        np.testing.assert_allclose(o[1], fn(xt[1:]).numpy()[0], atol=1e-12)
+        assert np.all(np.isfinite(tape.gradient(loss, xt).numpy()))
+        masked = fn(xt, np.isfinite(x)).numpy()
+        assert np.all(np.isfinite(masked))
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_finite_across_the_temperature_range(dtype):
+    """Values, the gradient in x and the gradient in a tensor α are finite at both ends
+    of `temperature_range(dtype)` (α = 3e38 in float32 gave the sort gradient
+    [nan, nan, -inf], ties at α = 2e-38 gave NaN)."""
+    low, high = L.temperature_range(dtype)
+    assert isinstance(low, float) and isinstance(high, float) and 0 < low < 1 < high
+    info = np.finfo(dtype.as_numpy_dtype)
+    assert low <= 1e-20 if dtype == tf.float32 else low <= 1e-290
+    assert high >= info.max / 1e3
+    # The values alone stay finite down to the smallest normal α (tied scores included).
+    for fn in (L.lapsum_rank, L.lapsum_sort, L.lapsum_permutation_matrix):
+        out = fn(tf.constant([[1.0, 1.0, 1.0], [1.0, 2.0, 2.0]], dtype), float(info.tiny))
+        assert np.all(np.isfinite(out.numpy()))
+    rows = tf.constant([[1.0, 2.0, 3.0, 2.5], [1.0, 1.0, 1.0, 1.0], [-4.0, 1.0, 1.0, 7.0]],
+                       dtype)
+    weights = tf.constant(np.cos(np.arange(16.0)).reshape(4, 4), dtype)
+    for alpha in (low, 2 * low, high / 2, high):
+        a = tf.constant(alpha, dtype)
+        for name, fn in (("rank", lambda v, t: L.lapsum_rank(v, t)),
+                         ("sort", lambda v, t: L.lapsum_sort(v, t)),
+                         ("topk", lambda v, t: L.lapsum_topk_mask(v, 2, t)),
+                         ("quantile", lambda v, t: L.lapsum_quantile(v, [0.3, 0.5], t)),
+                         ("perm", lambda v, t: L.lapsum_permutation_matrix(v, t))):
+            with tf.GradientTape() as tape:
+                tape.watch([rows, a])
+                out = fn(rows, a)
+                w = tf.reshape(weights, [-1])[: out.shape[-1]]
+                loss = tf.reduce_sum(out * w)
+            gx, ga = tape.gradient(loss, [rows, a])
+            what = f"{name}, alpha={alpha:g}"
+            assert np.all(np.isfinite(out.numpy())), what
+            assert np.all(np.isfinite(gx.numpy())), what
+            assert np.isfinite(ga.numpy()), what
