@@ -48,6 +48,14 @@ from softsort_tf.metrics.permutation import (
 from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg, reciprocal_rank
 from softsort_tf.metrics.regression import QuantileError, TrimmedError
 from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
+from softsort_tf.ops.family import (
+    FAMILIES,
+    Family,
+    Settings,
+    get_family,
+    register_family,
+    unregister_family,
+)
 from softsort_tf.ops.hard_stats import rankdata
 from softsort_tf.ops.kendall import (
     discordant_pairs,
@@ -73,12 +81,6 @@ from softsort_tf.ops.permutation import (
     straight_through,
 )
 from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
-from softsort_tf.ops.registry import (
-    PERMUTATION_OPERATORS,
-    PermutationOperator,
-    get_permutation_operator,
-    permutation_matrix,
-)
 from softsort_tf.ops.sampling import (
     gumbel_perturb,
     stochastic_neural_sort_matrix,
@@ -98,8 +100,12 @@ from softsort_tf.ops.sinkhorn import (
 )
 from softsort_tf.ops.soft import (
     METHODS,
+    PERMUTATION_OPERATORS,
     Method,
+    PermutationOperator,
     get_method,
+    get_permutation_operator,
+    permutation_matrix,
     soft_quantile,
     soft_rank,
     soft_sort,
@@ -145,4 +151,5 @@ __all__ = [
     "lapsum_topk_mask", "permutahedron_rank", "permutahedron_sort",
     "sorting_network_matrix", "sorting_network_sort",
     "SoftQuantileLayer", "SoftRankLayer", "SoftSortLayer", "SoftTopKLayer",
+    "FAMILIES", "Family", "Settings", "get_family", "register_family", "unregister_family",
 ]

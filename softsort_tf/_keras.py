@@ -6,11 +6,14 @@
 - `get_keras_mask`: the mask Keras attaches to a tensor (`keras.layers.Masking`,
   `Embedding(mask_zero=True)`, ...), read through Keras' own accessor, the one
   `keras.losses.Loss.__call__` uses.
+- `broadcast_keras_mask`: a Keras mask as an operator mask (one flag per entry);
+  `sorted_mask`: the output mask of a sort (valid sorted positions first).
 """
 
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 try:  # Keras' accessor of a tensor's mask (public where the installed Keras exports it)
     from keras.backend import get_keras_mask as _keras_get_mask
@@ -50,3 +53,27 @@ def compute_dtype(dtype=None) -> str:
 def get_keras_mask(x):
     """The Keras mask attached to `x` (a boolean tensor), or None without one."""
     return _keras_get_mask(x)
+
+
+def broadcast_keras_mask(inputs, mask):
+    """A Keras mask as an operator mask: cast to bool and, when it lacks the input's last
+    axis (Keras' `[batch, steps]` mask of `[batch, steps, features]`), broadcast along it."""
+    if isinstance(mask, tf.RaggedTensor) or isinstance(inputs, tf.RaggedTensor):
+        return mask
+    mask = tf.convert_to_tensor(mask)
+    inputs = tf.convert_to_tensor(inputs)
+    if mask.shape.rank is not None and inputs.shape.rank is not None and \
+            mask.shape.rank == inputs.shape.rank - 1:
+        mask = tf.broadcast_to(mask[..., None], tf.shape(inputs))
+    return mask
+
+
+def sorted_mask(inputs, mask, axis: int):
+    """The mask of a sorted output: True at the first n_valid positions along `axis`
+    (the input's Keras mask, broadcast over the last axis if it lacks it, sorted
+    valid-first). Built with `keras.ops`: Keras calls it on symbolic tensors too."""
+    ops = keras.ops
+    mask = ops.cast(mask, "bool")
+    if len(mask.shape) == len(inputs.shape) - 1:
+        mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
+    return ops.equal(ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis), 0)

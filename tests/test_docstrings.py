@@ -19,7 +19,7 @@ MODULES = sorted(
     name for _, name, _ in pkgutil.walk_packages(softsort_tf.__path__, "softsort_tf."))
 # Modules whose public classes or functions must carry at least one example.
 MUST_HAVE_EXAMPLES = ("softsort_tf.layers.", "softsort_tf.losses.", "softsort_tf.metrics.",
-                      "softsort_tf.ops.sinkhorn", "softsort_tf.ops.registry",
+                      "softsort_tf.ops.sinkhorn", "softsort_tf.ops.family",
                       "softsort_tf.options")
 
 

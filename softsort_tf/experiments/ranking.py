@@ -201,7 +201,9 @@ def make_loss(name: str, config: RankingConfig):
         return ss.SpearmanLoss(negative_labels_are_padding=True,
                             **({} if config.epsilon is None else {"epsilon": config.epsilon}))
     kind, method = name.rsplit("_", 1)
-    temperature = config.epsilon if method == "sinkhorn" else config.tau
+    # The family's temperature: ε for a family whose temperature is ε, τ otherwise.
+    temperature = {"epsilon": config.epsilon}.get(ss.get_family(method).temperature,
+                                                  config.tau)
     if kind == "soft_ndcg":
         return ss.SoftNDCGLoss(method=method, temperature=temperature)
     return ss.ListwisePermutationLoss(method=method, temperature=temperature)

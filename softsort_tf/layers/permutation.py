@@ -1,8 +1,8 @@
-"""Keras layers over the relaxed permutation operators of `softsort_tf.ops.registry`.
+"""Keras layers over the relaxed permutation matrices of the families (`FAMILIES`).
 
 `SoftSort`, `NeuralSort` and `SinkhornPermutation` share one base class: each layer
-validates its arguments at construction and calls its operator of the table
-`PERMUTATION_OPERATORS` (`ops/registry.py`) in `call`.
+validates its arguments at construction and calls the matrix of its family
+(`Family.matrix`, `softsort_tf.ops.family`) in `call`.
 Scores are sorted along the last axis, in `direction` order ('DESCENDING' by
 default: the largest first, the rule stated in `softsort_tf.ops.soft`); the layer
 returns, by `output_mode`:
@@ -38,8 +38,8 @@ deterministic. Fresh noise is drawn at every call from a
 With the default `num_samples=None` one sample is drawn and no axis is added.
 
 Temperatures (SoftSort's and NeuralSort's τ, Sinkhorn's ε) must be ones the layer's
-compute dtype holds, checked at construction (`softsort_tf._methods.check_temperatures`:
-a normal number, and for Sinkhorn at least 3.8e-6 in float32).
+compute dtype holds, checked at construction (`Family.check_temperature`: a normal
+number, and for Sinkhorn at least 3.8e-6 in float32).
 
 Mixed precision: the layers always compute in float32 (float64 stays float64). Under a
 policy whose compute dtype is float16 or bfloat16 (e.g. `mixed_float16`, or
@@ -55,9 +55,10 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _masking, _methods
 from softsort_tf._keras import full_precision_dtype
-from softsort_tf.layers.sinkhorn import sinkhorn_config, split_sinkhorn_settings
+from softsort_tf.layers.sinkhorn import sinkhorn_settings
 from softsort_tf.ops import permutation as permutation_ops
-from softsort_tf.ops import permutation_readout, registry, sampling
+from softsort_tf.ops import permutation_readout, sampling
+from softsort_tf.ops.family import get_family
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
@@ -122,12 +123,13 @@ class _PermutationLayer(keras.layers.Layer):
         raise NotImplementedError
 
     def _checked_temperature(self, value, name: str = "temperature") -> float | None:
-        """`value` (τ; None: Sinkhorn's ε from `self.options`) checked > 0 and in the
-        range the layer's compute dtype holds (`_methods.check_temperatures`)."""
-        if value is not None:
-            value = _checks.check_positive(name, value)
-        return _methods.check_temperatures(self.method, _methods.compute_dtype(self), value,
-                                           getattr(self, "options", None), name=name)
+        """`value` (τ; None: the temperature its settings hold, Sinkhorn's ε) checked > 0
+        and in the range the layer's compute dtype holds (`Family.check_temperature`)."""
+        dtype = _methods.compute_dtype(self)
+        if value is None:
+            return self._settings.check_temperature(None, dtype)
+        return get_family(self.method).check_temperature(_checks.check_positive(name, value),
+                                                         dtype, name=name)
 
     def _permutation(self, scores, training, mask=None):
         kwargs = dict(direction=self.direction, hard=self.hard, mask=mask, **self._op_kwargs())
@@ -138,7 +140,7 @@ class _PermutationLayer(keras.layers.Layer):
             if self.num_samples is None:
                 return perm[..., 0, :, :]
         else:
-            perm = registry.permutation_matrix(scores, self.method, **kwargs)
+            perm = get_family(self.method).matrix(scores, **kwargs)
             if self.num_samples is None:
                 return perm
             # S copies of the noise-free matrix: the sample axis keeps its size S.
@@ -331,9 +333,9 @@ class SinkhornPermutation(_PermutationLayer):
 
     def __init__(self, options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
-        settings, layer_kwargs = split_sinkhorn_settings(kwargs, options, squash, targets)
+        self._settings, layer_kwargs = sinkhorn_settings(kwargs, options, squash, targets)
         super().__init__(**layer_kwargs)
-        for name, value in settings.items():
+        for name, value in self._settings.attributes().items():
             setattr(self, name, value)
         self._checked_temperature(None)  # the options' ε
 
@@ -344,5 +346,5 @@ class SinkhornPermutation(_PermutationLayer):
         config = super().get_config()
         for name in ("options", "squash", "targets"):
             del config[name]
-        config.update(sinkhorn_config(self))
+        config.update(self._settings.get_config())
         return config

@@ -23,39 +23,23 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _methods
+from softsort_tf._keras import broadcast_keras_mask, sorted_mask
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
-from softsort_tf.ops.squash import check_squash
-from softsort_tf.ops.transport import check_targets
+from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 
 
-def split_sinkhorn_settings(kwargs: dict, options=None, squash="logistic",
-                            targets: str = "regular") -> tuple[dict, dict]:
-    """`(settings, rest)`: a Sinkhorn layer's validated settings — `options` (a
-    `SinkhornOptions` with the option fields of `kwargs` applied), `squash`, `targets` —
-    and the other keyword arguments (those of `keras.layers.Layer`)."""
-    options, rest = SinkhornOptions.split_kwargs(kwargs, options)
-    return dict(options=options, squash=check_squash(squash),
-                targets=check_targets(targets)), rest
-
-
-def sinkhorn_config(layer) -> dict:
-    """The config of a layer's Sinkhorn settings: one key per option field, `squash`,
-    `targets`."""
-    return dict(squash=layer.squash, targets=layer.targets, **layer.options.get_config())
-
-
-def sorted_mask(inputs, mask, axis: int):
-    """The mask of a sorted output: True at the first n_valid positions along `axis`
-    (the input's Keras mask, broadcast over the last axis if it lacks it, sorted
-    valid-first). Built with `keras.ops`: Keras calls it on symbolic tensors too."""
-    ops = keras.ops
-    mask = ops.cast(mask, "bool")
-    if len(mask.shape) == len(inputs.shape) - 1:
-        mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
-    return ops.equal(ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis), 0)
+def sinkhorn_settings(kwargs: dict, options=None, squash="logistic",
+                      targets: str = "regular") -> tuple[SinkhornSettings, dict]:
+    """`(settings, rest)`: a Sinkhorn layer's validated settings (`options` with the
+    option fields of `kwargs` applied, `squash`, `targets`) and the other keyword
+    arguments (those of `keras.layers.Layer`)."""
+    settings, _, rest = SinkhornSettings.create(
+        SINKHORN, None, None, {**kwargs, "options": options, "squash": squash,
+                               "targets": targets})
+    return settings, rest
 
 
 class _SinkhornLayer(keras.layers.Layer):
@@ -82,12 +66,11 @@ class _SinkhornLayer(keras.layers.Layer):
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
-        settings, layer_kwargs = split_sinkhorn_settings(kwargs, options, squash, targets)
+        self._settings, layer_kwargs = sinkhorn_settings(kwargs, options, squash, targets)
         super().__init__(**layer_kwargs)
-        for name, value in settings.items():
+        for name, value in self._settings.attributes().items():
             setattr(self, name, value)
-        _methods.check_temperatures("sinkhorn", _methods.compute_dtype(self),
-                                    options=self.options)
+        self._settings.check_temperature(None, _methods.compute_dtype(self))
         self.axis = _checks.check_int("axis", axis)
         self.direction = _checks.check_direction(direction)
         self.supports_masking = True
@@ -96,7 +79,7 @@ class _SinkhornLayer(keras.layers.Layer):
         kwargs = dict(axis=self.axis, direction=self.direction, options=self.options,
                       squash=self.squash, targets=self.targets)
         if mask is not None:
-            kwargs["mask"] = _broadcast_keras_mask(inputs, mask)
+            kwargs["mask"] = broadcast_keras_mask(inputs, mask)
         return kwargs
 
     # The output keeps the list axis (elementwise results): the input mask is its mask.
@@ -107,7 +90,7 @@ class _SinkhornLayer(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(axis=self.axis, direction=self.direction, **sinkhorn_config(self))
+        config.update(axis=self.axis, direction=self.direction, **self._settings.get_config())
         return config
 
     def _replace_axis(self, input_shape, new_size):
@@ -121,19 +104,6 @@ class _SinkhornLayer(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
-
-
-def _broadcast_keras_mask(inputs, mask):
-    """A Keras mask as an operator mask: cast to bool and, when it lacks the input's last
-    axis (Keras' `[batch, steps]` mask of `[batch, steps, features]`), broadcast along it."""
-    if isinstance(mask, tf.RaggedTensor) or isinstance(inputs, tf.RaggedTensor):
-        return mask
-    mask = tf.convert_to_tensor(mask)
-    inputs = tf.convert_to_tensor(inputs)
-    if mask.shape.rank is not None and inputs.shape.rank is not None and \
-            mask.shape.rank == inputs.shape.rank - 1:
-        mask = tf.broadcast_to(mask[..., None], tf.shape(inputs))
-    return mask
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)

@@ -3,11 +3,13 @@ method (`softsort_tf.ops.soft`).
 
 `SoftRankLayer`, `SoftSortLayer`, `SoftTopKLayer` and `SoftQuantileLayer` call
 `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with `method=` a key of
-`METHODS`. Their arguments follow the rule of `softsort_tf._methods`: `temperature`
+`FAMILIES`. Their arguments follow the rule of `softsort_tf._methods`: `temperature`
 is the family's temperature (None: its default), Sinkhorn's settings (`options`,
 `SinkhornOptions` fields such as `epsilon`, `squash`, `targets`) are keywords of their
 own, accepted only with method='sinkhorn', and the other families' own arguments go
 in `method_kwargs`; all are validated at construction and are part of `get_config()`.
+k of `SoftTopKLayer` is checked against the list length at the call (an integer in
+[1, n), a real in (0, n) for 'lapsum').
 The temperature (Sinkhorn's ε, however given) must be one the layer's compute dtype
 holds (`_methods.temperature_range`: at least 3.8e-6 for Sinkhorn in float32, a
 normal number for the other families), checked at construction.
@@ -32,13 +34,7 @@ from __future__ import annotations
 import keras
 
 from softsort_tf import _checks, _methods
-from softsort_tf._keras import full_precision_dtype
-from softsort_tf.layers.sinkhorn import (
-    _broadcast_keras_mask,
-    sinkhorn_config,
-    sorted_mask,
-    split_sinkhorn_settings,
-)
+from softsort_tf._keras import broadcast_keras_mask, full_precision_dtype, sorted_mask
 from softsort_tf.ops import soft
 
 _PACKAGE = "softsort_tf"
@@ -48,45 +44,36 @@ class _SoftLayer(keras.layers.Layer):
     """Common arguments, call and config of the front-door layers.
 
     Args:
-      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
-      temperature: the method's temperature (None: its default; for 'sinkhorn', ε).
+      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
+      temperature: the method's temperature (None: its default; for 'sinkhorn', ε); a
+        real number, or a scalar variable for the families that learn it.
       direction: 'ASCENDING' or 'DESCENDING' (default: that of the operation).
       axis: the axis to operate along (of the full input, batch axis included).
       method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
         'permutahedron' or `{"distance_power": 2.0}` for 'softsort'.
-      options, squash, targets: Sinkhorn's settings (only with method='sinkhorn').
-      **kwargs: fields of `SinkhornOptions` (`epsilon`, `threshold`, ...; only with
-        method='sinkhorn') and the base `keras.layers.Layer` arguments (name, dtype, ...).
+      **kwargs: the family's settings when they are arguments of their own (Sinkhorn:
+        `options`, `squash`, `targets` and the fields of `SinkhornOptions` such as
+        `epsilon`) and the base `keras.layers.Layer` arguments (name, dtype, ...).
     """
 
     operation: str = ""
 
-    def __init__(self, method: str = "sinkhorn", temperature: float | None = None,
+    def __init__(self, method: str = "sinkhorn", temperature=None,
                  direction: str | None = None, axis: int = -1,
-                 method_kwargs: dict | None = None, options=None, squash="logistic",
-                 targets: str = "regular", **kwargs):
-        temperature = given = _methods.check_temperature(method, temperature)
-        method_kwargs = _methods.check_method_kwargs(method, method_kwargs, self.operation)
-        _, layer_kwargs = split_sinkhorn_settings(kwargs)
-        option_kwargs = {name: kwargs[name] for name in kwargs if name not in layer_kwargs}
-        _methods.check_sinkhorn_settings(method, options, squash, targets, option_kwargs)
-        if method == "sinkhorn":
-            settings, layer_kwargs = split_sinkhorn_settings(
-                {**layer_kwargs, **_methods.sinkhorn_option_kwargs(temperature, option_kwargs)},
-                options, squash, targets)
-            temperature = None
+                 method_kwargs: dict | None = None, **kwargs):
+        arguments, layer_kwargs = _methods.MethodArguments.create(
+            method, temperature, method_kwargs, kwargs, self.operation)
         if "dtype" in layer_kwargs or full_precision_dtype() == "float32":
             layer_kwargs["dtype"] = full_precision_dtype(layer_kwargs.get("dtype"))
         super().__init__(**layer_kwargs)
-        if method == "sinkhorn":
-            for name, value in settings.items():
-                setattr(self, name, value)
         # In the range of the compute dtype, known now (the rule of `_methods`).
-        _methods.check_temperatures(method, _methods.compute_dtype(self), given,
-                                    getattr(self, "options", None))
+        arguments.check_dtype(_methods.compute_dtype(self))
+        self._arguments = arguments
+        for name, value in arguments.settings.attributes().items():
+            setattr(self, name, value)
         self.method = method
-        self.temperature = temperature
-        self.method_kwargs = method_kwargs
+        self.temperature = arguments.temperature
+        self.method_kwargs = dict(arguments.settings.method_kwargs)
         self.direction = _checks.check_direction(
             direction or ("DESCENDING" if self.operation == "topk" else "ASCENDING"))
         self.axis = _checks.check_int("axis", axis)
@@ -94,12 +81,9 @@ class _SoftLayer(keras.layers.Layer):
 
     def _call(self, fn, inputs, *args, mask=None):
         if mask is not None:
-            mask = _broadcast_keras_mask(inputs, mask)
-        kwargs = dict(self.method_kwargs)
-        if self.method == "sinkhorn":
-            kwargs.update(options=self.options, squash=self.squash, targets=self.targets)
-        return fn(inputs, *args, method=self.method, direction=self.direction, axis=self.axis,
-                  mask=mask, temperature=self.temperature, **kwargs)
+            mask = broadcast_keras_mask(inputs, mask)
+        return fn(inputs, *args, direction=self.direction, axis=self.axis, mask=mask,
+                  **self._arguments.operator_kwargs())
 
     def compute_mask(self, inputs, mask=None):
         return mask
@@ -109,11 +93,8 @@ class _SoftLayer(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(method=self.method, temperature=self.temperature,
-                      direction=self.direction, axis=self.axis,
-                      method_kwargs=dict(self.method_kwargs))
-        if self.method == "sinkhorn":
-            config.update(sinkhorn_config(self))
+        config.update(direction=self.direction, axis=self.axis,
+                      **self._arguments.get_config())
         return config
 
 
@@ -192,10 +173,7 @@ class SoftTopKLayer(_SoftLayer):
     def __init__(self, k=1, method: str = "sinkhorn", temperature: float | None = None,
                  **kwargs):
         super().__init__(method, temperature, **kwargs)
-        if method == "lapsum":
-            self.k = _checks.check_positive("k", k)
-        else:
-            self.k = _checks.check_positive_int("k", k)
+        self.k = self._arguments.family.check_k(k)  # against n at the call
 
     def call(self, inputs, mask=None):
         return self._call(soft.soft_topk, inputs, self.k, mask=mask)

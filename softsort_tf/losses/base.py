@@ -29,11 +29,10 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _keras
 from softsort_tf._keras import full_precision_dtype, get_keras_mask
 from softsort_tf.ops.ranking import check_lists
-from softsort_tf.ops.squash import check_squash
-from softsort_tf.ops.transport import check_targets
+from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
 
 # The arguments `__call__` hands to `call` for one evaluation of a loss (a context
@@ -116,16 +115,24 @@ class SinkhornLoss(LossFunctionWrapper):
         ...) overriding those of `options`; another name raises a `TypeError`.
 
     The config holds `fn_kwargs`, one key per field of the options, `squash` and
-    `targets`.
+    `targets`. ε must be one the loss's compute dtype resolves (at least 3.8e-6 in
+    float32), checked at construction.
     """
 
     def __init__(self, fn: Callable, fn_kwargs: dict, *,
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction="sum_over_batch_size", name=None,
                  dtype=None, **option_kwargs):
+        settings, _, rest = SinkhornSettings.create(
+            SINKHORN, None, None, dict(options=options, squash=squash, targets=targets,
+                                       **option_kwargs))
+        if rest:
+            raise TypeError(f"Unknown Sinkhorn option(s) {sorted(rest)}; the options are "
+                            f"{list(SinkhornOptions.field_names())}.")
         super().__init__(fn, reduction=reduction, name=name, dtype=dtype, **fn_kwargs,
-                         options=SinkhornOptions.resolve(options, **option_kwargs),
-                         squash=check_squash(squash), targets=check_targets(targets))
+                         **settings.operator_kwargs())
+        # ε in the range of the compute dtype (`Family.temperature_range`).
+        settings.check_temperature(None, _keras.compute_dtype(dtype))
 
     @property
     def options(self) -> SinkhornOptions | None:

@@ -32,8 +32,12 @@ from softsort_tf.ops.ranking import (
     per_list_over_groups,
     relevance_permutation_targets,
 )
-from softsort_tf.ops.registry import PERMUTATION_OPERATORS, permutation_matrix
-from softsort_tf.ops.soft import soft_rank, temperature_kwargs
+from softsort_tf.ops.soft import (
+    PERMUTATION_OPERATORS,
+    permutation_matrix,
+    soft_rank,
+    temperature_kwargs,
+)
 from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"

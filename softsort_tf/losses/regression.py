@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _methods
+from softsort_tf import _checks
 from softsort_tf._keras import get_keras_mask
 from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
 from softsort_tf.ops import hard_stats
@@ -348,13 +348,8 @@ class _BatchStatisticLoss(SinkhornLoss):
     `BatchNormalization` without synchronisation sees per-replica statistics.
 
     Sinkhorn's ε must be one the loss's compute dtype holds (at least 3.8e-6 in
-    float32; `_methods.check_temperatures`), checked at construction.
+    float32; `SinkhornLoss`), checked at construction.
     """
-
-    def __init__(self, fn, fn_kwargs: dict, **kwargs):
-        super().__init__(fn, fn_kwargs, **kwargs)
-        _methods.check_temperatures("sinkhorn", _methods.compute_dtype(self),
-                                    options=self.options)
 
     def call_arguments(self, y_pred, sample_weight=None):
         """The padded examples (zero `sample_weight`, False in a Keras mask of `y_pred`)

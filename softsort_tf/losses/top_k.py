@@ -5,17 +5,18 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks, _methods
+from softsort_tf import _checks
 from softsort_tf.losses.method import MethodLoss
+from softsort_tf.ops.family import get_family
 from softsort_tf.ops.permutation_targets import check_at_run_time
+from softsort_tf.ops.sinkhorn import EPSILON_PER_RANK_SCALE, MIN_LENGTH_EPSILON
 from softsort_tf.ops.soft import soft_rank
-from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
 FORMS = ("rank", "cdf")
 # ε = TOPK_EPSILON_SCALE / L² keeps the rank blur L·√(ε/2) at ≈ 0.39 of a rank for any L.
-TOPK_EPSILON_SCALE = 0.3
-TOPK_MIN_EPSILON = 1e-6
+TOPK_EPSILON_SCALE = EPSILON_PER_RANK_SCALE
+TOPK_MIN_EPSILON = MIN_LENGTH_EPSILON
 
 
 def _check_form(form: str) -> str:
@@ -103,26 +104,18 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
         raise ValueError(f"`logits` must have L >= 2 classes on the last axis, got shape "
                          f"{logits.shape}.")
     form = _check_form(form)
-    options = None
-    if method == "sinkhorn":
-        option_kwargs = {name: value for name, value in kwargs.items()
-                         if name not in _methods.SINKHORN_DEFAULTS}
-        option_kwargs = _methods.sinkhorn_option_kwargs(temperature, option_kwargs)
-        if kwargs.get("options") is None:
-            option_kwargs.setdefault("epsilon", None)  # the n-aware rule below
-        options = SinkhornOptions.resolve(kwargs.get("options"), **option_kwargs)
-        kwargs = dict(options=options, squash=kwargs.get("squash", "logistic"),
-                      targets=kwargs.get("targets", "regular"))
-        temperature = None
+    family = get_family(method)
+    # The family's settings; a temperature its settings leave to the caller (Sinkhorn's
+    # `epsilon=None`) is chosen for the number of classes L (`Settings.for_length`).
+    if temperature is None:
+        kwargs = family.settings.leave_temperature(kwargs)
+    settings, temperature, kwargs = family.settings.create(
+        family, family.check_temperature(temperature), None, kwargs)
     if static_classes is None:
-        # L is only known at run time: k < L is checked then, and the default ε (a
-        # function of L) cannot be chosen when the graph is built.
+        # L is only known at run time: k < L is checked then, and a default that
+        # depends on L cannot be chosen when the graph is built.
         k = _checks.check_positive_int("k", k)
-        if options is not None and options.epsilon is None:
-            raise ValueError("soft_top_k_loss needs the number of classes L (the last axis "
-                             "of `logits`) to be known when the model is built for its "
-                             "default `epsilon` = 0.3/L²; pass `epsilon` explicitly to use "
-                             f"logits of unknown L (got shape {logits.shape}).")
+        settings = settings.for_length(None)
         num_classes = tf.shape(logits)[-1]
         logits = check_at_run_time(
             tf.logical_and(k < num_classes, num_classes >= 2), logits,
@@ -130,8 +123,8 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     else:
         num_classes = static_classes
         k = _checks.check_k(k, num_classes)
-        if options is not None and options.epsilon is None:
-            kwargs["options"] = options.replace(epsilon=default_top_k_epsilon(num_classes))
+        settings = settings.for_length(num_classes)
+    kwargs = {**kwargs, **settings.operator_kwargs()}
     soft = soft_rank(logits, method, "ASCENDING", mask=mask, temperature=temperature,
                      **kwargs)
     classes = tf.cast(num_classes, soft.dtype)
@@ -243,15 +236,13 @@ class SoftTopKLoss(MethodLoss):
     def __init__(self, k: int = 1, form: str = "rank", from_sparse: bool = False, *,
                  method: str = "sinkhorn", temperature: float | None = None,
                  method_kwargs: dict | None = None,
-                 options: SinkhornOptions | dict | None = None, squash="logistic",
-                 targets: str = "regular", reduction: str | None = "sum_over_batch_size",
+                 reduction: str | None = "sum_over_batch_size",
                  name: str = "soft_top_k_loss", dtype=None, **kwargs):
-        if method == "sinkhorn" and options is None and temperature is None:
-            kwargs.setdefault("epsilon", None)  # the n-aware rule of `default_top_k_epsilon`
+        if temperature is None:  # the family's default for L classes, if it has one
+            kwargs = get_family(method).settings.leave_temperature(kwargs)
         super().__init__(
             soft_top_k_loss,
             dict(k=_checks.check_positive_int("k", k), form=_check_form(form),
                  from_sparse=_checks.check_bool("from_sparse", from_sparse)),
             method=method, temperature=temperature, method_kwargs=method_kwargs,
-            options=options, squash=squash, targets=targets, reduction=reduction,
-            name=name, dtype=dtype, **kwargs)
+            reduction=reduction, name=name, dtype=dtype, **kwargs)

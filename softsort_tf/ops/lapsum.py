@@ -962,3 +962,36 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     perm = tf.where(tf.logical_and(pos_rows, prep.pos[:, None, :]),
                     ones / tf.maximum(prep.n_pos, 1.0)[:, None, None], perm)
     return ListResult(prep.poison(perm), "square")
+
+
+# ---------------------------------------------------------------------------------
+# The LapSum family (`softsort_tf.ops.family`).
+# ---------------------------------------------------------------------------------
+def _quantile_from(x, quantiles, *, direction, mask, **kwargs):
+    """`lapsum_quantile` in the front door's convention: 'DESCENDING' is the quantile
+    from the top."""
+    if _checks.check_direction(direction) == "DESCENDING":
+        return -lapsum_quantile(-x, quantiles, mask=mask, **kwargs)
+    return lapsum_quantile(x, quantiles, mask=mask, **kwargs)
+
+
+_quantile_from.keywords = frozenset({"alpha", "axis", "mask", "direction"})
+
+
+def _lapsum_family():
+    from softsort_tf.ops import family
+    from softsort_tf.ops.permutation import with_straight_through
+
+    return family.Family(
+        "lapsum", "alpha", DEFAULT_ALPHA,
+        "scale α of the Laplace kernel, in the units of the scores: values closer than α "
+        "are blurred together", "Struski, Bednarczyk, Podolak & Tabor (2025)",
+        operations=dict(rank=family.family_operation(lapsum_rank),
+                        sort=family.family_operation(lapsum_sort),
+                        topk=family.family_operation(lapsum_topk_mask),
+                        quantile=_quantile_from),
+        matrix_fn=with_straight_through(lapsum_permutation_matrix), doubly_stochastic=True,
+        real_k=True, tensor_temperature=True)
+
+
+LAPSUM = _lapsum_family()

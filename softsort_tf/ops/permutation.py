@@ -66,10 +66,13 @@ scores get exactly zero gradient. A list without valid entries gives P̂ = 0.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
+from softsort_tf.ops.family import Family
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 from softsort_tf.solvers.cost import pair_cost
 
@@ -178,6 +181,40 @@ def straight_through(hard, soft):
     soft = tf.convert_to_tensor(soft)
     hard = tf.cast(hard, soft.dtype)
     return hard + (soft - tf.stop_gradient(soft))
+
+
+def with_straight_through(matrix_fn):
+    """A relaxed-matrix function `matrix_fn(scores, *, direction, mask, **kwargs)` with
+    the straight-through option `hard=` added (ragged inputs included): the matrix
+    function of a family whose own operator has none."""
+
+    def matrix(scores, *, direction: str = "DESCENDING", hard: bool = False, mask=None,
+               **kwargs):
+        hard = check_hard(hard)
+        if hard and kwargs.get("log"):
+            raise ValueError("`log=True` cannot be combined with `hard=True`.")
+        perm = matrix_fn(scores, direction=direction, mask=mask, **kwargs)
+        if not hard:
+            return perm
+        exact = hard_permutation_matrix(scores, direction, mask=mask)
+        if isinstance(perm, tf.RaggedTensor):
+            return perm.with_flat_values(straight_through(exact.flat_values, perm.flat_values))
+        return straight_through(exact, perm)
+
+    matrix.__signature__ = _with_hard_signature(matrix_fn)
+    return matrix
+
+
+def _with_hard_signature(fn):
+    """The signature of `fn` with a keyword `hard` added (read by `Family.keywords`)."""
+    signature = inspect.signature(fn)
+    parameters = list(signature.parameters.values())
+    if "hard" in signature.parameters:
+        return signature
+    hard = inspect.Parameter("hard", inspect.Parameter.KEYWORD_ONLY, default=False)
+    position = next((i for i, p in enumerate(parameters) if p.kind == p.VAR_KEYWORD),
+                    len(parameters))
+    return signature.replace(parameters=parameters[:position] + [hard] + parameters[position:])
 
 
 @list_operator
@@ -537,3 +574,14 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
     tau = _checks.check_positive("tau", tau)
     return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid, log), direction,
                     hard, log)
+
+
+# The families whose operations are read off these matrices (`softsort_tf.ops.family`).
+SOFTSORT = Family(
+    "softsort", "tau", DEFAULT_TAU,
+    "temperature τ of the row softmaxes, in the units of the scores",
+    "Prillo & Eisenschlos (2020), eq. 4", matrix_fn=soft_sort_matrix, log_domain=True)
+NEURALSORT = Family(
+    "neuralsort", "tau", DEFAULT_TAU,
+    "temperature τ of the row softmaxes, in the units of the scores",
+    "Grover et al. (2019)", matrix_fn=neural_sort_matrix, log_domain=True)

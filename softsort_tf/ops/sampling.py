@@ -16,7 +16,7 @@ from softsort_tf.ops.permutation import (
     DEFAULT_DISTANCE_POWER,
     DEFAULT_TAU,
 )
-from softsort_tf.ops.registry import permutation_matrix
+from softsort_tf.ops.soft import permutation_matrix
 
 
 # ---------------------------------------------------------------------------------

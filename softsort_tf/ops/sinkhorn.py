@@ -95,15 +95,19 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
-from softsort_tf.ops.permutation import check_log
+from softsort_tf.ops import family
+from softsort_tf.ops.permutation import check_log, with_straight_through
+from softsort_tf.ops.squash import check_squash
 from softsort_tf.ops.transport import (
     NEGLIGIBLE_MASS,
     TargetMeasure,
     Transport,
+    check_targets,
+    min_epsilon,
     sinkhorn_operator,
 )
 from softsort_tf.ops.wrapper import ListResult
-from softsort_tf.options import SinkhornOptions
+from softsort_tf.options import DEFAULT_EPSILON, SinkhornOptions
 
 
 def _solve(lists, target, direction, squash, targets, options, option_kwargs) -> Transport:
@@ -558,3 +562,128 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
         keep = tf.logical_and(rows[:, :, None], t.mask[:, None, :])
         perm = _masking.fill_padded(perm, keep, -np.inf if log else 0.0)
     return ListResult(perm, "square", info=t.info())
+
+
+# ---------------------------------------------------------------------------------
+# The Sinkhorn family (`softsort_tf.ops.family`).
+# ---------------------------------------------------------------------------------
+SINKHORN_DEFAULTS = dict(options=None, squash="logistic", targets="regular")
+# ε = EPSILON_PER_RANK_SCALE / n² keeps the rank blur n·√(ε/2) at ≈ 0.39 of a rank.
+EPSILON_PER_RANK_SCALE = 0.3
+MIN_LENGTH_EPSILON = 1e-6
+
+
+def epsilon_for_length(n: int) -> float:
+    """ε = max(0.3 / n², 1e-6): the logistic squash maps the scores into (0, 1), where
+    the n targets are 1/n apart; swapping two neighbouring ranks changes the cost by
+    about 2/n², and a Sinkhorn rank blurs over about n·√(ε/2) neighbours, so this ε keeps
+    the blur at ≈ 0.4 of a rank whatever n is (the floor keeps ε above the float32
+    resolution of the costs for n ≳ 500)."""
+    return max(EPSILON_PER_RANK_SCALE / n**2, MIN_LENGTH_EPSILON)
+
+
+
+class SinkhornSettings(family.Settings):
+    """Sinkhorn's settings wherever a layer or loss takes `method='sinkhorn'`: one
+    `SinkhornOptions` (from `options` and its fields given as keywords, `epsilon`, ...;
+    `temperature` is its ε), `squash` and `targets`, validated once. The config holds one
+    key per field of the options, `squash` and `targets`.
+
+    Attributes:
+      options, squash, targets: the validated settings.
+      temperature_name: the argument that set ε (`temperature` or `epsilon`), named by
+        the range check.
+    """
+
+    keywords = frozenset({*SINKHORN_DEFAULTS, *SinkhornOptions.field_names()})
+    keyword_defaults = SINKHORN_DEFAULTS
+    holds_temperature = True
+
+    def __init__(self, family_: family.Family, options: SinkhornOptions,
+                 squash=SINKHORN_DEFAULTS["squash"], targets=SINKHORN_DEFAULTS["targets"],
+                 temperature_name: str = "epsilon"):
+        super().__init__(family_)
+        self.options, self.squash, self.targets = options, squash, targets
+        self.temperature_name = temperature_name
+
+    @classmethod
+    def create(cls, family_, temperature, method_kwargs, kwargs, operation="rank"):
+        family_.check_method_kwargs(method_kwargs, operation)
+        rest = family.refuse_foreign_keywords(family_, kwargs)
+        settings = {name: rest.pop(name, default) for name, default in SINKHORN_DEFAULTS.items()}
+        fields = {name: rest.pop(name) for name in list(rest)
+                  if name in SinkhornOptions.field_names()}
+        if temperature is not None:
+            if fields.get("epsilon") is not None:
+                raise ValueError("`temperature` and `epsilon` both set Sinkhorn's ε: pass one "
+                                 "of them.")
+            if family._is_tensor(temperature):
+                raise ValueError("method='sinkhorn' takes ε as a Python number: a tensor or "
+                                 "variable `temperature` (a learnable temperature) is taken "
+                                 f"by {learnable_families()}.")
+            fields["epsilon"] = temperature
+        options = SinkhornOptions.resolve(settings["options"], **fields)
+        return cls(family_, options, check_squash(settings["squash"]),
+                   check_targets(settings["targets"]),
+                   "temperature" if temperature is not None else "epsilon"), None, rest
+
+    @classmethod
+    def leave_temperature(cls, kwargs: dict) -> dict:
+        if kwargs.get("options") is None and "epsilon" not in kwargs:
+            return {**kwargs, "epsilon": None}  # `epsilon_for_length` at the call
+        return kwargs
+
+    def for_length(self, n: int | None) -> SinkhornSettings:
+        if self.options.epsilon is not None:
+            return self
+        if n is None:
+            raise ValueError("The default `epsilon` of a list of n items, "
+                             f"{EPSILON_PER_RANK_SCALE}/n², needs n (the last axis) to be "
+                             "known when the model is built; pass `epsilon` explicitly "
+                             "for lists of unknown length.")
+        return SinkhornSettings(self.family, self.options.replace(
+            epsilon=epsilon_for_length(n)), self.squash, self.targets, self.temperature_name)
+
+    def attributes(self) -> dict:
+        return dict(options=self.options, squash=self.squash, targets=self.targets)
+
+    def operator_kwargs(self) -> dict:
+        return self.attributes()
+
+    def get_config(self) -> dict:
+        return dict(squash=self.squash, targets=self.targets, **self.options.get_config())
+
+    def check_temperature(self, temperature, dtype, name: str = "temperature"):
+        if temperature is None:
+            self.family.check_temperature(self.options.solver_epsilon, dtype,
+                                          name=self.temperature_name)
+            return None
+        return self.family.check_temperature(temperature, dtype, name=name)
+
+
+def learnable_families() -> list[str]:
+    """The families whose temperature may be a tensor or variable."""
+    return [f.name for f in family.FAMILIES.values() if f.tensor_temperature]
+
+
+def temperature_range(dtype) -> tuple[float, float]:
+    """The ε a Sinkhorn computation in `dtype` resolves: from `min_epsilon(dtype)` (32
+    machine epsilons) to the largest float."""
+    return min_epsilon(dtype), family.normal_range(dtype)[1]
+
+
+def _option_operation(fn):
+    return family.family_operation(fn, keywords=SinkhornOptions.field_names())
+
+
+SINKHORN = family.Family(
+    "sinkhorn", "epsilon", DEFAULT_EPSILON,
+    "entropic regularisation ε, in units of the cost on [0, 1] after squashing (how far "
+    "a soft rank blurs: `SinkhornOptions.epsilon`)",
+    "Cuturi, Teboul & Vert (2019)",
+    operations=dict(rank=_option_operation(sinkhorn_rank),
+                    sort=_option_operation(sinkhorn_sort),
+                    topk=_option_operation(sinkhorn_topk_mask),
+                    quantile=_option_operation(sinkhorn_quantile)),
+    matrix_fn=with_straight_through(sinkhorn_permutation_matrix), doubly_stochastic=True,
+    log_domain=True, settings=SinkhornSettings, temperature_range=temperature_range)

@@ -1,9 +1,23 @@
 """The front door: soft ranks, sorts, top-k masks and quantiles by any method.
 
 `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` take `method=`, a key of
-`METHODS`, the one table of the package's families: each entry says what its
-temperature is called, its default and what it means, and which operations it
-defines. Adding a family is an entry here and its maths.
+`METHODS` (the one table of the package's families, `softsort_tf.ops.family`): each
+entry says what its temperature is called, its default and what it means, and which
+operations it defines. Adding a family is one `Family` record and its maths
+(docs/adding_a_family.md).
+
+One rule for the arguments, at every entry point (these functions, the layers, the
+losses), checked before any computation:
+
+- keywords: the family's own (its temperature under its own name, its settings); an
+  unknown keyword is refused with the family's names;
+- temperature: a real number (not a bool or a string), or, for the families whose
+  maths take one (`Family.tensor_temperature`), a scalar tensor or variable through
+  which gradients flow; in the range the compute dtype resolves
+  (`Family.temperature_range`: the positive normal numbers; for Sinkhorn from 32
+  machine epsilons), known values checked now;
+- k of a top-k: an integer in [1, n) (a real in (0, n) for LapSum);
+- mask: a boolean (or 0/1) tensor that broadcasts to x.
 
 | method | temperature (default) | operations | cost per list |
 |---|---|---|---|
@@ -40,157 +54,74 @@ Naming rules shared by the operators, layers, losses and metrics:
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.ops import lapsum, permutahedron
-from softsort_tf.ops import sinkhorn as sinkhorn_ops
-from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
-from softsort_tf.ops.registry import PERMUTATION_OPERATORS
-from softsort_tf.options import DEFAULT_EPSILON
+from softsort_tf.ops.family import (
+    FAMILIES,
+    MATRIX_FAMILIES,
+    Family,
+    get_family,
+    get_matrix_family,
+)
 
-OPERATIONS = ("rank", "sort", "topk", "quantile")
-
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    """One family of differentiable sorting operators.
-
-    Attributes:
-      name: its key in `METHODS` (the `method` argument).
-      temperature: the name of its temperature argument.
-      default_temperature: the default of that argument.
-      meaning: what the temperature means for a user.
-      operations: `{operation: fn}` for the operations of `OPERATIONS` it defines, each
-        `fn(x, *, direction, mask, **kwargs)` (`topk`: `fn(x, k, ...)`, `quantile`:
-        `fn(x, quantiles, ...)`), along the last axis.
-      reference: where it comes from.
-      masks: whether its operators take a `mask` (and ragged lists).
-    """
-
-    name: str
-    temperature: str
-    default_temperature: float
-    meaning: str
-    operations: dict[str, Callable]
-    reference: str
-    masks: bool = True
-
-    def operation(self, operation: str) -> Callable:
-        if operation not in self.operations:
-            able = [m.name for m in METHODS.values() if operation in m.operations]
-            raise ValueError(f"method={self.name!r} does not define a soft {operation}; "
-                             f"the methods that do are {able}.")
-        return self.operations[operation]
+# The one table, under the names the front door has used (read-only views of it).
+METHODS = FAMILIES
+PERMUTATION_OPERATORS = MATRIX_FAMILIES
+Method = PermutationOperator = Family
+get_method = get_family
+get_permutation_operator = get_matrix_family
 
 
-def _matrix_operations(name: str) -> dict[str, Callable]:
-    """Rank, sort and top-k read off the relaxed permutation matrix of `name`."""
-    operator = PERMUTATION_OPERATORS[name]
-
-    def rank(x, *, direction, mask, **kwargs):
-        perm = operator.matrix(x, direction=direction, mask=mask, **kwargs)
-        return ranks_from_permutation(perm)
-
-    def sort(x, *, direction, mask, **kwargs):
-        perm = operator.matrix(x, direction=direction, mask=mask, **kwargs)
-        return permute_values(perm, x, mask=mask)
-
-    def topk(x, k, *, direction, mask, **kwargs):
-        k = _checks.check_positive_int("k", k)
-        perm = operator.matrix(x, direction=direction, mask=mask, **kwargs)
-        if isinstance(perm, tf.RaggedTensor):
-            perm = perm.to_tensor()
-        membership = tf.reduce_sum(perm[..., :k, :], axis=-2)
-        if isinstance(x, tf.RaggedTensor):
-            return tf.RaggedTensor.from_tensor(membership, lengths=x.row_lengths())
-        return membership
-
-    return dict(rank=rank, sort=sort, topk=topk)
-
-
-def _sinkhorn_topk(x, k, *, direction, mask, **kwargs):
-    return sinkhorn_ops.sinkhorn_topk_mask(x, k, direction=direction, mask=mask, **kwargs)
-
-
-def _sinkhorn_quantile(x, quantiles, *, direction, mask, **kwargs):
-    return sinkhorn_ops.sinkhorn_quantile(x, quantiles, direction=direction, mask=mask, **kwargs)
-
-
-def _lapsum_quantile(x, quantiles, *, direction, mask, **kwargs):
-    if _checks.check_direction(direction) == "DESCENDING":  # the quantile from the top
-        return -lapsum.lapsum_quantile(-x, quantiles, mask=mask, **kwargs)
-    return lapsum.lapsum_quantile(x, quantiles, mask=mask, **kwargs)
-
-
-def _keywords(fn):
-    """`fn(x, *args, direction, mask, **kwargs)` for an operator with those keywords."""
-    return lambda x, *args, direction, mask, **kwargs: fn(x, *args, direction=direction,
-                                                          mask=mask, **kwargs)
-
-
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("sinkhorn", "epsilon", DEFAULT_EPSILON,
-           "entropic regularisation ε, in units of the cost on [0, 1] after squashing "
-           "(how far a soft rank blurs: `SinkhornOptions.epsilon`)",
-           dict(rank=_keywords(sinkhorn_ops.sinkhorn_rank),
-                sort=_keywords(sinkhorn_ops.sinkhorn_sort),
-                topk=_sinkhorn_topk, quantile=_sinkhorn_quantile),
-           "Cuturi, Teboul & Vert (2019)"),
-    Method("lapsum", "alpha", lapsum.DEFAULT_ALPHA,
-           "scale α of the Laplace kernel, in the units of the scores: values closer than "
-           "α are blurred together",
-           dict(rank=_keywords(lapsum.lapsum_rank), sort=_keywords(lapsum.lapsum_sort),
-                topk=_keywords(lapsum.lapsum_topk_mask), quantile=_lapsum_quantile),
-           "Struski, Bednarczyk, Podolak & Tabor (2025)"),
-    Method("permutahedron", "regularization_strength", 1.0,
-           "strength of the quadratic ('l2') or entropic ('kl') regularisation of the "
-           "projection, in the units of the scores",
-           dict(rank=_keywords(permutahedron.permutahedron_rank),
-                sort=_keywords(permutahedron.permutahedron_sort)),
-           "Blondel, Teboul, Berthet & Djolonga (2020)", masks=False),
-    Method("softsort", "tau", PERMUTATION_OPERATORS["softsort"].default_temperature,
-           "temperature τ of the row softmaxes, in the units of the scores",
-           _matrix_operations("softsort"), PERMUTATION_OPERATORS["softsort"].reference),
-    Method("neuralsort", "tau", PERMUTATION_OPERATORS["neuralsort"].default_temperature,
-           "temperature τ of the row softmaxes, in the units of the scores",
-           _matrix_operations("neuralsort"), PERMUTATION_OPERATORS["neuralsort"].reference),
-    Method("diffsort", "steepness", PERMUTATION_OPERATORS["diffsort"].default_temperature,
-           "steepness β of the relaxed swaps' sigmoid, in inverse units of the scores: "
-           "values closer than about 1/β are blurred together (β → ∞: exact)",
-           _matrix_operations("diffsort"), PERMUTATION_OPERATORS["diffsort"].reference),
-)}
-
-
-def get_method(method: str) -> Method:
-    """The family called `method`; a `ValueError` lists the names otherwise."""
-    try:
-        return METHODS[method]
-    except (KeyError, TypeError):
-        raise ValueError(f"`method` must be one of {tuple(METHODS)}, got {method!r}.") from None
-
-
-def temperature_kwargs(method: str, temperature: float | None) -> dict:
+def temperature_kwargs(method: str, temperature) -> dict:
     """`{name: temperature}` for the temperature argument of `method`, validated; `{}`
     for None (the family's default)."""
-    family = get_method(method)
-    if temperature is None:
-        return {}
-    return {family.temperature: _checks.check_positive("temperature", temperature)}
+    family = get_family(method)
+    temperature = family.check_temperature(temperature)
+    return {} if temperature is None else {family.temperature: temperature}
+
+
+def _compute_dtype(dtype: tf.DType) -> tf.DType:
+    """The dtype the operators compute in for inputs of `dtype`."""
+    return dtype if dtype in (tf.float32, tf.float64) else tf.float32
+
+
+def _check_arguments(family: Family, operation: str, x, args, mask, temperature, kwargs):
+    """The one rule of every entry point (see the module docstring), applied before any
+    computation: keywords the family takes, the temperature (a real number or a tensor
+    where the family learns it, in the range the compute dtype resolves), k in the range
+    of the family, a mask that broadcasts to `x`. Returns `(args, kwargs)` with the
+    temperature under the family's own name."""
+    family.check_keywords(kwargs, operation)
+    if temperature is not None and family.temperature in kwargs:
+        raise ValueError(f"`temperature` and `{family.temperature}` set the same argument of "
+                         f"method={family.name!r}: pass one of them.")
+    dtype = _compute_dtype(x.dtype)
+    if temperature is not None:
+        kwargs = {**kwargs, family.temperature: family.check_temperature(temperature, dtype)}
+    elif kwargs.get(family.temperature) is not None:
+        family.check_temperature(kwargs[family.temperature], dtype, name=family.temperature)
+    return args, kwargs
+
+
+def _check_mask_shape(mask, x, axis: int) -> None:
+    """A `ValueError` naming `mask` and both shapes when a dense mask cannot broadcast to
+    the shape of `x` (a mask `[n]` to the axis operated along; static shapes)."""
+    shape = mask.shape
+    try:
+        if shape.rank == 1:
+            tf.broadcast_static_shape(shape, x.shape[axis:axis + 1])
+        else:
+            tf.broadcast_static_shape(shape, x.shape)
+    except ValueError:
+        raise ValueError(f"`mask` of shape {shape} does not broadcast to the shape {x.shape} "
+                         f"of `x`: give one flag per entry of `x` (or per list entry, "
+                         f"shape [n]).") from None
 
 
 def _call(operation: str, x, args, method, direction, axis, mask, temperature, kwargs):
-    family = get_method(method)
+    family = get_family(method)
     fn = family.operation(operation)
-    overrides = temperature_kwargs(method, temperature)
-    clash = sorted(set(overrides) & set(kwargs))
-    if clash:
-        raise ValueError(f"`temperature` and `{clash[0]}` set the same argument of "
-                         f"method={method!r}: pass one of them.")
-    kwargs = {**kwargs, **overrides}
     if isinstance(x, tf.RaggedTensor):
         if axis not in (-1, x.shape.rank - 1):
             raise ValueError(f"A ragged `x` is operated along its last axis: `axis` must be "
@@ -200,25 +131,84 @@ def _call(operation: str, x, args, method, direction, axis, mask, temperature, k
                              f"lists padded to a common length: pass one list (or lists of "
                              f"one length) at a time, or use a method that takes masks, "
                              f"e.g. 'lapsum'.")
+        args, kwargs = _check_arguments(family, operation, x, args, mask, temperature, kwargs)
+        if operation == "topk":
+            args = (family.check_k(args[0]),)
         return fn(x, *args, direction=direction, mask=mask, **kwargs)
     x = tf.convert_to_tensor(x)
     _checks.check_real_dtype("x", x.dtype)
     if not x.dtype.is_floating:
         x = tf.cast(x, tf.float32)
     axis = _checks.check_axis(axis, x.shape.rank)
+    args, kwargs = _check_arguments(family, operation, x, args, mask, temperature, kwargs)
+    if operation == "topk":
+        args = (family.check_k(args[0], x.shape[axis]),)
+    if mask is not None:
+        mask = tf.convert_to_tensor(mask)
+        _check_mask_shape(mask, x, axis)
     last = x.shape.rank - 1
     if axis == last:
         return fn(x, *args, direction=direction, mask=mask, **kwargs)
     perm = [i for i in range(x.shape.rank) if i != axis] + [axis]
     moved_mask = None
     if mask is not None:
-        mask = tf.convert_to_tensor(mask)
         moved_mask = mask if mask.shape.rank == 1 else tf.transpose(mask, perm)
     out = fn(tf.transpose(x, perm), *args, direction=direction, mask=moved_mask, **kwargs)
     if operation == "quantile" and out.shape.rank == x.shape.rank - 1:
         return out  # a scalar level: the axis is gone
     inverse = [perm.index(i) for i in range(x.shape.rank)]
     return tf.transpose(out, inverse)
+
+
+@tf.autograph.experimental.do_not_convert
+def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
+                       hard: bool = False, *, mask=None, temperature=None, **kwargs):
+    """The relaxed permutation matrix P̂ of any family that has one, chosen by name.
+
+    Args:
+      scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
+        output is ragged `[batch, (n), (n)]`).
+      method: a key of `PERMUTATION_OPERATORS`, the families with a matrix:
+        'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`),
+        'sinkhorn' (`sinkhorn_permutation_matrix`), 'lapsum'
+        (`lapsum_permutation_matrix`), 'diffsort' (`sorting_network_matrix`).
+      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      hard: straight-through (see `soft_sort_matrix`): the exact permutation in the
+        forward pass, the gradient of the relaxation in the backward pass.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid block
+        of P̂ is the matrix of the unpadded list (exactly for SoftSort/NeuralSort, up
+        to the solver's threshold for Sinkhorn), rows of sorted positions >= n_valid
+        and columns of padded entries are 0. See softsort_tf._masking.
+      temperature: the family's temperature (τ, ε, α or β); default its own.
+      log: (keyword, for the families with `log_domain`) return log P̂ computed in the
+        log domain, for `permutation_cross_entropy(..., from_log=True)`.
+      **kwargs: the family's own arguments: `tau`, `distance_power` (SoftSort);
+        `tau` (NeuralSort); `options`, `squash`, `targets` or fields of
+        `SinkhornOptions` such as `epsilon` (Sinkhorn); `alpha` (LapSum);
+        `steepness`, `network`, `sigmoid` (sorting networks).
+
+    Returns:
+      P̂ `[..., n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = permutation_matrix([[1.0, 3.0, 2.0]], "sinkhorn", hard=True)
+    >>> P.numpy()[0]
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    family = get_matrix_family(method)
+    if not isinstance(scores, tf.RaggedTensor):
+        scores = tf.convert_to_tensor(scores)
+    log = kwargs.pop("log", None)
+    family_kwargs = {k: v for k, v in kwargs.items() if k not in ("axis", "return_info")}
+    _, family_kwargs = _check_arguments(family, "rank", scores, (), mask, temperature,
+                                        family_kwargs)
+    extra = {k: kwargs[k] for k in ("axis", "return_info") if k in kwargs}
+    if log is not None:
+        extra["log"] = log
+    return family.matrix(scores, direction=direction, hard=hard, mask=mask,
+                         **family_kwargs, **extra)
 
 
 _COMMON = """

@@ -73,6 +73,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
+from softsort_tf.ops.family import Family
 from softsort_tf.ops.permutation import _exact_permutation_2d, check_hard, straight_through
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
@@ -613,3 +614,13 @@ def sorting_network_sort(x, steepness: float = DEFAULT_STEEPNESS, network: str =
                                  tf.stop_gradient(x.values))
         values = straight_through(exact, values)
     return ListResult(values, "sorted", lengths=lengths)
+
+
+# Odd-even (default) or bitonic networks (`network=`): products of doubly-stochastic
+# relaxed swaps (`softsort_tf.ops.family`).
+DIFFSORT = Family(
+    "diffsort", "steepness", DEFAULT_STEEPNESS,
+    "steepness β of the relaxed swaps' sigmoid, in inverse units of the scores: values "
+    "closer than about 1/β are blurred together (β → ∞: exact)",
+    "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)",
+    matrix_fn=sorting_network_matrix, doubly_stochastic=True)

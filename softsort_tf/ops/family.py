@@ -1,0 +1,516 @@
+"""The one table of the package's families of differentiable sorting operators.
+
+A family is one `Family` record plus its maths. The record says what its temperature
+is called, its default, what it means and which values each dtype resolves; which
+operations it defines (soft rank, sort, top-k, quantile, relaxed permutation matrix);
+whether it takes masks; and its `Settings`, the value that splits, validates and
+serialises the family's own keywords wherever a layer or loss takes `method=`.
+
+Everything that takes `method=` reads this table: the front door (`soft_rank`,
+`soft_sort`, `soft_topk`, `soft_quantile`), `permutation_matrix` and the stochastic
+variants, the layers, the method losses, the binaries' flags and the tuner. The
+built-in families register themselves from their own modules (`softsort_tf.ops`
+imports them); a family defined elsewhere is added with one call, `register_family`
+(see docs/adding_a_family.md).
+
+Example:
+>>> sorted(FAMILIES)[:3]
+['diffsort', 'lapsum', 'neuralsort']
+>>> get_family("lapsum").temperature
+'alpha'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import numbers
+import types
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from softsort_tf import _checks
+from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
+
+OPERATIONS = ("rank", "sort", "topk", "quantile")
+# Arguments that the front door, the layers and the losses set themselves.
+RESERVED = ("direction", "axis", "mask")
+
+
+def normal_range(dtype) -> tuple[float, float]:
+    """`(low, high)`: the positive normal numbers of `dtype` (the default temperature
+    range of a family: below, a temperature rounds to 0 or loses its precision; above,
+    to inf)."""
+    info = np.finfo(tf.as_dtype(dtype).as_numpy_dtype)
+    return float(info.tiny), float(info.max)
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, (tf.Tensor, tf.Variable)) or (
+        hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "assign"))
+
+
+def check_temperature_value(value, name: str = "temperature"):
+    """A temperature as given by a user: None, a real number (returned as a float) or a
+    floating-point scalar tensor or variable (returned unchanged, so that gradients reach
+    it: a learnable temperature). Bools, strings and other objects are refused."""
+    if value is None:
+        return None
+    if _is_tensor(value):
+        dtype = tf.as_dtype(value.dtype)
+        if not dtype.is_floating:
+            raise ValueError(f"`{name}` must be a real number or a floating-point tensor, "
+                             f"got a tensor of dtype {dtype.name}.")
+        if value.shape.rank not in (None, 0):
+            raise ValueError(f"`{name}` must be a scalar, got a tensor of shape {value.shape}.")
+        static = _static_value(value)
+        if static is not None and not (math.isfinite(static) and static > 0):
+            raise ValueError(f"`{name}` must be a finite number > 0, got {static!r}.")
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"`{name}` must be a real number (or a floating-point tensor), "
+                         f"got {value!r}.")
+    return _checks.check_positive(name, value)
+
+
+def _static_value(value) -> float | None:
+    """The value of a scalar temperature when it is known now (eager tensors and
+    variables, constants), else None (a symbolic tensor inside `tf.function`)."""
+    if not _is_tensor(value):
+        return float(value)
+    if isinstance(value, tf.Variable) and tf.executing_eagerly():
+        return float(value.numpy())
+    static = tf.get_static_value(value)
+    return None if static is None else float(static)
+
+
+def family_operation(fn: Callable, *, keywords=()) -> Callable:
+    """`fn(x, *args, direction=..., mask=..., **kwargs)` as an operation of a `Family`
+    (the front door's calling convention), with the keywords `fn` takes recorded (its
+    named parameters and `keywords`, e.g. the fields of an options object it reads from
+    `**kwargs`), so that an unknown keyword is refused with the family's own names."""
+
+    def operation(x, *args, direction, mask, **kwargs):
+        return fn(x, *args, direction=direction, mask=mask, **kwargs)
+
+    parameters = inspect.signature(fn).parameters.values()
+    operation.keywords = frozenset(
+        p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ) | frozenset(keywords)
+    operation.__name__ = operation.__qualname__ = getattr(fn, "__name__", "operation")
+    return operation
+
+
+class Settings:
+    """A family's own keywords, split from a call's arguments, validated once and
+    serialised (the base class: the family takes its own arguments in `method_kwargs`).
+
+    A layer or loss builds its settings with `Settings.create` at construction, hands
+    `operator_kwargs()` to the front door at every call and merges `get_config()` into
+    its config; `from_config` keys are the keywords `create` reads. A family with
+    settings of another shape (Sinkhorn: `options`, `squash`, `targets` and the
+    `SinkhornOptions` fields) subclasses it.
+
+    Attributes:
+      family: the `Family`.
+      method_kwargs: the family's own validated arguments (a dict).
+    """
+
+    #: Keywords of a layer's or loss's constructor read by `create` (besides
+    #: `method_kwargs`): none for the base class.
+    keywords: frozenset[str] = frozenset()
+    #: The values of `keywords` that mean "not set" (a constructor may pass them to
+    #: every family: they are dropped for another family instead of refused).
+    keyword_defaults: dict = {}
+    #: Whether the settings hold the temperature themselves (`create` then returns None
+    #: for the temperature a layer or loss keeps).
+    holds_temperature = False
+
+    def __init__(self, family: Family, method_kwargs: dict | None = None):
+        self.family = family
+        self.method_kwargs = dict(method_kwargs or {})
+
+    @classmethod
+    def create(cls, family: Family, temperature, method_kwargs, kwargs: dict,
+               operation: str = "rank") -> tuple[Settings, object, dict]:
+        """`(settings, temperature, rest)` from a constructor's arguments.
+
+        Args:
+          family: the family.
+          temperature: the validated temperature (None: the family's default).
+          method_kwargs: the `method_kwargs` argument (None or a dict).
+          kwargs: the constructor's other keyword arguments; the family's keywords are
+            taken out of them, and a keyword of another family's settings is refused.
+          operation: the operation the layer or loss runs (checked against the family's
+            operations by one eager call with `method_kwargs`).
+
+        Returns:
+          The settings, the temperature the layer or loss keeps, and `kwargs` without the
+          family's keywords.
+        """
+        kwargs = refuse_foreign_keywords(family, kwargs)
+        return cls(family, family.check_method_kwargs(method_kwargs, operation)), \
+            temperature, dict(kwargs)
+
+    @classmethod
+    def leave_temperature(cls, kwargs: dict) -> dict:
+        """`kwargs` of a constructor given no temperature, marked so that the settings
+        leave it to the caller's choice for the list length (`for_length`); unchanged
+        for a family whose default does not depend on it (this base class)."""
+        return kwargs
+
+    def for_length(self, n: int | None) -> Settings:
+        """The settings for lists of n items (None: unknown when the graph is built):
+        the temperature left to the caller (`leave_temperature`) chosen for n."""
+        del n
+        return self
+
+    def attributes(self) -> dict:
+        """The settings a layer exposes as attributes of its own (e.g. `layer.options`)."""
+        return {}
+
+    def operator_kwargs(self) -> dict:
+        """The keywords handed to the family's operators at every call."""
+        return dict(self.method_kwargs)
+
+    def get_config(self) -> dict:
+        """The settings' part of a layer's or loss's config, besides `method_kwargs`
+        (which every layer and loss with `method=` holds)."""
+        return {}
+
+    def check_temperature(self, temperature, dtype, name: str = "temperature"):
+        """`temperature` checked in the family's range for `dtype` (the settings' own
+        temperature when they hold it)."""
+        return self.family.check_temperature(temperature, dtype, name=name)
+
+
+_UNSET = object()
+
+
+def refuse_foreign_keywords(family: Family, kwargs: dict) -> dict:
+    """`kwargs` without the settings of other families left at their defaults; a
+    `ValueError` naming the family whose settings another keyword belongs to."""
+    kwargs = dict(kwargs)
+    for other in _REGISTRY.values():
+        if other is family or other.settings is family.settings:
+            continue
+        defaults = other.settings.keyword_defaults
+        for name in set(kwargs) & other.settings_keywords():
+            default = defaults.get(name, _UNSET)
+            if default is not _UNSET and kwargs[name] == default:
+                del kwargs[name]
+        foreign = sorted(set(kwargs) & other.settings_keywords())
+        if foreign:
+            raise ValueError(f"`{foreign[0]}` is a setting of method={other.name!r} only "
+                             f"(the settings {sorted(other.settings_keywords())} only apply "
+                             f"to method={other.name!r}), got method={family.name!r}.")
+    return kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One family of differentiable sorting operators.
+
+    Attributes:
+      name: its key (the `method` argument everywhere).
+      temperature: the name of its temperature argument in its own operators ('epsilon',
+        'alpha', 'tau', ...); `temperature=` means it wherever a family is chosen by name.
+      default_temperature: the default of that argument.
+      meaning: what the temperature means for a user.
+      reference: where the family comes from.
+      operations: `{operation: fn}` for the operations of `OPERATIONS` it computes
+        itself, each `fn(x, *args, direction, mask, **kwargs)` along the last axis
+        (`topk`: `fn(x, k, ...)`, `quantile`: `fn(x, quantiles, ...)`). Rank, sort and
+        top-k default to read-outs of `matrix_fn` when it is given.
+      matrix_fn: `matrix_fn(scores, *, direction, hard, mask, **kwargs)` → the relaxed
+        permutation matrix P̂ `[..., n, n]` (row i = the entry at position i of the
+        `direction` order; `hard=True`: straight-through, the exact permutation forward
+        and the relaxation's gradient), or None.
+      masks: whether its operators take a `mask` (and ragged lists).
+      doubly_stochastic: whether the columns of P̂ sum to 1 too.
+      log_domain: whether `matrix_fn(..., log=True)` returns log P̂ computed in the log
+        domain.
+      settings: the `Settings` class of its own keywords.
+      temperature_range: `temperature_range(dtype)` → `(low, high)`, the temperatures a
+        computation in `dtype` resolves (default: the positive normal numbers).
+      real_k: whether its top-k takes a real k in (0, n) (else an integer in [1, n)).
+      tensor_temperature: whether its temperature may be a tensor or variable through
+        which gradients flow (a learnable temperature); otherwise a Python number.
+    """
+
+    name: str
+    temperature: str
+    default_temperature: float
+    meaning: str
+    reference: str
+    operations: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+    matrix_fn: Callable | None = None
+    masks: bool = True
+    doubly_stochastic: bool = False
+    log_domain: bool = False
+    settings: type[Settings] = Settings
+    temperature_range: Callable[..., tuple[float, float]] = normal_range
+    real_k: bool = False
+    tensor_temperature: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"A family's `name` must be an identifier, got {self.name!r}.")
+        if not isinstance(self.temperature, str) or not self.temperature.isidentifier():
+            raise ValueError(f"`temperature` must name an argument, got {self.temperature!r}.")
+        operations = dict(self.operations)
+        unknown = sorted(set(operations) - set(OPERATIONS))
+        if unknown:
+            raise ValueError(f"Unknown operations {unknown}; the operations are {OPERATIONS}.")
+        if self.matrix_fn is not None:
+            for operation, fn in _matrix_operations(self).items():
+                operations.setdefault(operation, fn)
+        if not operations:
+            raise ValueError(f"Family {self.name!r} defines no operation: give `operations` "
+                             f"or `matrix_fn`.")
+        object.__setattr__(self, "operations", types.MappingProxyType(operations))
+
+    # -- operations -----------------------------------------------------------------
+    def operation(self, operation: str) -> Callable:
+        """The function of `operation`; a `ValueError` names the families that define it."""
+        if operation not in self.operations:
+            able = [f.name for f in _REGISTRY.values() if operation in f.operations]
+            raise ValueError(f"method={self.name!r} does not define a soft {operation}; "
+                             f"the methods that do are {able}.")
+        return self.operations[operation]
+
+    def keywords(self, operation: str) -> frozenset[str] | None:
+        """The keyword arguments the family's `operation` takes (None: any)."""
+        fn = self.operation(operation)
+        accepted = getattr(fn, "keywords", None)
+        if accepted is not None:
+            return frozenset(accepted)
+        parameters = inspect.signature(fn).parameters.values()
+        if any(p.kind == p.VAR_KEYWORD for p in parameters):
+            return None
+        return frozenset(p.name for p in parameters
+                         if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+    def settings_keywords(self) -> frozenset[str]:
+        return frozenset(self.settings.keywords)
+
+    # -- the relaxed permutation matrix --------------------------------------------------
+    @property
+    def has_matrix(self) -> bool:
+        return self.matrix_fn is not None
+
+    def matrix(self, scores, *, direction: str = "DESCENDING", hard: bool = False,
+               mask=None, **kwargs):
+        """P̂ `[..., n, n]` of `scores` (see `permutation_matrix`)."""
+        if self.matrix_fn is None:
+            able = [f.name for f in _REGISTRY.values() if f.matrix_fn is not None]
+            raise ValueError(f"method={self.name!r} has no relaxed permutation matrix; the "
+                             f"methods that have one are {able}.")
+        if kwargs.get("log") and not self.log_domain:
+            able = [f.name for f in _REGISTRY.values() if f.log_domain]
+            raise ValueError(f"method={self.name!r} has no log-domain matrix (`log=True`); "
+                             f"the methods that have one are {able}.")
+        if "axis" in kwargs or "return_info" in kwargs:
+            raise ValueError("`axis` and `return_info` are not supported here: scores are "
+                             "sorted along their last axis; call the operator directly.")
+        return self.matrix_fn(scores, direction=direction, hard=hard, mask=mask, **kwargs)
+
+    # -- arguments ------------------------------------------------------------------------
+    def check_temperature(self, temperature, dtype=None, *, name: str = "temperature"):
+        """`temperature` validated (`check_temperature_value`) and, with `dtype` (the
+        compute dtype) and a value known now, inside `temperature_range(dtype)`; a
+        `ValueError` names `name`, the family and the range otherwise."""
+        temperature = check_temperature_value(temperature, name)
+        if _is_tensor(temperature) and not self.tensor_temperature:
+            able = [f.name for f in _REGISTRY.values() if f.tensor_temperature]
+            raise ValueError(f"`{name}` of method={self.name!r} must be a Python number: its "
+                             f"operators read it as a constant, so a tensor or variable would "
+                             f"get no gradient. A learnable temperature is taken by {able}.")
+        if temperature is None or dtype is None:
+            return temperature
+        value = _static_value(temperature)
+        if value is None:
+            return temperature
+        low, high = self.temperature_range(dtype)
+        if not low <= value <= high:
+            dtype = tf.as_dtype(dtype).name
+            raise ValueError(
+                f"`{name}` (method={self.name!r}: {self.temperature}) computing in {dtype} "
+                f"must be in [{low:.3g}, {high:.3g}], got {value:g}: outside, {dtype} cannot "
+                f"hold the computation" + ("; compute in float64 for a wider range."
+                                           if dtype != "float64" else "."))
+        return temperature
+
+    def check_k(self, k, n: int | None = None):
+        """`k` of a top-k: an integer in [1, n) (a real in (0, n) for `real_k` families,
+        or a scalar tensor); n is checked when known."""
+        if self.real_k:
+            if _is_tensor(k):
+                return k
+            k = _checks.check_positive("k", k)
+            if n is not None and not k < n:
+                raise ValueError(f"`k` must be in (0, n) = (0, {n}) for method="
+                                 f"{self.name!r}, got {k!r}.")
+            return k
+        if n is not None:
+            return _checks.check_k(k, n)
+        return _checks.check_positive_int("k", k)
+
+    def check_method_kwargs(self, method_kwargs: dict | None, operation: str = "rank") -> dict:
+        """The validated `method_kwargs` of the family (a new dict; `{}` for None).
+
+        A `ValueError` if the family does not define `operation`, if `method_kwargs` is
+        not a dict of argument names, sets an argument given otherwise (`direction`,
+        `axis`, `mask`, the temperature, a setting of the family's `Settings`), or is
+        refused by one eager call of the family's operator on a three-item list.
+        """
+        self.operation(operation)
+        if method_kwargs is None:
+            return {}
+        if not isinstance(method_kwargs, dict) or not all(isinstance(k, str)
+                                                          for k in method_kwargs):
+            raise ValueError(f"`method_kwargs` must be a dict of argument names, got "
+                             f"{method_kwargs!r}.")
+        if not method_kwargs:
+            return {}
+        if self.settings.keywords:
+            raise ValueError(f"The settings of method={self.name!r} are arguments of their "
+                             f"own ({sorted(self.settings.keywords)[:4]}, ...): "
+                             f"`method_kwargs` must be empty, got {method_kwargs!r}.")
+        reserved = sorted(set(method_kwargs) & {*RESERVED, self.temperature})
+        if reserved:
+            raise ValueError(f"`method_kwargs` cannot set `{reserved[0]}`: it is an argument "
+                             f"of its own (the temperature is `temperature`).")
+        self.check_keywords(method_kwargs, operation, what="`method_kwargs`")
+        probe = "rank" if "rank" in self.operations else operation
+        args = {"topk": (1,), "quantile": (0.5,)}.get(probe, ())
+        with tf.init_scope():  # one eager call validates the values
+            try:
+                self.operations[probe](tf.constant([[0.0, 1.0, 2.0]]), *args,
+                                       direction="ASCENDING", mask=None, **method_kwargs)
+            except TypeError as error:
+                raise ValueError(f"`method_kwargs` {method_kwargs!r} are not arguments of "
+                                 f"method={self.name!r}: {error}") from None
+        return dict(method_kwargs)
+
+    def check_keywords(self, kwargs: Mapping, operation: str, what: str = "keyword") -> None:
+        """A `ValueError` naming the first of `kwargs` that the family's `operation` does
+        not take, and the family's temperature."""
+        accepted = self.keywords(operation)
+        if accepted is None:
+            return
+        accepted = accepted | self.settings_keywords()
+        unknown = sorted(set(kwargs) - accepted)
+        if unknown:
+            owners = [f.name for f in _REGISTRY.values()
+                      if unknown[0] == f.temperature or unknown[0] in f.settings_keywords()]
+            hint = f" (an argument of method={owners[0]!r})" if owners else ""
+            where = "" if what == "keyword" else f" (in {what})"
+            raise ValueError(
+                f"`{unknown[0]}`{where}{hint} is not an argument of method={self.name!r}: its "
+                f"temperature is `temperature` (or `{self.temperature}`), its own arguments "
+                f"are {sorted(accepted - {*RESERVED, 'hard', 'log'})}.")
+
+
+def _matrix_operations(family: Family) -> dict[str, Callable]:
+    """Rank, sort and top-k read off the relaxed permutation matrix of `family`."""
+
+    def rank(x, *, direction, mask, **kwargs):
+        return ranks_from_permutation(family.matrix(x, direction=direction, mask=mask,
+                                                    **kwargs))
+
+    def sort(x, *, direction, mask, **kwargs):
+        perm = family.matrix(x, direction=direction, mask=mask, **kwargs)
+        return permute_values(perm, x, mask=mask)
+
+    def topk(x, k, *, direction, mask, **kwargs):
+        perm = family.matrix(x, direction=direction, mask=mask, **kwargs)
+        if isinstance(perm, tf.RaggedTensor):
+            perm = perm.to_tensor()
+        membership = tf.reduce_sum(perm[..., :k, :], axis=-2)
+        if isinstance(x, tf.RaggedTensor):
+            return tf.RaggedTensor.from_tensor(membership, lengths=x.row_lengths())
+        return membership
+
+    accepted = None
+    if family.matrix_fn is not None:
+        parameters = inspect.signature(family.matrix_fn).parameters.values()
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            accepted = frozenset(p.name for p in parameters) - {"scores", "log", "hard"}
+    for fn in (rank, sort, topk):
+        fn.keywords = accepted
+    return dict(rank=rank, sort=sort, topk=topk)
+
+
+class _View(Mapping):
+    """A read-only, live view of the registered families that pass `keep`."""
+
+    def __init__(self, keep: Callable[[Family], bool] = lambda family: True):
+        self._keep = keep
+
+    def _items(self):
+        return {name: f for name, f in _REGISTRY.items() if self._keep(f)}
+
+    def __getitem__(self, name: str) -> Family:
+        return self._items()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __repr__(self) -> str:
+        return f"FamilyView({list(self._items())})"
+
+
+_REGISTRY: dict[str, Family] = {}
+#: Every registered family, by name (read-only; `register_family` adds one).
+FAMILIES: Mapping[str, Family] = _View()
+#: The families with a relaxed permutation matrix (read-only).
+MATRIX_FAMILIES: Mapping[str, Family] = _View(lambda family: family.matrix_fn is not None)
+
+
+def register_family(family: Family, *, replace: bool = False) -> Family:
+    """Adds `family` to the table: from then on every entry point that takes `method=`
+    (front door, layers, losses, `permutation_matrix`, binaries) accepts its name.
+
+    Args:
+      family: a `Family`.
+      replace: allow replacing a registered family of the same name.
+
+    Returns:
+      `family`.
+    """
+    if not isinstance(family, Family):
+        raise ValueError(f"register_family takes a Family, got {family!r}.")
+    if family.name in _REGISTRY and not replace:
+        raise ValueError(f"A family called {family.name!r} is registered already; pass "
+                         f"replace=True to replace it.")
+    _REGISTRY[family.name] = family
+    return family
+
+
+def unregister_family(name: str) -> None:
+    """Removes the family `name` from the table (a `KeyError` if there is none)."""
+    del _REGISTRY[name]
+
+
+def get_family(method) -> Family:
+    """The family called `method`; a `ValueError` lists the names otherwise."""
+    try:
+        return _REGISTRY[method]
+    except (KeyError, TypeError):
+        raise ValueError(f"`method` must be one of {tuple(_REGISTRY)}, got {method!r}.") from None
+
+
+def get_matrix_family(method) -> Family:
+    """The family called `method` with a relaxed permutation matrix."""
+    family = get_family(method)
+    if family.matrix_fn is None:
+        raise ValueError(f"`method` must be one of {tuple(MATRIX_FAMILIES)} (the families "
+                         f"with a relaxed permutation matrix), got {method!r}.")
+    return family
