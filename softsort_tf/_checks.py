@@ -25,9 +25,18 @@ def check_direction(direction: str) -> str:
 
 
 def check_positive(name: str, value, *, allow_none: bool = False) -> float | None:
-    """Checks that `value` is a finite number > 0."""
+    """Checks that `value` is a finite number > 0: a real number, not a bool, a string,
+    or a tensor (whose value would be read as a constant, silently cut from the
+    gradient)."""
     if value is None and allow_none:
         return None
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
+    if type(value).__module__.split(".")[0] in ("tensorflow", "keras"):
+        raise ValueError(f"`{name}` must be a Python number here, got a {type(value).__name__}:"
+                         f" a tensor would be read as a constant and get no gradient (a "
+                         f"learnable temperature goes to a family that takes one, see "
+                         f"`softsort_tf.FAMILIES[...].tensor_temperature`).")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -75,6 +84,9 @@ def check_quantiles(quantiles) -> tuple[np.ndarray, bool]:
     Returns:
       A float64 array of shape `[q]` and whether the input was a scalar.
     """
+    items = np.asarray(quantiles, dtype=object).ravel()
+    if any(isinstance(q, (str, bytes, bool, np.bool_)) for q in items):
+        raise ValueError(f"`quantiles` must be numbers in (0, 1), got {quantiles!r}.")
     arr = np.asarray(quantiles, dtype=np.float64)
     scalar = arr.ndim == 0
     arr = np.atleast_1d(arr)

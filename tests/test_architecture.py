@@ -160,3 +160,62 @@ def test_autograph_leaves_the_core_alone_and_converts_the_harness():
     np.testing.assert_allclose(user_code(tf.constant([[3.0, 1.0, 2.0]])).numpy(),
                                ss.soft_rank(tf.constant([[3.0, 1.0, 2.0]]),
                                             method="softsort").numpy(), atol=1e-6)
+
+
+def _family_modules() -> dict[str, str]:
+    """Family name -> the module whose top level holds its `Family` record."""
+    import sys
+
+    import softsort_tf as ss
+
+    owners = {}
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("softsort_tf.") or module is None:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, ss.Family) and value.name not in owners:
+                if ss.FAMILIES.get(value.name) is value:
+                    owners[value.name] = module_name
+    return owners
+
+
+def _name_branches(path: pathlib.Path, names) -> list[tuple[int, str]]:
+    """`(line, name)` of each comparison with a family name (`method == "sinkhorn"`,
+    `method in ("lapsum", ...)`) and each dict keyed by one (a lookup by name)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        constants = []
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                elements = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) \
+                    else [side]
+                constants += [e.value for e in elements if isinstance(e, ast.Constant)]
+        elif isinstance(node, ast.Dict):
+            constants += [k.value for k in node.keys if isinstance(k, ast.Constant)]
+        found += [(node.lineno, c) for c in constants if isinstance(c, str) and c in names]
+    return found
+
+
+def test_no_branch_on_a_family_name_outside_the_family_module():
+    """A family is one record plus its maths: no other module of the package (harness
+    included) compares a `method` with a family's name or looks one up in a dict keyed
+    by family names; they read the record instead (its temperature, operations, masks,
+    settings)."""
+    owners = _family_modules()
+    assert set(owners) == {"sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort",
+                           "diffsort"}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        for line, name in _name_branches(path, set(owners)):
+            if owners[name] != module:
+                offenders.append(f"{module}:{line} ({name!r})")
+    assert not offenders, offenders
+
+
+def test_the_name_branch_detector_finds_branches(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('if method == "sinkhorn":\n    pass\nx = method in ("lapsum",)\n'
+                    'y = {"softsort": 1}[method]\nz = f("sinkhorn")\n')
+    assert _name_branches(path, {"sinkhorn", "lapsum", "softsort"}) == [
+        (1, "sinkhorn"), (3, "lapsum"), (4, "softsort")]

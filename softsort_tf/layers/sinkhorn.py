@@ -15,6 +15,9 @@ CDFs, quantile normalisation), the mask of the valid sorted positions (the first
 n_valid, or min(k, n_valid) with `topk=k`) for sorts, and None for quantiles and
 `num_targets` sorts. The list length may differ from batch to batch
 (`keras.Input((None,))`), and `tf.RaggedTensor` inputs give ragged outputs.
+
+Mixed precision: the rule of every layer of the package (`softsort_tf._keras`): under
+a float16/bfloat16 policy the layers compute in float32 and return float32.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _methods
-from softsort_tf._keras import broadcast_keras_mask, sorted_mask
+from softsort_tf._keras import broadcast_keras_mask, full_precision_dtype, sorted_mask
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
@@ -67,6 +70,8 @@ class _SinkhornLayer(keras.layers.Layer):
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
         self._settings, layer_kwargs = sinkhorn_settings(kwargs, options, squash, targets)
+        if "dtype" in layer_kwargs or full_precision_dtype() == "float32":
+            layer_kwargs["dtype"] = full_precision_dtype(layer_kwargs.get("dtype"))
         super().__init__(**layer_kwargs)
         for name, value in self._settings.attributes().items():
             setattr(self, name, value)

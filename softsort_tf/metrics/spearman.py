@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf.metrics.ranking import PerListMean
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops.ranking import rank_correlation
 
@@ -39,14 +41,21 @@ def spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
                             negative_labels_are_padding=negative_labels_are_padding)
 
 
+def _spearman_and_weights(y_true, y_pred, **kwargs):
+    rho = spearman_correlation(y_true, y_pred, **kwargs)
+    return rho, tf.ones_like(rho)
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
+class SpearmanCorrelation(PerListMean):
     """Mean Spearman's ρ (ties averaged) over lists along `axis` (hard counterpart of
     1 − `SpearmanLoss`).
 
     Each list contributes `spearman_correlation` of its targets and predictions; the
-    metric is their (sample-weighted) mean over all lists seen. Lists of any length,
-    also unknown when the model is built, and XLA are supported.
+    metric is their (sample-weighted) mean over all lists seen (`PerListMean`). A Keras
+    mask of `y_pred` of its own shape (one flag per item) marks padding, as for the
+    ranking metrics. Lists of any length, also unknown when the model is built, and XLA
+    are supported.
 
     Args:
       axis: the list axis (default −1).
@@ -62,16 +71,12 @@ class SpearmanCorrelation(keras.metrics.MeanMetricWrapper):
     0.0
     """
 
+    _fn = staticmethod(_spearman_and_weights)
+
     def __init__(self, axis: int = -1, name: str = "spearman_correlation", dtype=None, *,
                  negative_labels_are_padding: bool = False):
         axis = _checks.check_int("axis", axis)
         padding = _checks.check_bool("negative_labels_are_padding", negative_labels_are_padding)
-        super().__init__(fn=spearman_correlation, name=name, dtype=dtype, axis=axis,
-                         negative_labels_are_padding=padding)
+        super().__init__(name, dtype, axis=axis, negative_labels_are_padding=padding)
         self.axis = axis
         self.negative_labels_are_padding = padding
-        self._direction = "up"
-
-    def get_config(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "axis": self.axis,
-                "negative_labels_are_padding": self.negative_labels_are_padding}

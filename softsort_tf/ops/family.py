@@ -96,7 +96,7 @@ def family_operation(fn: Callable, *, keywords=()) -> Callable:
     def operation(x, *args, direction, mask, **kwargs):
         return fn(x, *args, direction=direction, mask=mask, **kwargs)
 
-    parameters = inspect.signature(fn).parameters.values()
+    parameters = list(inspect.signature(fn).parameters.values())[1:]  # after the input
     operation.keywords = frozenset(
         p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     ) | frozenset(keywords)
@@ -288,7 +288,7 @@ class Family:
         accepted = getattr(fn, "keywords", None)
         if accepted is not None:
             return frozenset(accepted)
-        parameters = inspect.signature(fn).parameters.values()
+        parameters = list(inspect.signature(fn).parameters.values())[1:]
         if any(p.kind == p.VAR_KEYWORD for p in parameters):
             return None
         return frozenset(p.name for p in parameters

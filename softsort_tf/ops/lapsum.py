@@ -991,7 +991,7 @@ def _lapsum_family():
                         topk=family.family_operation(lapsum_topk_mask),
                         quantile=_quantile_from),
         matrix_fn=with_straight_through(lapsum_permutation_matrix), doubly_stochastic=True,
-        real_k=True, tensor_temperature=True)
+        real_k=True, tensor_temperature=True, temperature_range=temperature_range)
 
 
 LAPSUM = _lapsum_family()

@@ -108,15 +108,15 @@ def _check_mask_shape(mask, x, axis: int) -> None:
     """A `ValueError` naming `mask` and both shapes when a dense mask cannot broadcast to
     the shape of `x` (a mask `[n]` to the axis operated along; static shapes)."""
     shape = mask.shape
+    target = x.shape[axis:axis + 1] if shape.rank == 1 else x.shape
     try:
-        if shape.rank == 1:
-            tf.broadcast_static_shape(shape, x.shape[axis:axis + 1])
-        else:
-            tf.broadcast_static_shape(shape, x.shape)
+        fits = tf.broadcast_static_shape(shape, target).is_compatible_with(target)
     except ValueError:
+        fits = False
+    if not fits:
         raise ValueError(f"`mask` of shape {shape} does not broadcast to the shape {x.shape} "
                          f"of `x`: give one flag per entry of `x` (or per list entry, "
-                         f"shape [n]).") from None
+                         f"shape [n]).")
 
 
 def _call(operation: str, x, args, method, direction, axis, mask, temperature, kwargs):
