@@ -55,7 +55,14 @@ affine recurrence A_i = D_i·(A_{i−1} + 1), D_i = exp(−(s_i − s_{i−1})/�
 work up to an O(n/16·log n) term, O(log n) depth): every quantity is a sum of
 non-negative terms bounded by n, multiplied by decays ≤ 1, so nothing overflows for
 scores of any scale and the sums keep full relative precision (no common reference
-point whose cancellation would lose it). The scan's gradient is the same scan run
+point whose cancellation would lose it). For float32 (and reduced-precision) scores
+the gaps, decays, scans and F are computed in float64: F = i − ½ + ½(B − A) cancels two
+sums of up to n terms, and the float32 rounding of the decays and of the sums grows
+with n·α/spread (n = 10⁵ normal scores at α = 2: ranks off by 1.6, where float64
+accumulation leaves the float32 rounding of the result). The thresholds of the top-k
+mask, the quantiles and the permutation matrix are held as offsets from their two
+sorted neighbours, and every membership is computed from differences of scores, so the
+results do not depend on the scores' offset. The scan's gradient is the same scan run
 backwards (O(n) memory). float32 scores are sorted as one integer key per entry (the
 order-preserving bits of the float and the index), which XLA's CPU sort compares
 natively.
@@ -89,6 +96,10 @@ valid) follows `softsort_tf._masking`: padded entries carry no mass, the valid r
 equal those of the unpadded list, padded outputs are 0 (sorted outputs: the first
 n_valid positions hold the valid values, then 0; permutation matrices: rows ≥ n_valid
 and padded columns 0), padded scores (NaN and ±inf included) get exactly zero gradient.
+Non-finite scores at valid entries follow the package's rule (`softsort_tf._masking`):
+±inf entries get the limits of very large scores (+inf ranks and sorts last, takes top-k
+mass first, −inf the reverse; ties among them share), the finite entries get the results
+of the finite entries alone, and a NaN makes its whole list NaN.
 Every operator compiles with `tf.function(jit_compile=True)` for an unknown n and batch.
 """
 
@@ -194,6 +205,7 @@ class _Prepared:
         self.neg = tf.logical_and(given, tf.equal(x2d, tf.constant(-np.inf, dtype)))
         self.pos = tf.logical_and(given, tf.equal(x2d, tf.constant(np.inf, dtype)))
         self.nan = tf.reduce_any(tf.logical_and(given, tf.math.is_nan(x2d)), axis=-1)
+        self.raw = x2d
         self.x = _masking.replace_padded(x2d, self.valid)
 
         def count(t):
@@ -361,26 +373,42 @@ class _SortedList:
       count: `[b]` number of valid entries N (float).
     """
 
-    def __init__(self, x2d, valid, alpha):
+    def __init__(self, x2d, valid, alpha, prep=None):
         self.alpha = alpha
         dtype = x2d.dtype
-        order = _stable_argsort(x2d)
-        if valid is not None:
+        if prep is not None and prep.mask is None:
+            # No padding: the sort of the raw scores puts the −inf entries first and the
+            # +inf ones last, so the finite entries come first once each row is rotated
+            # by its number of −inf (a gather, where `_valid_first` scatters).
+            n = tf.shape(x2d)[-1]
+            order = _stable_argsort(prep.raw)
+            n_neg = tf.cast(prep.n_neg, tf.int32)[:, None]
+            order = tf.gather(order, (tf.range(n)[None, :] + n_neg) % n, batch_dims=1)
+            n_fin = n - n_neg - tf.cast(prep.n_pos, tf.int32)[:, None]
+            w = tf.cast(tf.range(n)[None, :] < n_fin, dtype)
+        elif valid is not None:
+            order = _stable_argsort(x2d)
             order = _valid_first(order, valid)
             w = tf.cast(tf.gather(valid, order, batch_dims=1), dtype)
         else:
+            order = _stable_argsort(x2d)
             w = tf.ones_like(x2d)
         self.order = order
         self.s = tf.gather(x2d, order, batch_dims=1)
         self.w = w
         self.count = tf.reduce_sum(w, axis=-1)
-        self.a, self.b = _laplace_sums(self.s, w, alpha)
+        # The sums are accumulated in float64 (float32 scores: their gaps are exact in
+        # float64): F = i + ½ + ½(B − A) cancels two sums of up to n terms, whose float32
+        # rounding (and that of the products of many decays) grows with n·α/spread.
+        wide = tf.float64
+        a, b = _laplace_sums(tf.cast(self.s, wide), tf.cast(w, wide), tf.cast(alpha, wide))
+        self.a, self.b = tf.cast(a, dtype), tf.cast(b, dtype)
         if valid is None:
-            before = tf.broadcast_to(tf.range(tf.shape(x2d)[-1], dtype=dtype)[None, :],
+            before = tf.broadcast_to(tf.range(tf.shape(x2d)[-1], dtype=wide)[None, :],
                                      tf.shape(x2d))
         else:
-            before = tf.cumsum(w, axis=-1, exclusive=True)
-        f = before + 0.5 * w + 0.5 * (self.b - self.a)
+            before = tf.cumsum(tf.cast(w, wide), axis=-1, exclusive=True)
+        f = tf.cast(before + 0.5 * tf.cast(w, wide) + 0.5 * (b - a), dtype)
         self.f = f if valid is None else tf.where(w > 0, f, tf.constant(np.inf, dtype))
 
     def scatter(self, y_sorted):
@@ -408,20 +436,16 @@ class _SortedList:
         hist = tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, b * width)
         return tf.cumsum(tf.reshape(hist, tf.stack([b, width])), axis=-1)[:, :num_levels]
 
-    def positions(self):
-        """`[b, n]` the sorted position of each input entry (the inverse of `order`)."""
-        n = tf.shape(self.order)[1]
-        return self.scatter(tf.broadcast_to(tf.range(n)[None, :], tf.shape(self.order)))
-
-    def offsets(self, thr):
-        """(t − s_j)/α `[b, K, n]` of thresholds `thr` (`invert`) at every sorted score
-        s_j, from the neighbour on the side of s_j: δ_left + (s_left − s_j)/α for
-        j < m, δ_right + (s_right − s_j)/α otherwise. Both terms have the same sign,
-        so the result is the difference of scores rounded once, whatever their offset
-        (an absolute threshold near large scores would be rounded to their ulp)."""
-        n = tf.shape(self.s)[-1]
-        below = tf.range(n)[None, None, :] < thr.m[:, :, None]
-        s = self.s[:, None, :]
+    def offsets(self, thr, values):
+        """(t − r)/α `[b, K, n]` of thresholds `thr` (`invert`) at scores `values`
+        `[b, n]` (sorted or in input order), from the neighbour on the side of r:
+        δ_left + (s_left − r)/α for r ≤ s_left, δ_right + (s_right − r)/α otherwise
+        (no score lies strictly between the neighbours; scores tied with both give
+        the same value either way). Both terms have the same sign, so the result is
+        the difference of scores rounded once, whatever their offset (an absolute
+        threshold near large scores would be rounded to their ulp)."""
+        s = values[:, None, :]
+        below = s <= thr.s_left[:, :, None]
         from_left = thr.delta_left[:, :, None] + _scaled_difference(
             thr.s_left[:, :, None], s, self.alpha)
         from_right = thr.delta_right[:, :, None] + _scaled_difference(
@@ -602,7 +626,7 @@ def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int 
     """
     prep = _Prepared(x, direction)
     alpha_t = _alpha_tensor(alpha, prep.x.dtype)
-    lst = _SortedList(prep.x, prep.valid, alpha_t)
+    lst = _SortedList(prep.x, prep.valid, alpha_t, prep)
     finite = lst.scatter(tf.where(lst.w > 0, lst.f + 0.5, tf.zeros_like(lst.f)))
     # ±inf entries: tied among themselves at the ends of the order.
     zero = tf.zeros_like(finite)
@@ -643,7 +667,7 @@ def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int 
     x2d = prep.x
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
-    lst = _SortedList(x2d, prep.valid, alpha_t)
+    lst = _SortedList(x2d, prep.valid, alpha_t, prep)
     n = tf.shape(x2d)[-1]
     m = lst.segments_unit_spaced(0.5, n)
     k = tf.range(n, dtype=dtype)[None, :] + 0.5
@@ -754,7 +778,7 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
     # top-(k − n₊) of their own list; −inf entries what is left, equally.
     count = tf.reduce_sum(tf.cast(prep.valid, dtype), axis=-1)
     k_finite = k_t - prep.n_pos
-    p = _topk_membership(x2d, k_finite, alpha_t, prep.valid, count)
+    p = _topk_membership(x2d, k_finite, alpha_t, prep, count)
     share_pos = tf.clip_by_value(k_t / tf.maximum(prep.n_pos, 1.0), 0.0, 1.0)
     share_neg = tf.clip_by_value((k_finite - count) / tf.maximum(prep.n_neg, 1.0), 0.0, 1.0)
     p = tf.where(prep.pos, tf.ones_like(p) * share_pos[:, None], p)
@@ -762,10 +786,11 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
     return ListResult(prep.poison(p), "elementwise")
 
 
-def _topk_membership(x2d, k, alpha, valid, count):
+def _topk_membership(x2d, k, alpha, prep, count):
     """p `[b, n]` with its implicit-function gradient w.r.t. (x, k, α); k `[b]` (the
     finite entries' share), rows with k ≤ 0 give 0, rows with k ≥ count give 1."""
     dtype = x2d.dtype
+    valid = prep.valid
     vmask = tf.cast(valid, dtype)
 
     @tf.custom_gradient
@@ -773,11 +798,12 @@ def _topk_membership(x2d, k, alpha, valid, count):
         level = count - k                                         # F(t) = N − k
         active = tf.logical_and(level > 0, level < count)
         safe_level = tf.where(active, level, 0.5 * tf.ones_like(level))
-        lst = _SortedList(tf.stop_gradient(x2d), valid, tf.stop_gradient(alpha))
+        scores = tf.stop_gradient(x2d)
+        lst = _SortedList(scores, valid, tf.stop_gradient(alpha), prep)
         levels = safe_level[:, None]
         thr = lst.invert(levels, lst.segments_counted(levels))   # [b, 1]
-        # u_i = (r_i − t)/α from the neighbours of t (`offsets`), in input order.
-        u = lst.scatter(-lst.offsets(thr)[:, 0, :])
+        # u_i = (r_i − t)/α from the neighbours of t (`offsets`).
+        u = -lst.offsets(thr, scores)[:, 0, :]
         u = tf.where(vmask > 0, u, tf.zeros_like(u))
         full = tf.where(level <= 0, tf.ones_like(level), tf.zeros_like(level))
         p = tf.where(active[:, None], _lap_cdf(u), tf.ones_like(u) * full[:, None]) * vmask
@@ -844,20 +870,21 @@ def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, axis: int = -1, *, mask=N
     @tf.custom_gradient
     def solve(x2d, alpha):
         safe = tf.where(active, levels, 0.5 * tf.ones_like(levels))
-        lst = _SortedList(tf.stop_gradient(x2d), valid, tf.stop_gradient(alpha))
+        scores = tf.stop_gradient(x2d)
+        lst = _SortedList(scores, valid, tf.stop_gradient(alpha), prep)
         thr = lst.invert(safe, lst.segments_counted(safe))        # [b, q]
         t = tf.where(active, thr.value, tf.zeros_like(thr.value))
 
         def grad(dt):
-            # In sorted order: u_j = (t − s_j)/α from the neighbours of t.
-            on = lst.w[:, None, :] > 0
-            u = _clip_finite(lst.offsets(thr))
+            # u_j = (t − r_j)/α from the neighbours of t.
+            on = valid[:, None, :]
+            u = _clip_finite(lst.offsets(thr, scores))
             logits = tf.where(on, -tf.abs(u), tf.constant(-np.inf, dtype))
             pi = tf.nn.softmax(logits, axis=-1)
             pi = tf.where(on, pi, tf.zeros_like(pi))
             u = tf.where(on, u, tf.zeros_like(u))
             dt = dt * tf.cast(active, dtype)
-            dx = lst.scatter(tf.reduce_sum(dt[:, :, None] * pi, axis=1))
+            dx = tf.reduce_sum(dt[:, :, None] * pi, axis=1)
             dalpha = tf.reduce_sum(dt * tf.reduce_sum(pi * u, axis=-1))
             return dx, dalpha
 
@@ -911,7 +938,7 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     x2d = prep.x
     dtype = x2d.dtype
     alpha_t = _alpha_tensor(alpha, dtype)
-    lst = _SortedList(x2d, prep.valid, alpha_t)
+    lst = _SortedList(x2d, prep.valid, alpha_t, prep)
     n = tf.shape(x2d)[-1]
     b = tf.shape(x2d)[0]
     num = tf.maximum(n - 1, 1)
@@ -922,11 +949,11 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     m = tf.where(inner, m, tf.zeros_like(m))
     thr = lst.invert(safe_levels, m)
     inf = tf.constant(np.inf, dtype)
-    # (t_k − s_j)/α for the inner thresholds t_1..t_{N−1}, +inf beyond; t_0 = −∞.
-    off = tf.where(inner[:, :, None], lst.offsets(thr), inf)[:, : n - 1]
+    # (t_k − r_j)/α for the inner thresholds t_1..t_{N−1}, +inf beyond; t_0 = −∞.
+    off = tf.where(inner[:, :, None], lst.offsets(thr, x2d), inf)[:, : n - 1]
     column = tf.fill(tf.stack([b, 1, n]), inf)
-    lo = tf.concat([-column, off], axis=1)                        # (t_k − s_j)/α
-    hi = tf.concat([off, column], axis=1)                         # (t_{k+1} − s_j)/α
+    lo = tf.concat([-column, off], axis=1)                        # (t_k − r_j)/α
+    hi = tf.concat([off, column], axis=1)                         # (t_{k+1} − r_j)/α
     # (t_{k+1} − t_k)/α without cancellation: across segments, the sum of three
     # non-negative terms; within a segment, the difference of the offsets from the
     # nearer neighbour.
@@ -941,7 +968,7 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     edge = tf.fill(tf.stack([b, 1]), inf)
     spread = tf.concat([edge, step, edge], axis=1)[:, :n]          # [b, n] rows
     spread = tf.where(tf.equal(n, 1), tf.fill(tf.stack([b, n]), inf), spread)
-    finite = _lap_cdf_difference(hi, lo, spread[:, :, None])      # rows × sorted cols
+    finite = _lap_cdf_difference(hi, lo, spread[:, :, None])
     # Into the full list: the finite block at rows n₋ .. n₋ + N_finite − 1 and the
     # columns of the finite entries; −inf entries share the first n₋ rows, +inf the
     # last n₊ valid rows.
@@ -949,8 +976,7 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     n_neg = tf.cast(prep.n_neg, tf.int32)[:, None]
     n_fin = tf.cast(lst.count, tf.int32)[:, None]
     n_all = tf.cast(prep.n_all, tf.int32)[:, None]
-    rows = tf.gather(finite, tf.clip_by_value(row - n_neg, 0, n - 1), batch_dims=1)
-    perm = tf.gather(rows, lst.positions(), axis=2, batch_dims=1)
+    perm = tf.gather(finite, tf.clip_by_value(row - n_neg, 0, n - 1), batch_dims=1)
     in_block = tf.logical_and(row >= n_neg, row < n_neg + n_fin)[:, :, None]
     perm = tf.where(tf.logical_and(in_block, prep.valid[:, None, :]), perm,
                     tf.zeros_like(perm))

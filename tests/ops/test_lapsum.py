@@ -652,3 +652,35 @@ def test_finite_across_the_temperature_range(dtype):
             assert np.all(np.isfinite(out.numpy())), what
             assert np.all(np.isfinite(gx.numpy())), what
             assert np.isfinite(ga.numpy()), what
+
+
+def test_float32_long_list_with_a_wide_alpha():
+    """n = 10⁵ standard normal float32 scores at α = 2 (every score within a few α of
+    n/2 others): the ranks are those of the float64 definition rounded to float32
+    (the float32 sums lost 1.6 to the cancellation in B − A), the sorted values and
+    the top-k masses too, Σp = k to float32 rounding of the masses."""
+    n, alpha = 100_000, 2.0
+    x = np.random.default_rng(24).normal(size=[1, n]).astype(np.float32)
+    r = x[0].astype(np.float64)
+    order = np.argsort(r, kind="stable")
+    s = r[order]
+    # F(s_i) = i + ½ + ½(B_i − A_i) with the strict one-sided sums, in float64 around
+    # the reference 0 (|s|/α < 3: no overflow, relative precision n·1e-16).
+    e_pos, e_neg = np.exp(s / alpha), np.exp(-s / alpha)
+    a = np.exp(-s / alpha) * (np.cumsum(e_pos) - e_pos)
+    b = np.exp(s / alpha) * (np.cumsum(e_neg[::-1])[::-1] - e_neg)
+    want = np.empty(n)
+    want[order] = np.arange(n) + 1.0 + 0.5 * (b - a)
+    ulp = np.spacing(np.float32(n))
+    rank = L.lapsum_rank(x, alpha).numpy()[0]
+    assert np.all(np.isfinite(rank))
+    np.testing.assert_allclose(rank, want, rtol=0, atol=ulp)
+    p = L.lapsum_topk_mask(x, n / 3, alpha).numpy()[0].astype(np.float64)
+    p64 = L.lapsum_topk_mask(r[None], n / 3, alpha).numpy()[0]
+    np.testing.assert_allclose(p64.sum(), n / 3, rtol=1e-12)
+    np.testing.assert_allclose(p, p64, atol=1e-6)
+    assert abs(p.sum() - n / 3) < 1e-7 * n
+    sort = L.lapsum_sort(x, alpha).numpy()[0]
+    idx = np.arange(0, n, 997)
+    np.testing.assert_allclose(sort[idx], L.lapsum_sort(r[None], alpha).numpy()[0][idx],
+                               atol=2e-5)
