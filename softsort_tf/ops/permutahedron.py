@@ -201,6 +201,26 @@ def _per_block(t, block, reduce: str, scale=1.0):
     return shifted - tf.math.log(spread(sums))
 
 
+def _block_size(block):
+    """The number of entries of each entry's block `[b, n]` (int32)."""
+    b, n = tf.shape(block)[0], tf.shape(block)[1]
+    ids = tf.reshape(block + tf.range(b)[:, None] * n, [-1])
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(ids), ids, b * n)
+    return tf.reshape(tf.gather(counts, ids), [b, n])
+
+
+def _non_finite(x2d):
+    """`(x, finite, nan_rows)`: x with NaN replaced by 0 (±inf kept), the finite entries,
+    and the lists holding a NaN (their results are NaN, their gradient 0)."""
+    nan = tf.math.is_nan(x2d)
+    return (tf.where(nan, tf.zeros_like(x2d), x2d), tf.math.is_finite(x2d),
+            tf.reduce_any(nan, axis=-1))
+
+
+def _poisoned(values, rows):
+    return tf.where(rows[:, None], tf.constant(float("nan"), values.dtype), values)
+
+
 def _rho(x2d):
     """ρ = (n, ..., 1) for every row, `[b, n]`."""
     n = tf.shape(x2d)[-1]
@@ -249,6 +269,11 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
     array([[3., 1., 2.]], dtype=float32)
     """
     x2d, view, kl, strength = _prepare(x, regularization, regularization_strength, direction)
+    # Non-finite scores (the package's rule, `softsort_tf._masking`): a ±inf entry is an
+    # isolated block at its end of the order (PAV keeps it apart: its value is ±inf),
+    # whose rank is its ρ (averaged over tied infinities); the finite entries keep the
+    # projection of their own list onto the ρ values left between. NaN: the list is NaN.
+    x2d, finite_x, nan_rows = _non_finite(x2d)
 
     @tf.custom_gradient
     def rank(x2d):
@@ -259,11 +284,20 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
         w = tf.math.log(rho) if kl else rho
         _, block, lse_s = _isotonic(s, w, kl)
         # s − v with v = (block statistic of s) − (that of w), written without the
-        # cancellation of s − v when |s| = |θ/ε| is large.
+        # cancellation of s − v when |s| = |θ/ε| is large. A block of infinite s (only
+        # infinities share a block with them) has s − its statistic = 0 ('l2') or
+        # −log |B| ('kl').
+        finite_s = tf.math.is_finite(s)
         if kl:
-            primal_sorted = _per_block(s, block, "centred") - _per_block(w, block, "centred") + w
+            centred = tf.where(finite_s, _per_block(tf.where(finite_s, s, tf.zeros_like(s)),
+                                                    block, "centred"),
+                               -tf.math.log(tf.cast(_block_size(block), s.dtype)))
+            primal_sorted = centred - _per_block(w, block, "centred") + w
         else:
-            primal_sorted = s - _per_block(s, block, "mean") + _per_block(w, block, "mean")
+            safe_s = tf.where(finite_s, s, tf.zeros_like(s))
+            primal_sorted = (tf.where(finite_s, safe_s - _per_block(safe_s, block, "mean"),
+                                      tf.zeros_like(s))
+                             + _per_block(w, block, "mean"))
         inv = tf.argsort(order, axis=-1, stable=True)
         primal = tf.gather(primal_sorted, inv, batch_dims=1)
         out = tf.exp(primal) if kl else primal
@@ -272,11 +306,12 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
             g = dy * out if kl else dy
             g_sorted = tf.gather(g, order, batch_dims=1)
             back = tf.gather(_block_vjp(g_sorted, s, block, lse_s, kl), inv, batch_dims=1)
-            return (g - back) / strength
+            keep = tf.logical_and(finite_x, tf.logical_not(nan_rows)[:, None])
+            return tf.where(keep, (g - back) / strength, tf.zeros_like(g))
 
         return out, grad
 
-    return ListResult(rank(x2d), "elementwise")
+    return ListResult(_poisoned(rank(x2d), nan_rows), "elementwise")
 
 
 @list_operator
@@ -304,6 +339,13 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     array([[1., 2., 5.]], dtype=float32)
     """
     x2d, view, kl, strength = _prepare(x, regularization, regularization_strength, direction)
+    # Non-finite scores (the package's rule, `softsort_tf._masking`): the projection
+    # keeps the sum of the values ('l2'), so as a score grows without bound every sorted
+    # value moves with it: a list with ±inf or NaN sorts to NaN (computed on 0's, zero
+    # gradient).
+    finite_x = tf.math.is_finite(x2d)
+    bad_rows = tf.reduce_any(tf.logical_not(finite_x), axis=-1)
+    x2d = tf.where(bad_rows[:, None], tf.zeros_like(x2d), x2d)
 
     @tf.custom_gradient
     def sort(x2d):
@@ -334,11 +376,12 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
             # ∂v_B/∂w_i = −1/|B| (l2) or −softmax(w_B)_i (kl), and w = −θ sorted.
             g_sorted = _block_vjp(dy, sw, block, lse_w, kl)
             inv = tf.argsort(order, axis=-1, stable=True)
-            return tf.gather(g_sorted, inv, batch_dims=1)
+            g = tf.gather(g_sorted, inv, batch_dims=1)
+            return tf.where(bad_rows[:, None], tf.zeros_like(g), g)
 
         return out, grad
 
-    out = sort(x2d)
+    out = _poisoned(sort(x2d), bad_rows)
     if view is not None and direction_is_descending(direction):
         out = -out
     return ListResult(out, "sorted")

@@ -205,3 +205,51 @@ def test_torchsort_golden_covers_the_conventions():
     assert {c["strength"] for c in cases} >= {0.1, 1.0, 10.0}
     assert all(np.shape(TORCHSORT["inputs"][c["input"]]["x"])[0] > 1 for c in cases)
     assert any(len(set(row)) < len(row) for row in TORCHSORT["inputs"]["ties5"]["x"])
+
+
+@pytest.mark.parametrize("reg", ["l2", "kl"])
+def test_non_finite_scores(reg):
+    """±inf entries of a rank are the limits of scores growing without bound: an
+    isolated block at the end of the order (+inf ranked n, ties averaged) while the
+    finite entries get the projection of their own list onto the ρ values left between
+    (for 'l2': their ranks + the number of −inf entries); a NaN makes its list NaN
+    (0.3 was ranked above 0.7). The sort's limit moves every value (the projection
+    keeps the sum), so a list with ±inf sorts to NaN, as one with a NaN. Other lists
+    are untouched; gradients are finite, zero at the non-finite entries and in the NaN
+    lists."""
+    inf = np.inf
+    x = np.array([[0.3, np.nan, 2.0, 0.7, -0.1], [0.3, -1.2, inf, 0.7, -0.1],
+                  [-inf, -1.2, inf, 0.7, inf], [0.3, -1.2, 2.0, 0.7, -0.1]])
+    eps = 0.3
+    xt = tf.constant(x)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(xt)
+        rank = P.permutahedron_rank(xt, reg, eps)
+        sort = P.permutahedron_sort(xt, reg, eps)
+        losses = [tf.reduce_sum(tf.where(tf.math.is_finite(o), tf.sin(o), 0.0))
+                  for o in (rank, sort)]
+    rank, sort = rank.numpy(), sort.numpy()
+    assert np.all(np.isnan(rank[0])) and np.all(np.isnan(sort[:3]))
+    kl = reg == "kl"
+    for i in (1, 2):
+        row = x[i]
+        fin = np.isfinite(row)
+        n_neg, n_pos = np.sum(row == -inf), np.sum(row == inf)
+        # The finite entries: the projection of their list onto the permutahedron of
+        # the ρ values left between the −inf and +inf entries, (F..1) + n₋.
+        z = row[fin] / eps
+        order = np.argsort(-z, kind="stable")
+        rho = np.arange(fin.sum(), 0, -1.0) + n_neg
+        mu = np.empty(fin.sum())
+        mu[order] = z[order] - isotonic_decreasing(z[order], np.log(rho) if kl else rho, kl)
+        want = np.zeros(5)
+        want[fin] = np.exp(mu) if kl else mu
+        want[row == -inf] = (n_neg + 1) / 2
+        want[row == inf] = 5 - (n_pos - 1) / 2
+        np.testing.assert_allclose(rank[i], want, atol=1e-12)
+    np.testing.assert_allclose(rank[3], ref_rank(x[3], eps, kl), atol=1e-12)
+    np.testing.assert_allclose(sort[3], ref_sort(x[3], eps, kl), atol=1e-12)
+    for loss in losses:
+        g = tape.gradient(loss, xt).numpy()
+        assert np.all(np.isfinite(g))
+        assert np.all(g[~np.isfinite(x)] == 0) and np.all(g[0] == 0)
