@@ -205,9 +205,12 @@ def sorting_data(seed, num, n=5, features=3):
     return x, np.argsort(-values, axis=-1, kind="stable")
 
 
+# Each layer is named by its key: Keras < 3.12 names a model's dict outputs by their
+# layers, later Keras by the keys, and the losses, metrics and history are keyed by them.
 SORTING_LAYERS = {
-    "softsort": lambda: ss.SoftSort(tau=0.3),
-    "neuralsort": lambda: ss.NeuralSort(tau=0.3, stochastic=True, num_samples=2, seed=3),
+    "softsort": lambda name: ss.SoftSort(tau=0.3, name=name),
+    "neuralsort": lambda name: ss.NeuralSort(tau=0.3, stochastic=True, num_samples=2, seed=3,
+                                             name=name),
 }
 
 
@@ -221,7 +224,7 @@ def test_model_fit_learns_to_sort():
     x, order = sorting_data(0, 384)
     x_test, order_test = sorting_data(1, 256)
     items = keras.Input((5, 3))
-    outputs = {name: make()(keras.layers.Reshape((5,))(
+    outputs = {name: make(name)(keras.layers.Reshape((5,))(
         keras.layers.Dense(1, use_bias=False)(items))) for name, make in SORTING_LAYERS.items()}
     model = keras.Model(items, outputs)
     names = sorted(SORTING_LAYERS)
