@@ -18,7 +18,11 @@ import tensorflow as tf
 try:  # Keras' accessor of a tensor's mask (public where the installed Keras exports it)
     from keras.backend import get_keras_mask as _keras_get_mask
 except ImportError:
-    from keras.src.backend import get_keras_mask as _keras_get_mask
+    try:  # Keras 3.6 - 3.x: private only
+        from keras.src.backend import get_keras_mask as _keras_get_mask
+    except ImportError:  # Keras < 3.6 keeps a tensor's mask in its `_keras_mask` attribute
+        def _keras_get_mask(x):
+            return getattr(x, "_keras_mask", None)
 
 
 def full_precision_dtype(dtype=None):
