@@ -16,8 +16,27 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # the MLIR fusion emitters. The HLO (what is computed, fusions included) is the same and
 # the values agree to rounding; the binaries and notebooks the tests fork inherit it.
 # `tests/ops/test_xla_defaults.py` compiles every family with XLA's defaults, as users do.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
-                      "--xla_cpu_use_fusion_emitters=false")
+# The XLA of TensorFlow < 2.20 has no fusion emitters and aborts the process on a flag it
+# does not know, so the second flag is only set where the installed TensorFlow has it.
+
+
+def _tensorflow_version():
+    """(major, minor) of the installed TensorFlow, read without importing it (XLA_FLAGS
+    must be set first); None if no distribution of it is found."""
+    from importlib import metadata
+
+    for name in ("tensorflow", "tensorflow-cpu", "tf-nightly", "tf-nightly-cpu"):
+        try:
+            major, minor = metadata.version(name).split(".")[:2]
+            return int(major), int(minor)
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return None
+
+
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0" + (
+    " --xla_cpu_use_fusion_emitters=false" if (_tensorflow_version() or (0, 0)) >= (2, 20)
+    else ""))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
