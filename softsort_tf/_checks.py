@@ -8,7 +8,6 @@ instead of silently returning garbage.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -197,7 +196,3 @@ def check_mask(name: str, mask) -> None:
         raise ValueError(f"`{name}` must be a boolean tensor (True = valid entry) or of "
                          f"0/1 numbers, got values {np.unique(value)[:5].tolist()}.")
 
-
-def check_length(name: str, seq: Sequence | None, expected: int) -> None:
-    if seq is not None and len(seq) != expected:
-        raise ValueError(f"`{name}` must have length {expected}, got {len(seq)}.")

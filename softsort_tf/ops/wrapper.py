@@ -33,11 +33,9 @@ import inspect
 
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
+from softsort_tf import _masking, _shapes
 
 OUTPUT_KINDS = ("elementwise", "sorted", "per_list", "square")
-# Arguments handled here; an operator body never reads them.
-_CONSUMED = ("axis", "mask", "weights", "check_numerics", "return_info")
 
 
 @dataclasses.dataclass
@@ -210,8 +208,3 @@ def list_operator(body):
         return out
 
     return tf.autograph.experimental.do_not_convert(operator)
-
-
-def check_direction(direction: str) -> str:
-    """`direction` validated and upper-cased ('ASCENDING' or 'DESCENDING')."""
-    return _checks.check_direction(direction)

@@ -56,7 +56,7 @@ import math
 import tensorflow as tf
 
 from softsort_tf.options import SinkhornOptions
-from softsort_tf.solvers.cost import cost_matrix, pair_cost  # noqa: F401 (re-exported)
+from softsort_tf.solvers.cost import cost_matrix
 from softsort_tf.solvers.implicit import float64_backward, implicit_vjp
 from softsort_tf.solvers.warm_start import exact_target_potential
 
