@@ -43,6 +43,7 @@ supported (a `mask` argument raises a ValueError); pass the valid entries only.
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
@@ -221,6 +222,29 @@ def _poisoned(values, rows):
     return tf.where(rows[:, None], tf.constant(float("nan"), values.dtype), values)
 
 
+def _rho_block_mean(block):
+    """mean_B(ρ) at every sorted position `[b, n]`, ρ_i = n − i (0-based i): the blocks
+    are runs of positions [first, last], so the mean is n − (first + last)/2, exact
+    (a float32 sum of ρ over a long block rounds to a fraction of a rank)."""
+    b, n = tf.shape(block)[0], tf.shape(block)[1]
+    ids = tf.reshape(block + tf.range(b)[:, None] * n, [-1])
+    position = tf.reshape(tf.broadcast_to(tf.range(n)[None, :], tf.stack([b, n])), [-1])
+    first = tf.gather(tf.math.unsorted_segment_min(position, ids, b * n), ids)
+    last = tf.gather(tf.math.unsorted_segment_max(position, ids, b * n), ids)
+    return tf.reshape(tf.cast(2 * n - first - last, tf.float64) / 2.0, tf.stack([b, n]))
+
+
+def _centre(x2d, finite):
+    """A per-row reference (the midrange of the finite entries, no gradient): the ranks
+    do not depend on it and the sorted values move with it, so the projection is
+    computed on numbers of the size of the scores' differences."""
+    safe_max = tf.where(finite, x2d, tf.fill(tf.shape(x2d), tf.constant(-np.inf, x2d.dtype)))
+    safe_min = tf.where(finite, x2d, tf.fill(tf.shape(x2d), tf.constant(np.inf, x2d.dtype)))
+    top, bottom = tf.reduce_max(safe_max, -1, True), tf.reduce_min(safe_min, -1, True)
+    ok = tf.math.is_finite(top)
+    return tf.stop_gradient(tf.where(ok, 0.5 * top + 0.5 * bottom, tf.zeros_like(top)))
+
+
 def _rho(x2d):
     """ρ = (n, ..., 1) for every row, `[b, n]`."""
     n = tf.shape(x2d)[-1]
@@ -277,7 +301,7 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
 
     @tf.custom_gradient
     def rank(x2d):
-        z = x2d / strength
+        z = (x2d - _centre(x2d, finite_x)) / strength
         order = tf.argsort(z, axis=-1, direction="DESCENDING", stable=True)
         s = tf.gather(z, order, batch_dims=1)
         rho = _rho(x2d)
@@ -292,12 +316,15 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
             centred = tf.where(finite_s, _per_block(tf.where(finite_s, s, tf.zeros_like(s)),
                                                     block, "centred"),
                                -tf.math.log(tf.cast(_block_size(block), s.dtype)))
-            primal_sorted = centred - _per_block(w, block, "centred") + w
+            # w − LSE_B(w) = log ρ − log(|B|·mean_B ρ), in closed form.
+            log_sum = tf.math.log(tf.cast(_block_size(block), s.dtype)
+                                  * tf.cast(_rho_block_mean(block), s.dtype))
+            primal_sorted = centred + log_sum
         else:
             safe_s = tf.where(finite_s, s, tf.zeros_like(s))
             primal_sorted = (tf.where(finite_s, safe_s - _per_block(safe_s, block, "mean"),
                                       tf.zeros_like(s))
-                             + _per_block(w, block, "mean"))
+                             + tf.cast(_rho_block_mean(block), s.dtype))
         inv = tf.argsort(order, axis=-1, stable=True)
         primal = tf.gather(primal_sorted, inv, batch_dims=1)
         out = tf.exp(primal) if kl else primal
@@ -346,6 +373,8 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     finite_x = tf.math.is_finite(x2d)
     bad_rows = tf.reduce_any(tf.logical_not(finite_x), axis=-1)
     x2d = tf.where(bad_rows[:, None], tf.zeros_like(x2d), x2d)
+    centre = _centre(x2d, finite_x)
+    x2d = x2d - centre
 
     @tf.custom_gradient
     def sort(x2d):
@@ -369,7 +398,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
             out = -_per_block(rho_raw, block, "centred", strength) - lse_w
         else:
             # v − ρ/ε with v = mean_B(ρ/ε) − mean_B(w).
-            out = ((_per_block(rho_raw, block, "mean") - rho_raw) / strength
+            out = ((tf.cast(_rho_block_mean(block), x2d.dtype) - rho_raw) / strength
                    - _per_block(sw, block, "mean"))
 
         def grad(dy):
@@ -381,7 +410,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
 
         return out, grad
 
-    out = _poisoned(sort(x2d), bad_rows)
+    out = _poisoned(sort(x2d) + centre, bad_rows)
     if view is not None and direction_is_descending(direction):
         out = -out
     return ListResult(out, "sorted")

@@ -255,18 +255,40 @@ def _matrix(lists: Lists, core, direction: str) -> ListResult:
     return ListResult(core(d, lists.mask), "square")
 
 
+def centred_finite_rows(values):
+    """`(values − c, bad)` for `[batch, n]` rows: c a per-row reference (the midrange,
+    no gradient), so that a relaxation whose result depends on differences only is
+    computed on numbers of the size of the differences (not of the scores' offset);
+    `bad` `[batch]` marks the rows with a non-finite entry, whose values are set to 0
+    (their results are NaN, `poison_rows`: the package's rule for non-finite scores)."""
+    finite = tf.math.is_finite(values)
+    bad = tf.reduce_any(tf.logical_not(finite), axis=-1)
+    safe = tf.where(bad[:, None], tf.zeros_like(values), values)
+    centre = tf.stop_gradient(0.5 * tf.reduce_max(safe, axis=-1, keepdims=True)
+                              + 0.5 * tf.reduce_min(safe, axis=-1, keepdims=True))
+    return safe - centre, bad
+
+
+def poison_rows(values, bad):
+    """`values` `[batch, ...]` with the rows marked by `bad` `[batch]` set to NaN."""
+    shape = tf.concat([tf.shape(bad), tf.ones(tf.rank(values) - 1, tf.int32)], axis=0)
+    return tf.where(tf.reshape(bad, shape), tf.constant(np.nan, values.dtype), values)
+
+
 def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False) -> ListResult:
     """`_matrix` of a relaxation `core(d, valid)` (DESCENDING `[batch, n]` → `[batch, n,
-    n]`), with the straight-through option."""
+    n]`), with the straight-through option; computed on the scores minus a per-list
+    reference, NaN for a list with a non-finite score (`centred_finite_rows`)."""
     direction = _checks.check_direction(direction)
     hard = check_hard(hard)
     check_log(log, hard)
 
     def relaxed_core(d, valid):
+        d, bad = centred_finite_rows(d)
         perm = core(d, valid)
         if hard:
             perm = straight_through(_exact_permutation_2d(tf.stop_gradient(d), valid), perm)
-        return perm
+        return poison_rows(perm, bad)
 
     return _matrix(lists, relaxed_core, direction)
 

@@ -74,7 +74,13 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _masking
 from softsort_tf.ops.family import Family
-from softsort_tf.ops.permutation import _exact_permutation_2d, check_hard, straight_through
+from softsort_tf.ops.permutation import (
+    _exact_permutation_2d,
+    centred_finite_rows,
+    check_hard,
+    poison_rows,
+    straight_through,
+)
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 NETWORKS = ("odd_even", "bitonic")
@@ -519,11 +525,18 @@ def _checked(steepness, network, sigmoid, art_lambda, direction, hard):
 
 
 def _network_lists(lists: Lists, network, step_fn, direction):
-    """`(sorted values in direction order, P̂, exact P, keys)` of a batch of lists."""
-    keys = lists.values if direction == "ASCENDING" else -lists.values
+    """`(sorted values in direction order, P̂, keys)` of a batch of lists.
+
+    The network runs on the values minus a per-list reference c (it mixes values by
+    convex combinations, so the shift commutes; c is added back to the sorted values):
+    its results do not depend on the scores' offset. A list with a non-finite value
+    gives NaN (`permutation.centred_finite_rows`)."""
+    centred, bad = centred_finite_rows(lists.values)
+    centre = tf.stop_gradient(lists.values - centred)[:, :1]
+    keys = centred if direction == "ASCENDING" else -centred
     sorted_keys, perm = _run_network(keys, lists.mask, network, step_fn)
-    sorted_values = sorted_keys if direction == "ASCENDING" else -sorted_keys
-    return sorted_values, perm, keys
+    sorted_values = (sorted_keys if direction == "ASCENDING" else -sorted_keys) + centre
+    return poison_rows(sorted_values, bad), poison_rows(perm, bad), keys
 
 
 @list_operator
