@@ -43,6 +43,24 @@ What padding means
   n_valid · CDF), and `topk=k`/`k` are read per list against n_valid (rows with
   n_valid <= k: all valid entries are selected).
 
+Non-finite scores
+-----------------
+One rule for every family, at valid entries (padded ones are never read):
+
+- A NaN makes its whole list NaN (every output of that list; the other lists of the
+  batch are untouched, and no NaN reaches their gradient).
+- A ±inf score is the limit of a score growing without bound: +inf ranks and sorts
+  last in ascending order (first in descending), takes the top-k mass first (mass 1,
+  or k shared among tied +inf), and −inf the reverse; infinities of one sign are
+  tied; the finite entries get the results of the finite entries alone (permutahedron
+  ranks: their projection onto the ranks left between the infinities). A family
+  whose limit is not that (it moves every result, or depends on how the scores grow)
+  returns NaN for the whole list instead. Infinite entries get zero gradient.
+- Which families take the limits: LapSum (every operation) and the permutahedron
+  ranks; the permutahedron sort (its projection keeps the sum of the values), SoftSort,
+  NeuralSort, the sorting networks and Sinkhorn (its squashing standardises the
+  scores) return NaN lists. `tests/ops/test_family_properties.py` checks the rule.
+
 Ragged tensors
 --------------
 A `tf.RaggedTensor` ragged along the operated axis, which must be the last axis (its
