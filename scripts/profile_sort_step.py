@@ -33,7 +33,7 @@ from softsort_tf.experiments import large_mnist, models, training
 
 _N = flags.DEFINE_integer("n", 3, "Numbers per sequence.", lower_bound=2)
 _BATCH = flags.DEFINE_integer("batch_size", 20, "Sequences per batch.", lower_bound=1)
-_METHOD = flags.DEFINE_enum("method", "softsort", models.PERMUTATION_METHODS,
+_METHOD = flags.DEFINE_enum("method", "softsort", list(softsort_tf.PERMUTATION_OPERATORS),
                             "Relaxed sorting operator.")
 _MNIST = flags.DEFINE_string("mnist_npz", None, "MNIST npz (default: the embedded digits).")
 _STEPS = flags.DEFINE_integer("steps", 30, "Steps per timing.", lower_bound=1)
@@ -98,8 +98,7 @@ def time_operator(jit: bool, steps: int, repeats: int) -> float:
     order = tf.argsort(scores, axis=-1, direction="DESCENDING")
     log = large_mnist.log_cross_entropy(config)
     loss_fn = softsort_tf.PermutationCrossEntropy(y_true_format="indices", from_log=log)
-    kwargs = models.operator_kwargs(config.method, tau=config.tau, epsilon=config.epsilon,
-                                    alpha=config.alpha, steepness=config.steepness, log=log)
+    kwargs = models.operator_kwargs(config.method, temperature=config.temperature, log=log)
 
     @tf.function(jit_compile=jit)
     def step():

@@ -35,7 +35,8 @@ _STEPS = flags.DEFINE_integer("steps_per_epoch", 200, "Steps per epoch.", lower_
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", _D.num_samples,
                                     "Gumbel samples per episode (stochastic runs).",
                                     lower_bound=1)
-_TAU = flags.DEFINE_float("tau", _D.tau, "Temperature of the relaxed sort.", lower_bound=0.0)
+_TAU = flags.DEFINE_float("temperature", _D.tau, "Temperature τ of the relaxed sort.",
+                          lower_bound=0.0)
 _SEED = flags.DEFINE_integer("seed", _D.seed, "Seed of every run.")
 _LIMIT = flags.DEFINE_integer("limit_per_split", None, "Keep only this many images per split.")
 _JIT = flags.DEFINE_bool("jit_compile", _D.jit_compile, "XLA-compile the runs' training and "

@@ -43,7 +43,7 @@ flags.DEFINE_bool("jit_compile", _D.jit_compile, "XLA-compile the training and e
 def main(argv):
     del argv
     f = flags.FLAGS
-    overrides = {"tau": f.tau if f.tau is not None else _D.tau}
+    overrides = {"tau": f.temperature if f.temperature is not None else _D.tau}
     knn.run(experiment_flags.dataclass_from_flags(knn.KnnConfig, **overrides))
 
 

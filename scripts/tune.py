@@ -16,8 +16,9 @@ every trial and the test metrics of the best one.
 
 from absl import flags
 
+import softsort_tf as ss
 from softsort_tf.experiments import flags as experiment_flags
-from softsort_tf.experiments import models, tuning
+from softsort_tf.experiments import tuning
 
 experiment_flags.define_flags(None)  # --task chooses sort or median
 _TUNER = flags.DEFINE_enum("tuner", "random", tuning.TUNERS,
@@ -26,23 +27,25 @@ _MAX_TRIALS = flags.DEFINE_integer("max_trials", 10, "Trials of the random/Bayes
                                    lower_bound=1)
 _EXECUTIONS = flags.DEFINE_integer("executions_per_trial", 1,
                                    "Trainings per trial, averaged.", lower_bound=1)
-_OPERATORS = ",".join(models.PERMUTATION_METHODS)
-_METHODS = flags.DEFINE_list("methods", None, "Operators to choose from, a subset of "
-                             f"{_OPERATORS}; default: --method alone.")
-flags.register_validator(_METHODS,
-                         lambda methods: set(methods or ()) <= set(models.PERMUTATION_METHODS),
-                         f"must be a subset of {_OPERATORS}.")
-_TAU_RANGE = flags.DEFINE_list("tau_range", ["16", "4096"], "low,high of τ (log-uniform).")
-_EPSILON_RANGE = flags.DEFINE_list("epsilon_range", ["0.001", "0.1"],
-                                   "low,high of the Sinkhorn ε (log-uniform).")
-_ALPHA_RANGE = flags.DEFINE_list("alpha_range", ["16", "4096"],
-                                 "low,high of LapSum's α (log-uniform).")
-_STEEPNESS_RANGE = flags.DEFINE_list("steepness_range", ["0.000244140625", "0.0625"],
-                                     "low,high of the sorting networks' steepness "
-                                     "(log-uniform).")
+_METHODS = flags.DEFINE_list("methods", None, "Operators to choose from, families with a "
+                             "relaxed matrix (softsort, neuralsort, sinkhorn, lapsum, "
+                             "diffsort, ...); default: --method alone.")
+flags.register_validator(
+    _METHODS, lambda methods: set(methods or ()) <= set(ss.PERMUTATION_OPERATORS),
+    "must be families with a relaxed permutation matrix.")
+_SCORES_RANGE = flags.DEFINE_list(
+    "temperature_range_scores", ["16", "4096"],
+    "low,high of a temperature in the units of the raw CNN scores (τ, α; log-uniform).")
+_INVERSE_RANGE = flags.DEFINE_list(
+    "temperature_range_inverse_scores", ["0.000244140625", "0.0625"],
+    "low,high of a temperature in inverse units of the scores (steepness; log-uniform).")
+_NORMALIZED_RANGE = flags.DEFINE_list(
+    "temperature_range_normalized", ["0.001", "0.1"],
+    "low,high of a temperature independent of the scores' scale (Sinkhorn's ε; "
+    "log-uniform).")
 _LR_RANGE = flags.DEFINE_list("learning_rate_range", ["0.0001", "0.01"],
                               "low,high of the learning rate (log-uniform).")
-for _range in (_TAU_RANGE, _EPSILON_RANGE, _ALPHA_RANGE, _STEEPNESS_RANGE, _LR_RANGE):
+for _range in (_SCORES_RANGE, _INVERSE_RANGE, _NORMALIZED_RANGE, _LR_RANGE):
     flags.register_validator(_range, tuning.range_is_valid,
                              "must be two numbers low,high with 0 < low <= high.")
 
@@ -52,8 +55,9 @@ def main(argv):
     config = experiment_flags.config_from_flags()
     space = tuning.SearchSpace(
         methods=tuple(_METHODS.value or [config.method]),
-        tau=tuple(_TAU_RANGE.value), epsilon=tuple(_EPSILON_RANGE.value),
-        alpha=tuple(_ALPHA_RANGE.value), steepness=tuple(_STEEPNESS_RANGE.value),
+        temperature_scores=tuple(_SCORES_RANGE.value),
+        temperature_inverse_scores=tuple(_INVERSE_RANGE.value),
+        temperature_normalized=tuple(_NORMALIZED_RANGE.value),
         learning_rate=tuple(_LR_RANGE.value))
     tuning.search(config, space, tuner=_TUNER.value, max_trials=_MAX_TRIALS.value,
                   executions_per_trial=_EXECUTIONS.value)

@@ -50,6 +50,7 @@ from softsort_tf.metrics.regression import QuantileError, TrimmedError
 from softsort_tf.metrics.spearman import SpearmanCorrelation, spearman_correlation
 from softsort_tf.ops.family import (
     FAMILIES,
+    TEMPERATURE_UNITS,
     Family,
     Settings,
     get_family,
@@ -151,5 +152,6 @@ __all__ = [
     "lapsum_topk_mask", "permutahedron_rank", "permutahedron_sort",
     "sorting_network_matrix", "sorting_network_sort",
     "SoftQuantileLayer", "SoftRankLayer", "SoftSortLayer", "SoftTopKLayer",
-    "FAMILIES", "Family", "Settings", "get_family", "register_family", "unregister_family",
+    "FAMILIES", "TEMPERATURE_UNITS", "Family", "Settings", "get_family", "register_family",
+    "unregister_family",
 ]

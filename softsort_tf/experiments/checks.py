@@ -11,9 +11,9 @@ A value of `None` always passes: it stands for "the task's default".
 Example:
 >>> setting_error("epochs", 0)
 'epochs must be an int >= 1, got 0.'
->>> setting_error("epsilon", "0.1")
-"epsilon must be a finite number > 0, got '0.1'."
->>> setting_error("epsilon", 0.1) is None
+>>> setting_error("temperature", "0.1")
+"temperature must be a finite number > 0, got '0.1'."
+>>> setting_error("temperature", 0.1) is None
 True
 """
 
@@ -42,7 +42,7 @@ _INTS = {
     "stop_after_pairs": 0,
 }
 # Finite numbers > 0.
-_POSITIVE = ("tau", "epsilon", "alpha", "steepness", "learning_rate", "max_train_minutes")
+_POSITIVE = ("temperature", "tau", "epsilon", "learning_rate", "max_train_minutes")
 _VERBOSITY = (0, 1, 2, "auto")
 
 
@@ -70,6 +70,12 @@ def setting_error(name: str, value) -> str | None:
     elif name == "verbose":
         if value not in _VERBOSITY or isinstance(value, bool):
             return f"verbose must be one of {_VERBOSITY}, got {value!r}."
+    elif name == "method":
+        import softsort_tf as ss  # the families registered now, outside ones included
+
+        if value not in ss.PERMUTATION_OPERATORS:
+            return (f"method must be one of {tuple(ss.PERMUTATION_OPERATORS)} (the families "
+                    f"with a relaxed permutation matrix), got {value!r}.")
     elif name == "mnist_npz":
         if not os.path.isfile(value):
             return f"mnist_npz={value!r} is not a file."

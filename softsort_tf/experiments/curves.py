@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+import softsort_tf
 from softsort_tf.experiments import large_mnist, training
 
 __all__ = ["epoch_curve", "load_config", "plot_curves", "time_to_reach"]
@@ -35,7 +36,10 @@ def _results(run_dir: str) -> dict:
 
 def load_config(run_dir: str) -> large_mnist.ExperimentConfig:
     """The `ExperimentConfig` of a finished run, from its `results.json`."""
-    flags = _results(run_dir)["flags"]
+    flags = dict(_results(run_dir)["flags"])
+    if flags.get("temperature") is None and flags.get("method") in softsort_tf.FAMILIES:
+        # A run recorded before the one --temperature flag: its family's own name.
+        flags["temperature"] = flags.get(softsort_tf.FAMILIES[flags["method"]].temperature)
     names = {field.name for field in dataclasses.fields(large_mnist.ExperimentConfig)}
     return large_mnist.ExperimentConfig(**{k: v for k, v in flags.items() if k in names})
 

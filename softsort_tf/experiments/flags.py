@@ -6,7 +6,7 @@ and hands its `main` to `run_binary`:
 - `define_run_flags`: output folder, seed, budget, optimiser, `tf.distribute` strategy,
   determinism, verbosity;
 - `define_relaxation_flags`: the relaxed sorting operator and its temperature
-  (`method`, `tau`, `epsilon`, `stochastic`, `num_samples`);
+  (`method`, `temperature`, `stochastic`, `num_samples`);
 - `define_large_mnist_flags`: the large-MNIST data (`n`, digit source, evaluation sets);
 - `define_speed_flags`: the large-MNIST binaries' faster schedules (precision, learning
   rate schedule, early stopping, time budget, XLA, per-epoch weights);
@@ -58,12 +58,11 @@ from softsort_tf.experiments.large_mnist import (
     dataset_error,
     n_error,
 )
-from softsort_tf.experiments.models import PERMUTATION_METHODS
 from softsort_tf.experiments.training import STRATEGIES
 
 __all__ = ["config_from_flags", "dataclass_from_flags", "define_flags",
            "define_large_mnist_flags", "define_relaxation_flags", "define_run_flags",
-           "define_speed_flags", "run_binary"]
+           "define_speed_flags", "import_family_modules", "run_binary"]
 
 # The DEFINE_* calls below are attributed to the module calling these functions (the
 # binary): its key flags, listed by --help.
@@ -92,13 +91,16 @@ _FLAGS = {
                           "without it to resume. For tests."),
     "verbose": (int, "Keras verbosity: 0 silent, 1 progress bar, 2 one line per epoch."),
     # define_relaxation_flags
-    "method": (PERMUTATION_METHODS, "Relaxed sorting operator."),
-    "tau": (float, "SoftSort/NeuralSort temperature on raw scores; default: the binary's "
-            "(large-MNIST: 1024 for n <= 7, else 128, SoftSort paper; kNN: 0.1)."),
-    "epsilon": (float, "Sinkhorn regularisation (Cuturi et al.: 0.005)."),
-    "alpha": (float, "LapSum's Laplace scale on raw scores; default that of --tau."),
-    "steepness": (float, "Sorting networks' (diffsort) steepness on raw scores; default "
-                  "1 / the default of --tau."),
+    "method": (str, "Relaxed sorting operator: a family with a relaxed permutation "
+               "matrix (softsort, neuralsort, sinkhorn, lapsum, diffsort, or one registered "
+               "by a module of --family_modules)."),
+    "temperature": (float, "The family's temperature (tau, epsilon, alpha, steepness, ...); "
+                    "default: the binary's for the family (large-MNIST: 1024 for n <= 7, "
+                    "else 128, on the raw CNN scores, SoftSort paper; its inverse for a "
+                    "steepness; 0.005 for Sinkhorn's epsilon, Cuturi et al.; kNN: 0.1)."),
+    "family_modules": (str, "Comma-separated modules to import before the flags are "
+                       "checked: modules that register families (ss.register_family) "
+                       "whose names --method then accepts."),
     "log_cross_entropy": (bool, "Sorting loss from log P-hat (SoftSort, NeuralSort, "
                           "Sinkhorn), without the probability floor."),
     "stochastic": (bool, "Train with Gumbel-perturbed scores (reparameterised Plackett-Luce)."),
@@ -204,10 +206,10 @@ def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | N
 
 
 def define_relaxation_flags() -> None:
-    """Defines the relaxed sorting operator's flags: `method`, `tau`, `epsilon`, `alpha`,
-    `steepness`, `log_cross_entropy`, `stochastic`, `num_samples`."""
-    _define(("method", "tau", "epsilon", "alpha", "steepness", "log_cross_entropy",
-             "stochastic", "num_samples"))
+    """Defines the relaxed sorting operator's flags: `method`, `temperature`,
+    `family_modules`, `log_cross_entropy`, `stochastic`, `num_samples`."""
+    _define(("method", "temperature", "log_cross_entropy", "stochastic", "num_samples"))
+    _define(("family_modules",), defaults=dict(family_modules=None))
 
 
 def define_large_mnist_flags(task: str | None) -> None:
@@ -296,12 +298,36 @@ def _one_log_handler() -> None:
     logger.propagate = True
 
 
+def import_family_modules(argv: list[str]) -> None:
+    """Imports the modules of `--family_modules=a.b,path/to/c.py` in `argv` (module names
+    or Python files), before absl parses the flags, so that `--method` is checked against
+    the families they register."""
+    import importlib
+    import importlib.util
+    import os
+
+    for argument in argv[1:]:
+        if not argument.startswith("--family_modules="):
+            continue
+        for module in filter(None, (m.strip() for m in argument.split("=", 1)[1].split(","))):
+            if module.endswith(".py"):
+                name = os.path.splitext(os.path.basename(module))[0]
+                spec = importlib.util.spec_from_file_location(name, module)
+                loaded = importlib.util.module_from_spec(spec)
+                sys.modules[name] = loaded
+                spec.loader.exec_module(loaded)
+            else:
+                importlib.import_module(module)
+
+
 def run_binary(main: Callable[[list[str]], None]) -> None:
     """`absl.app.run(main)` for the experiment binaries: flag errors (positional
-    arguments included) are one line, and each log line is printed once."""
+    arguments included) are one line, and each log line is printed once. The modules of
+    `--family_modules` are imported first."""
 
     def main_with_one_log_handler(argv):
         _one_log_handler()
         return main(argv)
 
+    import_family_modules(sys.argv)
     app.run(main_with_one_log_handler, flags_parser=_parse_flags)

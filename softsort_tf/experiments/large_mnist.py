@@ -9,9 +9,12 @@ calls `run` directly.
 Defaults follow the published protocol (NeuralSort, Grover et al. 2019, App. D.1; the
 SoftSort paper, Prillo & Eisenschlos 2020, App. A.1-A.2):
 - sorting: Adam lr 0.005, batch 20 sequences, 100 epochs of 55000 / (4 · 20) = 687 steps;
-  SoftSort and NeuralSort with τ = 1024 for n ≤ 7 and τ = 128 above, on the raw CNN
-  scores (the SoftSort paper's setting for both); Sinkhorn with ε = 0.005 on squashed
-  scores (Cuturi et al.);
+  one `temperature` whose default follows the family's units
+  (`default_temperature`): τ = 1024 for n ≤ 7 and 128 above on the raw CNN scores for
+  the families whose temperature is in the units of the scores (the SoftSort paper's
+  setting for SoftSort and NeuralSort; LapSum's α likewise), its inverse 1/1024 or 1/128
+  for a steepness (sorting networks), and ε = 0.005 for a temperature independent of
+  the scores' scale (Sinkhorn on squashed scores, Cuturi et al.);
 - median: Adam lr 0.001, batch 5 sequences, 100 epochs of 55000 / (4 · 5) = 2750 steps;
   τ by the same rule (the paper's grid-searched values are not available to us);
 - best epoch on validation exact accuracy (sorting) or validation MSE (median);
@@ -41,7 +44,8 @@ from softsort_tf.datasets import large_mnist
 from softsort_tf.experiments import models, training
 
 __all__ = ["TASKS", "ExperimentConfig", "build_model", "dataset_error", "default_tau",
-           "evaluate", "make_datasets", "n_error", "objective", "prepare_runtime", "run"]
+           "default_temperature", "evaluate", "make_datasets", "n_error", "objective",
+           "prepare_runtime", "run"]
 
 TASKS = ("sort", "median")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -51,9 +55,28 @@ VALUE_SCALE = 1e-4  # median values in [0, 9999] are regressed as value · 1e-4 
 EVAL_BATCH_SIZE = 100
 
 
+# ε of Cuturi et al. on the large-MNIST task: the default of a temperature that does not
+# depend on the scale of the CNN scores.
+NORMALIZED_TEMPERATURE = 5e-3
+
+
 def default_tau(n: int) -> float:
     """τ of the SoftSort paper on raw CNN scores: 1024 for n ≤ 7, else 128."""
     return 1024.0 if n <= 7 else 128.0
+
+
+def default_temperature(method: str, n: int) -> float:
+    """The binaries' default temperature of `method` for sequences of n numbers:
+    `default_tau(n)` in the units of the raw CNN scores, scaled by the family's
+    `temperature_units` (1/τ for a steepness; 0.005 for a temperature independent of the
+    scores' scale).
+
+    Example:
+    >>> default_temperature("softsort", 3), default_temperature("sinkhorn", 3)
+    (1024.0, 0.005)
+    """
+    return softsort_tf.get_family(method).temperature_for_scale(default_tau(n),
+                                                                 NORMALIZED_TEMPERATURE)
 
 
 @dataclasses.dataclass
@@ -69,10 +92,7 @@ class ExperimentConfig(training.RunConfig):
     stochastic: bool = False
     num_samples: int = 5
     n: int = 5
-    tau: float | None = None
-    epsilon: float = 5e-3
-    alpha: float | None = None
-    steepness: float | None = None
+    temperature: float | None = None
     log_cross_entropy: bool = True
     batch_size: int | None = None
     steps_per_epoch: int | None = None
@@ -97,7 +117,8 @@ class ExperimentConfig(training.RunConfig):
 
     def finalize(self) -> ExperimentConfig:
         """Validates the config and fills in the task's defaults."""
-        self.check(task=TASKS, method=models.PERMUTATION_METHODS, dataset=large_mnist.SOURCES,
+        self.check(task=TASKS, method=tuple(softsort_tf.PERMUTATION_OPERATORS),
+                   dataset=large_mnist.SOURCES,
                    precision=PRECISIONS, lr_schedule=LR_SCHEDULES)
         for error in (n_error(self.task, self.n), dataset_error(self.dataset, self.mnist_npz)):
             if error:
@@ -107,12 +128,8 @@ class ExperimentConfig(training.RunConfig):
             self.batch_size = 20 if sort else 5
         if self.learning_rate is None:
             self.learning_rate = 0.005 if sort else 0.001
-        if self.tau is None:
-            self.tau = default_tau(self.n)
-        if self.alpha is None:
-            self.alpha = default_tau(self.n)
-        if self.steepness is None:
-            self.steepness = 1.0 / default_tau(self.n)
+        if self.temperature is None:
+            self.temperature = default_temperature(self.method, self.n)
         if self.steps_per_epoch is None:
             self.steps_per_epoch = NUM_TRAIN_DIGITS // (large_mnist.DIGITS_PER_NUMBER
                                                         * self.batch_size)
@@ -275,10 +292,10 @@ def make_datasets(config: ExperimentConfig):
 def build_model(config: ExperimentConfig) -> keras.Model:
     """The task's model, built and compiled (call inside the strategy's scope)."""
     model_cls = models.PermutationLearner if config.task == "sort" else models.MedianRegressor
-    model = model_cls(config.method, tau=config.tau, epsilon=config.epsilon,
+    model = model_cls(config.method, temperature=config.temperature,
                       stochastic=config.stochastic, num_samples=config.num_samples,
-                      seed=config.seed, cnn_dtype=config.precision, alpha=config.alpha,
-                      log=log_cross_entropy(config), steepness=config.steepness)
+                      seed=config.seed, cnn_dtype=config.precision,
+                      log=log_cross_entropy(config))
     model.build()
     _compile(model, config)
     return model

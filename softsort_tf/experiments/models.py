@@ -61,21 +61,18 @@ def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
     return tf.reshape(cnn(flat, training=training), (-1, n))
 
 
-def operator_kwargs(method: str, *, tau: float, epsilon: float, alpha: float,
-                    steepness: float = 1.0 / 1024.0, log: bool = False) -> dict:
+def operator_kwargs(method: str, *, temperature: float | None = None,
+                    log: bool = False) -> dict:
     """The keyword arguments of `ss.permutation_matrix(scores, method, ...)` for the
-    experiments: the temperature argument of `method` (`{"epsilon": epsilon}` for
-    Sinkhorn, `{"alpha": alpha}` for LapSum, `{"steepness": steepness}` for the sorting
-    networks ('diffsort'), `{"tau": tau}` for SoftSort and NeuralSort), and `log=True`
+    experiments: `temperature` (the family's own, None for its default), and `log=True`
     for log P̂ when `log`.
 
     Example:
-    >>> operator_kwargs("sinkhorn", tau=1.0, epsilon=0.01, alpha=1.0)
-    {'epsilon': 0.01}
+    >>> operator_kwargs("sinkhorn", temperature=0.01)
+    {'temperature': 0.01}
     """
-    name = ss.get_permutation_operator(method).temperature
-    kwargs = {name: {"tau": tau, "epsilon": epsilon, "alpha": alpha,
-                     "steepness": steepness}[name]}
+    ss.get_family(method)
+    kwargs = {} if temperature is None else {"temperature": float(temperature)}
     if log:
         kwargs["log"] = True
     return kwargs
@@ -97,34 +94,27 @@ def _noise_seed(seed: int, step) -> tf.Tensor:
 class _LargeMnistModel(keras.Model):
     """Shared set-up: the relaxation hyper-parameters and the noise seed of a step."""
 
-    def __init__(self, method: str = "softsort", tau: float = 1024.0, epsilon: float = 5e-3,
+    def __init__(self, method: str = "softsort", temperature: float | None = None,
                  stochastic: bool = False, num_samples: int = 1, seed: int = 0,
-                 cnn_dtype: str = "float32", alpha: float = 1024.0, log: bool = False,
-                 steepness: float = 1.0 / 1024.0, **kwargs):
+                 cnn_dtype: str = "float32", log: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.cnn_dtype = cnn_dtype
-        if method not in PERMUTATION_METHODS:
-            raise ValueError(f"method must be one of {PERMUTATION_METHODS}, got {method!r}.")
-        if tau <= 0 or epsilon <= 0 or alpha <= 0:
-            raise ValueError(f"tau, epsilon and alpha must be > 0, got tau={tau}, "
-                             f"epsilon={epsilon}, alpha={alpha}.")
+        family = ss.get_permutation_operator(method)  # a family with a relaxed matrix
+        if temperature is None:
+            temperature = family.default_temperature
+        temperature = family.check_temperature(float(temperature), "float32")
         if int(num_samples) != num_samples or num_samples < 1:
             raise ValueError(f"num_samples must be a positive int, got {num_samples}.")
-        if log and not ss.get_permutation_operator(method).log_domain:
+        if log and not family.log_domain:
             raise ValueError(f"log=True needs an operator with a log-domain matrix; "
                              f"{method!r} has none.")
-        self.method, self.tau, self.epsilon = method, float(tau), float(epsilon)
-        self.alpha, self.log = float(alpha), bool(log)
-        if not steepness > 0:
-            raise ValueError(f"steepness must be > 0, got {steepness}.")
-        self.steepness = float(steepness)
+        self.method, self.temperature, self.log = method, temperature, bool(log)
         self.stochastic, self.num_samples, self.seed = bool(stochastic), int(num_samples), seed
 
     def _permutation(self, scores, inputs, training, log: bool = False) -> tf.Tensor:
         """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training
         (log P̂ with `log`)."""
-        kwargs = operator_kwargs(self.method, tau=self.tau, epsilon=self.epsilon,
-                                 alpha=self.alpha, steepness=self.steepness, log=log)
+        kwargs = operator_kwargs(self.method, temperature=self.temperature, log=log)
         if self.stochastic and bool(training):
             seed = _noise_seed(self.seed, inputs["step"][0])
             return ss.stochastic_permutation_matrix(scores, self.num_samples, seed,
@@ -137,11 +127,10 @@ class _LargeMnistModel(keras.Model):
         self.built = True
 
     def get_config(self):
-        return {**super().get_config(), "method": self.method, "tau": self.tau,
-                "epsilon": self.epsilon, "stochastic": self.stochastic,
+        return {**super().get_config(), "method": self.method,
+                "temperature": self.temperature, "stochastic": self.stochastic,
                 "num_samples": self.num_samples, "seed": self.seed,
-                "cnn_dtype": self.cnn_dtype, "alpha": self.alpha, "log": self.log,
-                "steepness": self.steepness}
+                "cnn_dtype": self.cnn_dtype, "log": self.log}
 
 
 @keras.saving.register_keras_serializable(package="softsort_tf")
@@ -149,12 +138,11 @@ class PermutationLearner(_LargeMnistModel):
     """Learns to sort large-MNIST sequences: CNN scores -> relaxed permutation P̂.
 
     Args:
-      method: a key of `ss.PERMUTATION_OPERATORS` ('softsort', 'neuralsort',
-        'sinkhorn', 'lapsum').
-      tau: SoftSort / NeuralSort temperature on the raw CNN scores.
-      epsilon: Sinkhorn regularisation.
-      alpha: LapSum's Laplace scale on the raw CNN scores.
-      steepness: (keyword) the sorting networks' steepness β on the raw CNN scores.
+      method: a key of `ss.PERMUTATION_OPERATORS` (a family with a relaxed matrix:
+        'softsort', 'neuralsort', 'sinkhorn', 'lapsum', 'diffsort', or one registered
+        with `ss.register_family`).
+      temperature: the family's temperature (τ, ε, α, β, ...; None: its default), on
+        the raw CNN scores for a temperature in the units of the scores.
       log: return log P̂ (computed in the log domain; for operators with
         `log_domain`), for `PermutationCrossEntropy(from_log=True)`: a nearly hard
         P̂ then keeps the gradient of its wrongly ordered rows.
@@ -169,16 +157,15 @@ class PermutationLearner(_LargeMnistModel):
     `log`), or `[batch, num_samples, n, n]` when training a stochastic model.
 
     Example:
-    >>> model = PermutationLearner("softsort", tau=1024.0)
+    >>> model = PermutationLearner("softsort", temperature=1024.0)
     >>> model({"images": tf.zeros([2, 3, 112, 28, 1]), "step": tf.zeros([2], tf.int64)}).shape
     TensorShape([2, 3, 3])
     """
 
-    def __init__(self, method="softsort", tau=1024.0, epsilon=5e-3, stochastic=False,
-                 num_samples=1, seed=0, cnn_dtype="float32", alpha=1024.0, log=False,
-                 **kwargs):
-        super().__init__(method, tau, epsilon, stochastic, num_samples, seed, cnn_dtype,
-                         alpha, log, **kwargs)
+    def __init__(self, method="softsort", temperature=None, stochastic=False,
+                 num_samples=1, seed=0, cnn_dtype="float32", log=False, **kwargs):
+        super().__init__(method, temperature, stochastic, num_samples, seed, cnn_dtype, log,
+                         **kwargs)
         self.scorer = build_cnn("scorer", cnn_dtype)
 
     def _cnns(self):
@@ -204,16 +191,16 @@ class MedianRegressor(_LargeMnistModel):
     stochastic model.
 
     Example:
-    >>> model = MedianRegressor("neuralsort", tau=1024.0)
+    >>> model = MedianRegressor("neuralsort", temperature=1024.0)
     >>> model({"images": tf.zeros([2, 5, 112, 28, 1]), "step": tf.zeros([2], tf.int64)}).shape
     TensorShape([2])
     """
 
-    def __init__(self, method="softsort", tau=1024.0, epsilon=5e-3, stochastic=False,
-                 num_samples=1, seed=0, cnn_dtype="float32", alpha=1024.0, **kwargs):
+    def __init__(self, method="softsort", temperature=None, stochastic=False,
+                 num_samples=1, seed=0, cnn_dtype="float32", **kwargs):
         kwargs.pop("log", None)  # the median row is read off P̂ itself
-        super().__init__(method, tau, epsilon, stochastic, num_samples, seed, cnn_dtype,
-                         alpha, False, **kwargs)
+        super().__init__(method, temperature, stochastic, num_samples, seed, cnn_dtype,
+                         False, **kwargs)
         self.scorer = build_cnn("scorer", cnn_dtype)
         self.regressor = build_cnn("regressor", cnn_dtype)
 

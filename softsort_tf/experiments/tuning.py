@@ -4,10 +4,12 @@
 sorting operators, on the validation sequences of the task (`objective`: validation
 exact-permutation accuracy for sorting, validation MSE for the median):
 
-- `method` (when `space.methods` has several): SoftSort, NeuralSort, Sinkhorn;
-- `tau` (SoftSort / NeuralSort temperature on raw CNN scores), log-uniform, only for
-  those methods;
-- `epsilon` (Sinkhorn regularisation), log-uniform, only for Sinkhorn;
+- `method` (when `space.methods` has several): families with a relaxed matrix;
+- the family's `temperature`, log-uniform over the range of its units
+  (`Family.temperature_units`: raw CNN scores for τ and α, their inverse for a
+  steepness, the scale-free range for Sinkhorn's ε), one hyper-parameter per unit
+  (`temperature_scores`, `temperature_inverse_scores`, `temperature_normalized`),
+  active only for the methods of those units;
 - `learning_rate` of Adam, log-uniform.
 
 Every other setting (n, batch, epochs, steps per epoch, data, `tf.distribute`
@@ -34,14 +36,16 @@ import keras
 import keras_tuner as kt
 
 import softsort_tf as ss
-from softsort_tf.experiments import large_mnist, models, training
+from softsort_tf.experiments import large_mnist, training
 
 __all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "range_is_valid", "search"]
 
 TUNERS = ("random", "bayesian", "hyperband")
-# The temperature argument of each operator (`tau`, `epsilon` or `alpha`): a config
-# field and a range of `SearchSpace` of the same name.
-TEMPERATURES = {name: op.temperature for name, op in ss.PERMUTATION_OPERATORS.items()}
+
+
+def _units(method: str) -> str:
+    """The units of the temperature of `method` (`Family.temperature_units`)."""
+    return ss.get_family(method).temperature_units
 
 
 def _check_range(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
@@ -69,30 +73,30 @@ class SearchSpace:
 
     Attributes:
       methods: the operators to choose from (one: the method is fixed).
-      tau: (low, high) of the SoftSort / NeuralSort temperature.
-      epsilon: (low, high) of the Sinkhorn ε.
-      alpha: (low, high) of LapSum's Laplace scale (raw CNN scores, like τ).
-      steepness: (low, high) of the sorting networks' steepness β (raw CNN scores,
-        like 1/τ).
+      temperature_scores: (low, high) of a temperature in the units of the raw CNN
+        scores (SoftSort's and NeuralSort's τ, LapSum's α).
+      temperature_inverse_scores: (low, high) of a temperature in their inverse units
+        (the sorting networks' steepness β).
+      temperature_normalized: (low, high) of a temperature independent of the scores'
+        scale (Sinkhorn's ε).
       learning_rate: (low, high) of Adam's learning rate.
     """
 
     methods: tuple[str, ...] = ("softsort",)
-    tau: tuple[float, float] = (16.0, 4096.0)
-    epsilon: tuple[float, float] = (1e-3, 1e-1)
-    alpha: tuple[float, float] = (16.0, 4096.0)
-    steepness: tuple[float, float] = (1.0 / 4096.0, 1.0 / 16.0)
+    temperature_scores: tuple[float, float] = (16.0, 4096.0)
+    temperature_inverse_scores: tuple[float, float] = (1.0 / 4096.0, 1.0 / 16.0)
+    temperature_normalized: tuple[float, float] = (1e-3, 1e-1)
     learning_rate: tuple[float, float] = (1e-4, 1e-2)
 
     def validate(self) -> SearchSpace:
-        if not self.methods or any(m not in models.PERMUTATION_METHODS for m in self.methods):
-            raise ValueError(f"`methods` must be a non-empty subset of "
-                             f"{models.PERMUTATION_METHODS}, got {self.methods}.")
+        able = tuple(ss.PERMUTATION_OPERATORS)
+        if not self.methods or any(m not in able for m in self.methods):
+            raise ValueError(f"`methods` must be a non-empty subset of {able}, got "
+                             f"{self.methods}.")
         self.methods = tuple(dict.fromkeys(self.methods))
-        self.tau = _check_range("tau", self.tau)
-        self.epsilon = _check_range("epsilon", self.epsilon)
-        self.alpha = _check_range("alpha", self.alpha)
-        self.steepness = _check_range("steepness", self.steepness)
+        for units in ss.TEMPERATURE_UNITS:
+            name = f"temperature_{units}"
+            setattr(self, name, _check_range(name, getattr(self, name)))
         self.learning_rate = _check_range("learning_rate", self.learning_rate)
         return self
 
@@ -101,8 +105,8 @@ class LargeMnistHyperModel(kt.HyperModel):
     """Builds the task's model of `config` with hyper-parameters drawn from `space`.
 
     Args:
-      config: a finalised `ExperimentConfig`; its method, τ, ε and learning rate are
-        replaced by the trial's.
+      config: a finalised `ExperimentConfig`; its method, temperature and learning rate
+        are replaced by the trial's.
       space: the `SearchSpace`.
     """
 
@@ -123,15 +127,19 @@ class LargeMnistHyperModel(kt.HyperModel):
             method = hp.Choice("method", list(space.methods))
         else:
             method = hp.Fixed("method", space.methods[0])
-        temperatures = {}
-        for name in dict.fromkeys(TEMPERATURES[m] for m in space.methods):
-            users = [m for m in space.methods if TEMPERATURES[m] == name]
+        temperature = self.config.temperature if method == self.config.method else None
+        for units in dict.fromkeys(_units(m) for m in space.methods):
+            users = [m for m in space.methods if _units(m) == units]
+            name = f"temperature_{units}"
             with hp.conditional_scope("method", users):
                 if method in users:
-                    temperatures[name] = hp.Float(name, *getattr(space, name), sampling="log")
+                    temperature = hp.Float(name, *getattr(space, name), sampling="log")
         learning_rate = hp.Float("learning_rate", *space.learning_rate, sampling="log")
-        return dataclasses.replace(self.config, method=method, learning_rate=learning_rate,
-                                   **temperatures)
+        config = dataclasses.replace(self.config, method=method, learning_rate=learning_rate,
+                                     temperature=temperature)
+        if temperature is None:
+            config.temperature = large_mnist.default_temperature(method, config.n)
+        return config
 
     def build(self, hp: kt.HyperParameters) -> keras.Model:
         return large_mnist.build_model(self.trial_config(hp))

@@ -36,6 +36,11 @@ from softsort_tf import _checks
 from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
 
 OPERATIONS = ("rank", "sort", "topk", "quantile")
+# What a family's temperature is measured in (`Family.temperature_units`): the units of
+# the scores (τ, α: values closer than it are blurred together), their inverse (a
+# steepness β), or units that do not depend on the scores' scale (Sinkhorn's ε, on the
+# cost between squashed scores in [0, 1]).
+TEMPERATURE_UNITS = ("scores", "inverse_scores", "normalized")
 # Arguments that the front door, the layers and the losses set themselves.
 RESERVED = ("direction", "axis", "mask")
 
@@ -239,6 +244,9 @@ class Family:
       real_k: whether its top-k takes a real k in (0, n) (else an integer in [1, n)).
       tensor_temperature: whether its temperature may be a tensor or variable through
         which gradients flow (a learnable temperature); otherwise a Python number.
+      temperature_units: one of `TEMPERATURE_UNITS`: 'scores' (default), 'inverse_scores'
+        or 'normalized' (independent of the scores' scale); how a harness scales the
+        temperature with the scores (`temperature_for_scale`).
     """
 
     name: str
@@ -255,6 +263,7 @@ class Family:
     temperature_range: Callable[..., tuple[float, float]] = normal_range
     real_k: bool = False
     tensor_temperature: bool = False
+    temperature_units: str = "scores"
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -272,6 +281,19 @@ class Family:
             raise ValueError(f"Family {self.name!r} defines no operation: give `operations` "
                              f"or `matrix_fn`.")
         object.__setattr__(self, "operations", types.MappingProxyType(operations))
+        if self.temperature_units not in TEMPERATURE_UNITS:
+            raise ValueError(f"`temperature_units` must be one of {TEMPERATURE_UNITS}, got "
+                             f"{self.temperature_units!r}.")
+
+    def temperature_for_scale(self, scale: float, normalized: float | None = None) -> float:
+        """The temperature as sharp as `scale` is for scores: `scale` for a temperature in
+        the units of the scores, 1/`scale` for an inverse one; `normalized` (default: the
+        family's default) for one that does not depend on the scores' scale."""
+        if self.temperature_units == "scores":
+            return float(scale)
+        if self.temperature_units == "inverse_scores":
+            return 1.0 / float(scale)
+        return float(self.default_temperature if normalized is None else normalized)
 
     # -- operations -----------------------------------------------------------------
     def operation(self, operation: str) -> Callable:

@@ -686,4 +686,5 @@ SINKHORN = family.Family(
                     topk=_option_operation(sinkhorn_topk_mask),
                     quantile=_option_operation(sinkhorn_quantile)),
     matrix_fn=with_straight_through(sinkhorn_permutation_matrix), doubly_stochastic=True,
-    log_domain=True, settings=SinkhornSettings, temperature_range=temperature_range)
+    log_domain=True, settings=SinkhornSettings, temperature_range=temperature_range,
+    temperature_units="normalized")

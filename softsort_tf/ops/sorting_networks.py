@@ -636,4 +636,5 @@ DIFFSORT = Family(
     "steepness β of the relaxed swaps' sigmoid, in inverse units of the scores: values "
     "closer than about 1/β are blurred together (β → ∞: exact)",
     "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)",
-    matrix_fn=sorting_network_matrix, doubly_stochastic=True)
+    matrix_fn=sorting_network_matrix, doubly_stochastic=True,
+    temperature_units="inverse_scores")

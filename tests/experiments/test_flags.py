@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-EXPERIMENT_FLAGS = ("--output_dir", "--method", "--tau", "--epsilon", "--stochastic",
+EXPERIMENT_FLAGS = ("--output_dir", "--method", "--temperature", "--stochastic",
                     "--num_samples", "--n", "--epochs", "--steps_per_epoch", "--batch_size",
                     "--learning_rate", "--seed", "--dataset", "--strategy")
 HELP = {"train_sort.py": (), "train_median.py": (), "tune.py": ("--task", "--max_trials")}
@@ -23,9 +23,10 @@ SCHEDULE_FLAGS = ("--precision", "--lr_schedule", "--warmup_steps", "--patience"
 BAD_FLAGS = [
     ("train_sort.py", "n", "1"),
     ("train_median.py", "n", "4"),  # the median needs an odd n
-    ("train_sort.py", "epsilon", "0"),
+    ("train_sort.py", "temperature", "0"),
+    ("train_sort.py", "method", "bubblesort"),
     ("train_sort.py", "epochs", "0"),
-    ("train_median.py", "tau", "-1"),
+    ("train_median.py", "temperature", "-1"),
     ("train_sort.py", "mnist_npz", "/nonexistent/mnist.npz"),
     ("tune.py", "max_trials", "0"),
 ]

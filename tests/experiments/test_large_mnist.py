@@ -118,6 +118,9 @@ def test_smoke_on_a_slice_of_mnist_npz(tmp_path, mnist_npz, task, method):
     _check_outputs(out, results)
 
 
+OUTSIDE_FAMILY = os.path.join(os.path.dirname(__file__), "outside_matrix_family.py")
+
+
 @pytest.fixture(scope="module")
 def binaries(run_binaries, tmp_path_factory):
     """The two binaries, run once: name -> (results.json, stdout)."""
@@ -125,8 +128,11 @@ def binaries(run_binaries, tmp_path_factory):
     cases = {
         "sort": ["train_sort.py", f"--output_dir={tmp / 'sort'}", *TINY_FLAGS, "--n=3",
                  "--strategy=mirrored", "--num_cpu_devices=2"],
+        # A family registered outside the package (by the file --family_modules imports)
+        # is a --method like the built-in ones.
         "median": ["train_median.py", f"--output_dir={tmp / 'median'}", *TINY_FLAGS, "--n=3",
-                   "--stochastic", "--num_samples=2", "--method=softsort"],
+                   "--stochastic", "--num_samples=2", f"--family_modules={OUTSIDE_FAMILY}",
+                   "--method=gaussian_matrix_test"],
     }
     procs = run_binaries([{"argv": argv, "timeout": 300} for argv in cases.values()])
     out = {}
@@ -147,13 +153,15 @@ def test_train_sort_binary_mirrored_on_two_logical_cpus(binaries):
                                      "untrained_test_elementwise_accuracy"])
     assert "exact_accuracy" in stdout and "untrained" in stdout  # the printed comparison
     # Published defaults that were not overridden.
-    assert results["flags"]["learning_rate"] == 0.005 and results["flags"]["tau"] == 1024.0
+    assert results["flags"]["learning_rate"] == 0.005
+    assert results["flags"]["temperature"] == 1024.0
 
 
 @pytest.mark.slow
 def test_train_median_binary_on_embedded_digits(binaries):
     results, _ = binaries["median"]
     assert results["flags"]["dataset"] == "embedded" and results["task"] == "median"
+    assert results["flags"]["method"] == "gaussian_matrix_test"
     _assert_finite_metrics(results, ["test_mse_1e-4", "test_r2", "test_spearman"])
     assert results["flags"]["learning_rate"] == 0.001
 
@@ -177,7 +185,12 @@ def test_median_evaluation_metrics_and_bad_configs():
     with pytest.raises(ValueError, match="strategy"):
         ExperimentConfig(strategy="tpu").finalize()
     config = ExperimentConfig(task="sort", n=9).finalize()
-    assert (config.tau, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
+    assert (config.temperature, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
+    # One temperature, its default in the family's units (raw CNN scores: τ = 128 for
+    # n = 9; a steepness: 1/128; Sinkhorn's scale-free ε: Cuturi et al.'s 0.005).
+    assert ExperimentConfig(method="diffsort", n=9).finalize().temperature == 1.0 / 128
+    assert ExperimentConfig(method="lapsum", n=3).finalize().temperature == 1024.0
+    assert ExperimentConfig(method="sinkhorn", n=3).finalize().temperature == 5e-3
     config = ExperimentConfig(task="median").finalize()
     assert (config.learning_rate, config.batch_size, config.steps_per_epoch) == (1e-3, 5, 2750)
 
@@ -187,9 +200,8 @@ def test_sorting_loss_is_computed_from_log_p_for_the_log_domain_operators(method
     """The sorting model outputs log P̂ and the loss reads it without the probability
     floor for the operators with a log-domain matrix (a nearly hard Sinkhorn P̂ then
     keeps the gradient of its wrongly ordered rows); LapSum keeps P̂ and the floor."""
-    config = ExperimentConfig(task="sort", method=method, n=3, dataset="embedded",
-                              epsilon=5e-3).finalize()
-    assert config.alpha == config.tau == experiment.default_tau(3)
+    config = ExperimentConfig(task="sort", method=method, n=3, dataset="embedded").finalize()
+    assert config.temperature == experiment.default_temperature(method, 3)
     model = experiment.build_model(config)
     log_domain = method != "lapsum"
     assert model.log is log_domain

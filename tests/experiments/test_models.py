@@ -19,7 +19,7 @@ from softsort_tf.experiments import models, training
 training.set_cpu_devices(2)
 strategy = training.make_strategy("mirrored")
 with strategy.scope():
-    model = models.PermutationLearner("softsort", tau=1.0, stochastic=True, num_samples=3,
+    model = models.PermutationLearner("softsort", temperature=1.0, stochastic=True, num_samples=3,
                                       seed=7)
     model.build()
 # Both replicas get the same sequences at the same step: only the replica id differs.
@@ -49,7 +49,7 @@ def test_median_prediction_is_the_middle_row_times_the_regressed_values():
     images = tf.random.stateless_uniform([2, 5, 112, 28, 1], seed=[0, 1])
     inputs = {"images": images, "step": tf.zeros([2], tf.int64)}
     for tau in (0.01, 1e-9):
-        model = MedianRegressor("softsort", tau=tau)
+        model = MedianRegressor("softsort", temperature=tau)
         pred = model(inputs).numpy()
         scores = _per_image(model.scorer, images, False)
         values = _per_image(model.regressor, images, False).numpy()

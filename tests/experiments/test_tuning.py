@@ -17,21 +17,24 @@ from softsort_tf.experiments.large_mnist import ExperimentConfig
 
 TINY = dict(batch_size=4, steps_per_epoch=2, epochs=1, num_val_sequences=8,
             num_test_sequences=8, digits_per_class=10, verbose=0, deterministic_ops=False)
-SPACE = dict(methods=("softsort", "neuralsort", "sinkhorn"), tau=(8.0, 64.0),
-             epsilon=(1e-3, 1e-2), learning_rate=(1e-12, 1e-12))
+SPACE = dict(methods=("softsort", "neuralsort", "sinkhorn"), temperature_scores=(8.0, 64.0),
+             temperature_normalized=(1e-3, 1e-2), learning_rate=(1e-12, 1e-12))
 
 
 def _check_trial(hp):
     space = tuning.SearchSpace(**SPACE)
     assert hp["method"] in space.methods
     assert space.learning_rate[0] <= hp["learning_rate"] <= space.learning_rate[1]
-    # Conditional: τ only for the temperature methods, ε only for Sinkhorn.
-    assert ("tau" in hp) == (hp["method"] in ("softsort", "neuralsort"))
-    assert ("epsilon" in hp) == (hp["method"] == "sinkhorn")
-    if "tau" in hp:
-        assert space.tau[0] <= hp["tau"] <= space.tau[1]
-    if "epsilon" in hp:
-        assert space.epsilon[0] <= hp["epsilon"] <= space.epsilon[1]
+    # Conditional: the range of the family's units only (τ in the scores' units for
+    # SoftSort and NeuralSort, the scale-free ε for Sinkhorn).
+    scores, normalized = "temperature_scores", "temperature_normalized"
+    assert (scores in hp) == (hp["method"] in ("softsort", "neuralsort"))
+    assert (normalized in hp) == (hp["method"] == "sinkhorn")
+    if scores in hp:
+        assert space.temperature_scores[0] <= hp[scores] <= space.temperature_scores[1]
+    if normalized in hp:
+        low, high = space.temperature_normalized
+        assert low <= hp[normalized] <= high
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +97,11 @@ def test_hypermodel_applies_the_trial_hyperparameters():
     hypermodel = tuning.LargeMnistHyperModel(config, tuning.SearchSpace(**SPACE).validate())
     hp = kt.HyperParameters()
     hp.Fixed("method", "sinkhorn")
-    hp.Fixed("epsilon", 0.004)
+    hp.Fixed("temperature_normalized", 0.004)
     hp.Fixed("learning_rate", 3e-4)
     model = hypermodel.build(hp)
-    assert (model.method, model.epsilon) == ("sinkhorn", 0.004)
+    assert (model.method, model.temperature) == ("sinkhorn", 0.004)
     assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(3e-4)
-    assert model.tau == config.tau  # not a Sinkhorn hyper-parameter: the config's value
     images = np.zeros((2, 3, 112, 28, 1), np.float32)
     out = model({"images": images, "step": np.zeros([2], np.int64)})
     assert out.shape == (2,)
@@ -109,7 +111,8 @@ def test_hypermodel_applies_the_trial_hyperparameters():
 def test_hyperband_on_the_median_task(tmp_path):
     out = str(tmp_path / "hyperband")
     config = ExperimentConfig(task="median", n=3, output_dir=out, **dict(TINY, epochs=2))
-    results = tuning.search(config, tuning.SearchSpace(tau=(8.0, 64.0)), tuner="hyperband")
+    results = tuning.search(config, tuning.SearchSpace(temperature_scores=(8.0, 64.0)),
+                            tuner="hyperband")
     assert results["objective"] == {"name": "val_mse", "direction": "min"}
     assert results["trials"]
     assert results["best"]["best_val_mse"] == min(t["score"] for t in results["trials"]
@@ -121,7 +124,7 @@ def test_hyperband_on_the_median_task(tmp_path):
     (dict(tuner="grid"), "tuner"),
     (dict(max_trials=0), "max_trials"),
     (dict(space=tuning.SearchSpace(methods=("bubblesort",))), "methods"),
-    (dict(space=tuning.SearchSpace(tau=(10.0, 1.0))), "tau"),
+    (dict(space=tuning.SearchSpace(temperature_scores=(10.0, 1.0))), "temperature_scores"),
     (dict(space=tuning.SearchSpace(learning_rate=(0.0, 1e-3))), "learning_rate"),
 ])
 def test_bad_arguments_raise(tmp_path, kwargs, match):
@@ -134,11 +137,13 @@ def test_bad_arguments_raise(tmp_path, kwargs, match):
 def test_tune_binary(tmp_path, run_binaries):
     out = str(tmp_path / "binary")
     argv = ["tune.py", f"--output_dir={out}", "--task=sort", "--n=3",
-            "--methods=softsort,neuralsort", "--max_trials=1", "--tau_range=8,64", "--epochs=1",
+            "--methods=softsort,neuralsort", "--max_trials=1", "--temperature_range_scores=8,64",
+            "--epochs=1",
             "--steps_per_epoch=2", "--batch_size=4", "--num_val_sequences=8",
             "--num_test_sequences=8", "--digits_per_class=10", "--verbose=0",
             "--nodeterministic_ops", "--strategy=mirrored", "--num_cpu_devices=2"]
-    bad_argv = ["tune.py", f"--output_dir={tmp_path / 'bad'}", "--task=sort", "--tau_range=8"]
+    bad_argv = ["tune.py", f"--output_dir={tmp_path / 'bad'}", "--task=sort",
+               "--temperature_range_scores=8"]
     proc, bad = run_binaries([{"argv": argv, "timeout": 600}, {"argv": bad_argv, "timeout": 120}])
     assert proc.returncode == 0, proc.stderr[-3000:]
     # One trial (not the default 10): the flag reached the search. Several trials, the
@@ -146,7 +151,7 @@ def test_tune_binary(tmp_path, run_binaries):
     assert "random search, 1 trials" in proc.stdout
     with open(os.path.join(out, "tuning.json")) as f:
         saved = json.load(f)
-    assert saved["space"]["tau"] == [8.0, 64.0] and len(saved["trials"]) == 1
+    assert saved["space"]["temperature_scores"] == [8.0, 64.0] and len(saved["trials"]) == 1
     assert saved["flags"]["strategy"] == "mirrored"
-    assert bad.returncode != 0 and "tau_range" in bad.stderr
+    assert bad.returncode != 0 and "temperature_range_scores" in bad.stderr
     assert not os.path.exists(tmp_path / "bad")
