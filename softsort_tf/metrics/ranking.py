@@ -146,14 +146,15 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None, *,
     return values, _weights(has_relevant, valid, lists_without_relevant, values.dtype)
 
 
-class PerListMean(keras.metrics.Metric):
-    """Streaming weighted mean of a per-list value over all lists seen.
+class PerListMean(keras.metrics.Mean):
+    """Streaming weighted mean of a per-list value over all lists seen: a
+    `keras.metrics.Mean` of per-list values and weights (TF-Ranking's `_RankingMetric`).
 
     Subclasses set `_fn(y_true, y_pred, mask=None, **fn_kwargs)` → `(values, weights)`,
-    both `[...]` (weight 0 leaves a list out, whatever its value); `sample_weight`
-    multiplies the weights. A Keras mask of `y_pred` of its own shape (one flag per
-    item) is the padding of the lists, passed to `_fn` as `mask`. An empty stream
-    gives 0.
+    both `[...]` (weight 0 leaves a list out, whatever its value, NaN included);
+    `sample_weight` multiplies the weights. A Keras mask of `y_pred` of its own shape
+    (one flag per item) is the padding of the lists, passed to `_fn` as `mask`. An
+    empty stream gives 0.
 
     Args:
       name, dtype: as in `keras.metrics.Metric`.
@@ -166,10 +167,6 @@ class PerListMean(keras.metrics.Metric):
     def __init__(self, name: str, dtype, **fn_kwargs):
         super().__init__(name=name, dtype=dtype)
         self.fn_kwargs = fn_kwargs
-        self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
-                                       name="total")
-        self.count = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
-                                       name="count")
         self._direction = "up"
 
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -183,12 +180,8 @@ class PerListMean(keras.metrics.Metric):
         if sample_weight is not None:
             weights = weights * tf.broadcast_to(tf.cast(sample_weight, self.dtype),
                                                 tf.shape(weights))
-        contributions = tf.where(weights > 0, values * weights, tf.zeros_like(values))
-        self.total.assign_add(tf.reduce_sum(contributions))
-        self.count.assign_add(tf.reduce_sum(weights))
-
-    def result(self):
-        return tf.math.divide_no_nan(self.total, self.count)
+        values = tf.where(weights > 0, values, tf.zeros_like(values))
+        return super().update_state(values, sample_weight=weights)
 
     def get_config(self) -> dict:
         return {"name": self.name, "dtype": self.dtype, **self.fn_kwargs}
