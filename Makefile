@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-quick lint bench bench-speed install clean
+.PHONY: demo test test-quick test-oldest lint bench bench-speed install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,13 +14,31 @@ $(BIN)/python:
 # The installer is uv (fetched into the environment by pip: it downloads and unpacks in
 # parallel, 2-3x faster than pip here) with the byte code compiled up front, as pip does;
 # plain pip when uv cannot be had (uv reads no pip.conf: a pip-only index or an offline
-# machine falls back to pip).
-$(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	( $(BIN)/python -m pip install --quiet uv && \
-	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
-	    -e ".[dev,experiments]" ) || \
-	$(BIN)/python -m pip install --quiet -e ".[dev,experiments]"
+# machine falls back to pip). $(call install,BIN,CONSTRAINTS) installs the package with its
+# dev and experiments extras into the environment of BIN, the versions pinned by the
+# constraints file. Each end of the supported range has one (setup.cfg's bounds):
+# `.venv` the newest pair (`make test`), `.venv-oldest` the lowest (`make test-oldest`).
+define install
+	( $(1)/python -m pip install --quiet uv && \
+	  $(1)/uv pip install --quiet --compile-bytecode --python $(1)/python \
+	    -c $(2) -e ".[dev,experiments]" ) || \
+	$(1)/python -m pip install --quiet -c $(2) -e ".[dev,experiments]"
+endef
+
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints/newest.txt
+	$(call install,$(BIN),constraints/newest.txt)
 	touch $(STAMP)
+
+OLDEST_VENV ?= .venv-oldest
+OLDEST_BIN := $(OLDEST_VENV)/bin
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
+
+$(OLDEST_BIN)/python:
+	$(PYTHON) -m venv $(OLDEST_VENV)
+
+$(OLDEST_STAMP): $(OLDEST_BIN)/python setup.cfg pyproject.toml constraints/oldest.txt
+	$(call install,$(OLDEST_BIN),constraints/oldest.txt)
+	touch $(OLDEST_STAMP)
 
 install: $(STAMP)
 
@@ -35,6 +53,18 @@ test: $(STAMP)
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" tests
 
+# The lowest supported TensorFlow and Keras (constraints/oldest.txt) in a second environment,
+# on OLDEST_TESTS: every family, layer, loss and metric, XLA and mixed precision, without
+# the training runs, notebooks and binaries (`slow`) that the newest pair runs in `make test`.
+# Left out: the parity with Keras-RS (a test-only reference, which does not import on
+# TensorFlow 2.16: it needs tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig).
+OLDEST_TESTS ?= -m "not slow" tests/test_versions.py tests/test_readme.py tests/test_masking.py \
+	tests/ops/test_soft.py tests/ops/test_xla_defaults.py tests/layers tests/losses tests/metrics \
+	--deselect tests/metrics/test_ranking.py::test_ndcg_and_mrr_equal_keras_rs
+
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_BIN)/python -m pytest -q -n 2 --dist loadfile $(OLDEST_TESTS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -45,4 +75,4 @@ bench-speed: $(STAMP)
 	$(BIN)/python scripts/bench_speed.py --output_dir=docs/speed
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) build dist *.egg-info
