@@ -64,6 +64,8 @@ def check_temperature_value(value, name: str = "temperature"):
     it: a learnable temperature). Bools, strings and other objects are refused."""
     if value is None:
         return None
+    if _is_tensor(value) and not isinstance(value, (tf.Tensor, tf.Variable)):
+        value = tf.convert_to_tensor(value)  # a keras.Variable: its value, differentiable
     if _is_tensor(value):
         dtype = tf.as_dtype(value.dtype)
         if not dtype.is_floating:

@@ -97,6 +97,11 @@ def test_a_variable_temperature_is_learnt_or_refused_never_detached():
         return tape.gradient(value, alpha)
 
     np.testing.assert_allclose(graph_gradient().numpy(), gradient.numpy(), rtol=1e-5)
+    keras_alpha = keras.Variable(0.5)  # a Keras variable (a layer's weight) alike
+    with tf.GradientTape() as tape:
+        value = loss(keras_alpha)
+    np.testing.assert_allclose(tape.gradient(value, keras_alpha.value).numpy(),
+                               gradient.numpy(), rtol=1e-6)
     for method in [m for m, f in ss.FAMILIES.items() if not f.tensor_temperature]:
         with pytest.raises(ValueError, match=r"`temperature`.*Python number.*no gradient"):
             ss.soft_rank(X, method, temperature=tf.Variable(0.5))
