@@ -376,6 +376,7 @@ class _SortedList:
     def __init__(self, x2d, valid, alpha, prep=None):
         self.alpha = alpha
         dtype = x2d.dtype
+        before = None
         if prep is not None and prep.mask is None:
             # No padding: the sort of the raw scores puts the −inf entries first and the
             # +inf ones last, so the finite entries come first once each row is rotated
@@ -386,6 +387,8 @@ class _SortedList:
             order = tf.gather(order, (tf.range(n)[None, :] + n_neg) % n, batch_dims=1)
             n_fin = n - n_neg - tf.cast(prep.n_pos, tf.int32)[:, None]
             w = tf.cast(tf.range(n)[None, :] < n_fin, dtype)
+            # The number of valid entries before each position, without a cumsum.
+            before = tf.minimum(tf.range(n)[None, :], n_fin)
         elif valid is not None:
             order = _stable_argsort(x2d)
             order = _valid_first(order, valid)
@@ -403,7 +406,9 @@ class _SortedList:
         wide = tf.float64
         a, b = _laplace_sums(tf.cast(self.s, wide), tf.cast(w, wide), tf.cast(alpha, wide))
         self.a, self.b = tf.cast(a, dtype), tf.cast(b, dtype)
-        if valid is None:
+        if before is not None:
+            before = tf.cast(before, wide)
+        elif valid is None:
             before = tf.broadcast_to(tf.range(tf.shape(x2d)[-1], dtype=wide)[None, :],
                                      tf.shape(x2d))
         else:
