@@ -83,7 +83,9 @@ are close to the hard ones when neighbouring sorted scores differ by a few α, a
 soft rank blurs over the scores within a few α otherwise. Rescale α with the scale of
 the scores (n standard normal scores are ≈ 2.5/n apart in the bulk). Must be a finite
 number > 0 (a Python number, checked at trace time, or a tensor — e.g. a trainable
-variable — checked at run time); gradients flow into a tensor α.
+variable — checked at run time); gradients flow into a tensor α. `temperature_range(dtype)`
+is the range of α a computation in `dtype` resolves (float32: 3.2e-27 to 1.3e36), inside
+which values and gradients are finite; the front door and the layers check it.
 
 Conventions
 -----------
