@@ -16,9 +16,10 @@ to `fn` as its `mask` argument, and Keras reduces the per-list losses as usual.
 Inputs are checked before Keras casts them to the loss's dtype (a cast would drop an
 imaginary part or fail on strings without naming the argument): `y_pred` must be a
 real tensor (`_checks.check_real_dtype`). The ranking losses (`list_labels = True`)
-check their lists with `softsort_tf.ops.ranking.check_lists` (dtypes, shapes, masks)
-and accept Keras-RS's `y_true = {"labels": ..., "mask": ...}`, whose mask joins the
-Keras mask as `fn`'s `mask`.
+check their lists once per call with `softsort_tf.ops.ranking.check_lists` (dtypes,
+shapes, masks; the functional form then only unpacks them, `lists_checked`) and accept
+Keras-RS's `y_true = {"labels": ..., "mask": ...}`, whose mask joins the Keras mask as
+`fn`'s `mask`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _keras
 from softsort_tf._keras import full_precision_dtype, get_keras_mask
-from softsort_tf.ops.ranking import check_lists
+from softsort_tf.ops.ranking import check_lists, lists_checked
 from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
 
@@ -88,7 +89,10 @@ class LossFunctionWrapper(keras.losses.Loss):
             _checks.check_real_dtype("y_pred", y_pred.dtype)
         token = _CALL_ARGUMENTS.set(arguments)
         try:
-            return super().__call__(y_true, y_pred, sample_weight)
+            if not self.list_labels:
+                return super().__call__(y_true, y_pred, sample_weight)
+            with lists_checked():  # checked above: the functional form only unpacks them
+                return super().__call__(y_true, y_pred, sample_weight)
         finally:
             _CALL_ARGUMENTS.reset(token)
 

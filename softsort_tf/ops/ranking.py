@@ -38,6 +38,8 @@ rank correlation behind Spearman's ρ and its soft version (`rank_correlation`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -158,13 +160,32 @@ def _check_same_lists(labels, scores):
         return identity(labels), identity(scores)
 
 
+# Set while a loss computes on lists it has checked already (`lists_checked`): the
+# functional forms it calls then unpack their inputs without checking them again.
+_LISTS_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "softsort_tf_lists_checked", default=False)
+
+
+@contextlib.contextmanager
+def lists_checked():
+    """Within this context `check_lists` unpacks without checking: for a caller (a
+    loss's `__call__`) that has just checked the lists it hands on, so that they are
+    checked once per call."""
+    token = _LISTS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _LISTS_CHECKED.reset(token)
+
+
 def check_lists(y_true, y_pred, mask=None):
     """Checks and unpacks the lists of a ranking loss or metric: `(labels, scores, mask)`.
 
     `y_true` may be Keras-RS's dict (`split_labels`); the labels and scores must be real
     tensors and of the same shape, the mask boolean or 0/1 (the checks of the module
     docstring). Tensors and `tf.RaggedTensor`s are returned as such (arrays and lists
-    converted), the mask as bool or None.
+    converted), the mask as bool or None. Inside `lists_checked()` the lists are only
+    unpacked (their caller has checked them).
 
     Example:
     >>> labels, scores, mask = check_lists({"labels": [[1.0, 0.0]], "mask": [[1, 0]]},
@@ -174,6 +195,13 @@ def check_lists(y_true, y_pred, mask=None):
     """
     labels, mask = split_labels(y_true, mask)
     labels, scores = _tensor(labels), _tensor(y_pred)
+    if _LISTS_CHECKED.get():
+        return labels, scores, mask
+    return _checked_lists(labels, scores, mask)
+
+
+def _checked_lists(labels, scores, mask):
+    """The checks of `check_lists` (dtypes, shapes, the same lists)."""
     _checks.check_real_dtype("y_true", labels.dtype)
     _checks.check_real_dtype("y_pred", scores.dtype)
     if not labels.shape.is_compatible_with(scores.shape):

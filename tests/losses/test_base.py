@@ -236,3 +236,30 @@ def test_keras_item_masks_are_the_padding_of_the_list_losses():
         model.compile(loss=loss)
         assert model.evaluate(x, labels, verbose=0) == pytest.approx(float(reference()),
                                                                      rel=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ss.SoftNDCGLoss(method="lapsum"), lambda: ss.SpearmanLoss(method="lapsum"),
+    lambda: ss.ListwisePermutationLoss(),
+])
+def test_a_list_loss_checks_its_lists_once_per_call(make, monkeypatch):
+    """The dtype, shape and same-lists checks run once per loss call (three times
+    before: the loss, the functional form and its padding helper)."""
+    from softsort_tf import _checks
+
+    calls = []
+    check = _checks.check_real_dtype
+
+    def counted(name, dtype):  # each check of the lists checks the labels' dtype once
+        calls.extend([name] if name == "y_true" else [])
+        return check(name, dtype)
+
+    monkeypatch.setattr(_checks, "check_real_dtype", counted)
+    loss = make()
+    labels = {"labels": np.array([[2.0, 0.0, 1.0, 3.0]], np.float32),
+              "mask": np.array([[True, True, True, False]])}
+    value = loss(labels, np.array([[0.3, -1.0, 2.0, 9.0]], np.float32))
+    assert np.isfinite(value.numpy())
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="shape"):  # still checked
+        loss(np.zeros((1, 3), np.float32), np.zeros((1, 4), np.float32))
