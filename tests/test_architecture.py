@@ -142,8 +142,8 @@ def test_autograph_leaves_the_core_alone_and_converts_the_harness():
 
     import softsort_tf as ss
     import softsort_tf.experiments.models as models
+    from softsort_tf import _lists as ranking
     from softsort_tf.losses import spearman
-    from softsort_tf.ops import ranking
 
     for fn in (spearman.soft_spearman_correlation, ranking.padded_lists, ss.soft_rank,
                ss.metrics.ranking.ndcg, ss.SpearmanLoss.call):
@@ -219,3 +219,20 @@ def test_the_name_branch_detector_finds_branches(tmp_path):
                     'y = {"softsort": 1}[method]\nz = f("sinkhorn")\n')
     assert _name_branches(path, {"sinkhorn", "lapsum", "softsort"}) == [
         (1, "sinkhorn"), (3, "lapsum"), (4, "softsort")]
+
+
+def test_ops_holds_operators_not_loss_and_metric_helpers():
+    """A module of `softsort_tf.ops` serves the operators: some module outside the losses
+    and metrics (an operator, a layer, the package's exports) imports it. Helpers that
+    only losses and metrics use (the conventions of ranked lists, permutation targets,
+    regression errors) live beside them, in the package's private modules."""
+    importers = {}
+    for module, targets in GRAPH.items():
+        for target in targets:
+            importers.setdefault(target, set()).add(module)
+    loss_or_metric = ("softsort_tf.losses", "softsort_tf.metrics")
+    only_losses = sorted(
+        m for m in GRAPH if m.startswith("softsort_tf.ops.")
+        and importers.get(m) and all(i.startswith(loss_or_metric) for i in importers[m]))
+    assert not only_losses, only_losses
+    assert "softsort_tf._lists" in GRAPH and "softsort_tf.ops.ranking" not in GRAPH

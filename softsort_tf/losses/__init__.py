@@ -13,7 +13,7 @@ example or per list, and Keras reduces them with `sample_weight`.
   ranks and the hard target ranks;
 - `SoftNDCGLoss` (`soft_ndcg_loss`), `ListwisePermutationLoss`
   (`listwise_permutation_loss`): listwise learning to rank over padded or ragged lists
-  (`softsort_tf.ops.ranking`);
+  (`softsort_tf._lists`);
 - `PermutationCrossEntropy` (`permutation_cross_entropy`): learning to sort with a
   relaxed permutation matrix.
 

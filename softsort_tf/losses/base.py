@@ -16,7 +16,7 @@ to `fn` as its `mask` argument, and Keras reduces the per-list losses as usual.
 Inputs are checked before Keras casts them to the loss's dtype (a cast would drop an
 imaginary part or fail on strings without naming the argument): `y_pred` must be a
 real tensor (`_checks.check_real_dtype`). The ranking losses (`list_labels = True`)
-check their lists once per call with `softsort_tf.ops.ranking.check_lists` (dtypes,
+check their lists once per call with `softsort_tf._lists.check_lists` (dtypes,
 shapes, masks; the functional form then only unpacks them, `lists_checked`) and accept
 Keras-RS's `y_true = {"labels": ..., "mask": ...}`, whose mask joins the Keras mask as
 `fn`'s `mask`.
@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _keras
 from softsort_tf._keras import full_precision_dtype, get_keras_mask
-from softsort_tf.ops.ranking import check_lists, lists_checked
+from softsort_tf._lists import check_lists, lists_checked
 from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
 

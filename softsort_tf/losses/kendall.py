@@ -45,7 +45,7 @@ class KendallTauLoss(LossFunctionWrapper):
       axis: the list axis (default −1).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
         targets of a correlation are real values; the padding rule of
-        `softsort_tf.ops.ranking`). A Keras mask of `y_pred` of its shape (one flag
+        `softsort_tf._lists`). A Keras mask of `y_pred` of its shape (one flag
         per item) also marks padding; padded entries get zero gradient.
       reduction, name, dtype: as in `keras.losses.Loss`; under a float16/bfloat16
         policy the loss computes in float32.

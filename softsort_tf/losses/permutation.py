@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _shapes
+from softsort_tf._permutation_targets import check_format, per_example_mean, pick, read_targets
 from softsort_tf.losses.base import LossFunctionWrapper
-from softsort_tf.ops.permutation_targets import check_format, per_example_mean, pick, read_targets
 
 _PACKAGE = "softsort_tf"
 DEFAULT_PROBABILITY_FLOOR = 1e-7
@@ -30,7 +30,7 @@ def permutation_cross_entropy(y_true, y_pred,
 
     Args:
       y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]` (see
-        `softsort_tf.ops.permutation_targets`).
+        `softsort_tf._permutation_targets`).
       y_pred: P̂ `[..., (S,) n, n]`.
       probability_floor: the probability floor δ in (0, 1) (default 1e-7).
       y_true_format: 'auto' (default), 'indices' or 'matrix'.

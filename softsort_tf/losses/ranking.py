@@ -3,7 +3,7 @@
 Lists are the last axis of the labels `y_true` `[..., n]` (graded relevance, < 0 =
 padding) and the scores `y_pred`; `tf.RaggedTensor` inputs and a Keras mask of the
 scores of their shape (one flag per item) are padding too. The convention is that of
-`softsort_tf.ops.ranking` (padded entries take no part, whatever their scores, and get
+`softsort_tf._lists` (padded entries take no part, whatever their scores, and get
 zero gradient; a list without a valid entry has loss 0), and lists may be of a length
 unknown when the model is built.
 
@@ -21,10 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _keras, _methods
-from softsort_tf.losses.base import LossFunctionWrapper
-from softsort_tf.losses.method import MethodLoss
-from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
-from softsort_tf.ops.ranking import (
+from softsort_tf._lists import (
     dcg_discounts,
     gains,
     ideal_dcg,
@@ -32,6 +29,9 @@ from softsort_tf.ops.ranking import (
     per_list_over_groups,
     relevance_permutation_targets,
 )
+from softsort_tf.losses.base import LossFunctionWrapper
+from softsort_tf.losses.method import MethodLoss
+from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
 from softsort_tf.ops.soft import (
     PERMUTATION_OPERATORS,
     get_method,
@@ -191,7 +191,7 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
       scale_free: standardise each list's scores first, the temperature then in
         standard deviations (None: when no temperature is given; see above).
       negative_labels_are_padding: treat y_true < 0 as padding (default True, the
-        padding rule of `softsort_tf.ops.ranking`); set False for lists without padding
+        padding rule of `softsort_tf._lists`); set False for lists without padding
         with method='permutahedron', which takes no padding.
 
     Returns:

@@ -17,10 +17,10 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf._keras import get_keras_mask
+from softsort_tf._regression_errors import align, regression_errors
 from softsort_tf.losses.base import LossFunctionWrapper, SinkhornLoss
 from softsort_tf.ops import hard_stats
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
-from softsort_tf.ops.errors import align, regression_errors
 from softsort_tf.ops.transport import TargetMeasure, Transport
 from softsort_tf.ops.wrapper import ListResult, list_operator
 from softsort_tf.options import SinkhornOptions

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 
 from softsort_tf import _checks, _methods
+from softsort_tf._lists import per_list_over_groups, rank_correlation
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.ranking import resolve_scale_free, standardized_scores
-from softsort_tf.ops.ranking import per_list_over_groups, rank_correlation
 from softsort_tf.ops.soft import soft_rank
 from softsort_tf.options import DEFAULT_EPSILON, SinkhornOptions
 
@@ -38,7 +38,7 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
     'sinkhorn', talk, Algorithm 2). As the temperature → 0 this is Spearman's ρ of
     predictions and targets (for predictions without ties). Padded lists (a `mask`,
     `negative_labels_are_padding=True` or `tf.RaggedTensor` inputs; the convention of
-    `softsort_tf.ops.ranking`) give the correlation of the valid entries alone, and
+    `softsort_tf._lists`) give the correlation of the valid entries alone, and
     padded entries get no gradient (`rank_correlation`); 'permutahedron' takes no
     padding.
 
@@ -120,7 +120,7 @@ class SpearmanLoss(MethodLoss):
         when no temperature is given; the config holds the resolved value).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
         targets of a correlation are real values; the padding rule of
-        `softsort_tf.ops.ranking`). `tf.RaggedTensor` inputs and a Keras mask of
+        `softsort_tf._lists`). `tf.RaggedTensor` inputs and a Keras mask of
         `y_pred` of its shape (one flag per item) are always padding ('permutahedron'
         takes none).
       options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.

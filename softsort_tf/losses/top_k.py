@@ -6,9 +6,9 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf._permutation_targets import check_at_run_time
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.ops.family import get_family
-from softsort_tf.ops.permutation_targets import check_at_run_time
 from softsort_tf.ops.sinkhorn import EPSILON_PER_RANK_SCALE, MIN_LENGTH_EPSILON
 from softsort_tf.ops.soft import soft_rank
 

@@ -7,7 +7,7 @@
 - `SpearmanCorrelation`: Spearman's ρ along an axis with ties averaged, the exact
   counterpart of 1 − `SpearmanLoss`.
 - `NDCGMetric` (NDCG@k) and `MRRMetric` (mean reciprocal rank): ranking metrics over
-  padded or ragged lists (`softsort_tf.ops.ranking`; label < 0 = padding).
+  padded or ragged lists (`softsort_tf._lists`; label < 0 = padding).
 
 For `SoftTopKLoss` no new metric is needed: Keras' own
 `keras.metrics.SparseTopKCategoricalAccuracy(k)` (integer labels) and

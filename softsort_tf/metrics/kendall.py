@@ -34,7 +34,7 @@ class KendallTau(PerListMean):
       axis: the list axis (default −1).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
         targets of a correlation are real values; the padding rule of
-        `softsort_tf.ops.ranking`).
+        `softsort_tf._lists`).
       algorithm: 'auto', 'pairwise' or 'merge' (see `kendall_tau`).
       name, dtype: as in `keras.metrics.Metric`.
 

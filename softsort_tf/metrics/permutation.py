@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf.ops.permutation_targets import check_format, hard_orders, per_example_mean
+from softsort_tf._permutation_targets import check_format, hard_orders, per_example_mean
 
 _PACKAGE = "softsort_tf"
 

@@ -1,6 +1,6 @@
 """Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
 
-The padding convention is that of `softsort_tf.ops.ranking` (label < 0, an optional
+The padding convention is that of `softsort_tf._lists` (label < 0, an optional
 boolean mask, a Keras mask of the scores with one flag per item, or the ends of
 `tf.RaggedTensor` rows mark padding). Items are ranked by
 decreasing score; tied scores keep their input order (a stable sort). Both metrics
@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf._keras import get_keras_mask
-from softsort_tf.ops.ranking import (
+from softsort_tf._lists import (
     dcg_discounts,
     gains,
     ideal_dcg,
@@ -76,7 +76,7 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None, *,
     """NDCG@k of each list: DCG@k of the predicted order over the ideal DCG@k.
 
     DCG@k = Σ_{i ≤ k} (2^{label of the i-th item} − 1) / log₂(1 + i), computed with the
-    gains of each list scaled by its largest (`ops.ranking.gains`): finite for labels
+    gains of each list scaled by its largest (`_lists.gains`): finite for labels
     of any size (2^128 overflows float32).
 
     Args:

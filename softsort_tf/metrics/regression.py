@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf._regression_errors import regression_errors
 from softsort_tf.ops import hard_stats
-from softsort_tf.ops.errors import regression_errors
 
 _PACKAGE = "softsort_tf"
 

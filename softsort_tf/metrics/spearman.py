@@ -6,9 +6,9 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf._lists import rank_correlation
 from softsort_tf.metrics.ranking import PerListMean
 from softsort_tf.ops import hard_stats
-from softsort_tf.ops.ranking import rank_correlation
 
 _PACKAGE = "softsort_tf"
 
@@ -20,7 +20,7 @@ def spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
     The Pearson correlation of `hard_stats.rankdata` of both (as
     `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant,
     NaN for a list holding a NaN. Padded lists (a `mask`,
-    `negative_labels_are_padding=True` or ragged inputs; see `softsort_tf.ops.ranking`)
+    `negative_labels_are_padding=True` or ragged inputs; see `softsort_tf._lists`)
     give ρ of the valid entries alone.
 
     Args:
@@ -61,7 +61,7 @@ class SpearmanCorrelation(PerListMean):
       axis: the list axis (default −1).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
         targets of a correlation are real values; the padding rule of
-        `softsort_tf.ops.ranking`). Ragged inputs are always taken as padded lists.
+        `softsort_tf._lists`). Ragged inputs are always taken as padded lists.
       name, dtype: as in `keras.metrics.Metric`.
 
     Example:

@@ -51,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking, _shapes
-from softsort_tf.ops import ranking
+from softsort_tf import _lists as ranking
 
 PAIRWISE_MAX_N = 32
 """`algorithm='auto'` of `kendall_tau` counts pairs pairwise (O(n²) per list) up to this

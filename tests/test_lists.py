@@ -1,4 +1,4 @@
-"""Tests of `softsort_tf.ops.ranking`, the maths of ranked lists shared by the ranking
+"""Tests of `softsort_tf._lists`, the maths of ranked lists shared by the ranking
 losses and metrics, on every list loss and metric: the padding convention (labels < 0,
 masks, ragged lists) changes no value and no gradient, and list lengths unknown at trace
 time (graph, XLA, Keras models fed two lengths) give the values of static shapes."""
