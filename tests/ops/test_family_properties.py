@@ -32,8 +32,10 @@ FAMILIES = tuple(family.FAMILIES)
 TEMPERATURE = {"sinkhorn": 0.05, "lapsum": 0.3, "permutahedron": 0.3, "softsort": 0.3,
                "neuralsort": 0.3, "diffsort": 3.0}
 # How the temperature follows a rescaling x·c of the scores.
-SCALES_WITH = {"sinkhorn": 0, "lapsum": 1, "permutahedron": 1, "softsort": 1,
-               "neuralsort": 1, "diffsort": -1}
+# The power of c by which a family's temperature scales with the scores x·c, read from
+# its record (`Family.temperature_units`).
+SCALES_WITH = {name: {"scores": 1, "inverse_scores": -1, "normalized": 0}[f.temperature_units]
+               for name, f in family.FAMILIES.items()}
 
 
 def _operations(method):
