@@ -43,15 +43,23 @@ VANISHING = 1e-3
 DIAGNOSE_START_STEP = 1_000_000  # training batches far from those trained on
 
 
-class StudyLearner(models.PermutationLearner):
-    """`models.PermutationLearner` whose operator takes the study's extra arguments
-    (Sinkhorn's `squash`, `targets`, `implicit_diff`; a rescaling of the scores)."""
+class StudyLearner(keras.Model):
+    """The sorting model of the binaries (the CNN of `models.build_cnn` scoring each
+    image, then P̂, or log P̂ for the operators with a log-domain matrix), with the
+    operator's arguments given as a dict (Sinkhorn's `squash`, `targets`,
+    `implicit_diff`, ...) and an optional rescaling of the scores."""
 
     def __init__(self, method, operator_args, score_scale=1.0, **kwargs):
-        super().__init__(method, log=ss.get_permutation_operator(method).log_domain,
-                         **kwargs)
+        super().__init__(**kwargs)
+        self.method = method
+        self.log = bool(ss.get_permutation_operator(method).log_domain)
         self.operator_args = dict(operator_args)
         self.score_scale = float(score_scale)
+        self.scorer = models.build_cnn("scorer")
+
+    def build(self, input_shape=None):
+        self.scorer.build((None,) + models.IMAGE_SHAPE)
+        self.built = True
 
     def scores(self, images, training=None):
         n = images.shape[1]
@@ -192,8 +200,7 @@ def main():
     strategy = large_mnist.prepare_runtime(config)
     train_dataset, val_ds, _ = large_mnist.make_datasets(config)
     with strategy.scope():
-        model = StudyLearner(args.method, operator_args(args), score_scale=args.score_scale,
-                             tau=args.tau, epsilon=args.epsilon, seed=config.seed)
+        model = StudyLearner(args.method, operator_args(args), score_scale=args.score_scale)
         model.build()
         model.compile(
             keras.optimizers.Adam(large_mnist.learning_rate_schedule(config)),
