@@ -204,13 +204,15 @@ TEMPERATURE_LAYERS = {
     "SoftSort": (lambda t, **kw: ss.SoftSort(tau=t, **kw), "softsort", "tau"),
     "NeuralSort": (lambda t, **kw: ss.NeuralSort(tau=t, **kw), "neuralsort", "tau"),
 }
-# Below float32's range, within float64's: under Sinkhorn's smallest ε in float32
-# (3.8e-6) and under float32's smallest normal number (1.2e-38).
-TOO_SMALL_FOR_FLOAT32 = {"sinkhorn": 1e-6, "other": 1e-39}
-
-
 def _too_small(family):
-    return TOO_SMALL_FOR_FLOAT32["sinkhorn" if family == "sinkhorn" else "other"]
+    """Below the family's float32 range (`Family.temperature_range`), within float64's:
+    e.g. under Sinkhorn's smallest ε in float32 (3.8e-6) or float32's smallest normal
+    number (1.2e-38)."""
+    return ss.FAMILIES[family].temperature_range("float32")[0] / 10
+
+
+def _in_range(family):
+    return ss.FAMILIES[family].temperature_range("float32")[0] * 10
 
 
 @pytest.mark.parametrize("name", sorted(TEMPERATURE_LAYERS))
@@ -218,8 +220,9 @@ def test_temperature_the_compute_dtype_cannot_hold_is_rejected_at_construction(n
     """The message names the argument, the dtype and the range; float64 holds the same
     value, and the layer then computes finite values."""
     make, family, argument = TEMPERATURE_LAYERS[name]
-    low = "3.81e-06" if family == "sinkhorn" else "1.18e-38"
-    with pytest.raises(ValueError, match=rf"`{argument}`.*float32 must be in \[{low}, 3\.4e"):
+    low, high = ss.FAMILIES[family].temperature_range("float32")
+    with pytest.raises(ValueError, match=rf"`{argument}`.*float32 must be in "
+                                         rf"\[{low:.3g}, {high:.3g}\]".replace("+", r"\+")):
         make(_too_small(family))
     if family != "sinkhorn":
         with pytest.raises(ValueError, match=rf"`{argument}`.*float32"):
@@ -237,7 +240,7 @@ def test_temperature_range_of_a_reduced_precision_layer_is_float32s(policy):
     for make, family, argument in TEMPERATURE_LAYERS.values():
         with pytest.raises(ValueError, match=rf"`{argument}`.*float32"):
             make(_too_small(family))
-        make(1e-5 if family == "sinkhorn" else 1e-30)  # in float32's range
+        make(_in_range(family))  # in float32's range
 
 
 def test_temperature_range_follows_a_float64_global_policy():
