@@ -98,6 +98,9 @@ _FLAGS = {
                     "default: the binary's for the family (large-MNIST: 1024 for n <= 7, "
                     "else 128, on the raw CNN scores, SoftSort paper; its inverse for a "
                     "steepness; 0.005 for Sinkhorn's epsilon, Cuturi et al.; kNN: 0.1)."),
+    "method_kwargs": (str, "The family's own settings as a JSON object, e.g. "
+                      "'{\"squash\": null}' (Sinkhorn on the raw CNN scores) or "
+                      "'{\"network\": \"bitonic\"}' (sorting networks)."),
     "family_modules": (str, "Comma-separated modules to import before the flags are "
                        "checked: modules that register families (ss.register_family) "
                        "whose names --method then accepts."),
@@ -207,8 +210,9 @@ def define_run_flags(*, epochs: int = _DEFAULTS.epochs, steps_per_epoch: int | N
 
 def define_relaxation_flags() -> None:
     """Defines the relaxed sorting operator's flags: `method`, `temperature`,
-    `family_modules`, `log_cross_entropy`, `stochastic`, `num_samples`."""
-    _define(("method", "temperature", "log_cross_entropy", "stochastic", "num_samples"))
+    `method_kwargs`, `family_modules`, `log_cross_entropy`, `stochastic`, `num_samples`."""
+    _define(("method", "temperature", "method_kwargs", "log_cross_entropy", "stochastic",
+             "num_samples"))
     _define(("family_modules",), defaults=dict(family_modules=None))
 
 

@@ -93,6 +93,7 @@ class ExperimentConfig(training.RunConfig):
     num_samples: int = 5
     n: int = 5
     temperature: float | None = None
+    method_kwargs: str | None = None
     log_cross_entropy: bool = True
     batch_size: int | None = None
     steps_per_epoch: int | None = None
@@ -130,6 +131,7 @@ class ExperimentConfig(training.RunConfig):
             self.learning_rate = 0.005 if sort else 0.001
         if self.temperature is None:
             self.temperature = default_temperature(self.method, self.n)
+        models.parse_method_kwargs(self.method, self.method_kwargs)  # a clear error now
         if self.steps_per_epoch is None:
             self.steps_per_epoch = NUM_TRAIN_DIGITS // (large_mnist.DIGITS_PER_NUMBER
                                                         * self.batch_size)
@@ -295,7 +297,9 @@ def build_model(config: ExperimentConfig) -> keras.Model:
     model = model_cls(config.method, temperature=config.temperature,
                       stochastic=config.stochastic, num_samples=config.num_samples,
                       seed=config.seed, cnn_dtype=config.precision,
-                      log=log_cross_entropy(config))
+                      log=log_cross_entropy(config),
+                      method_kwargs=models.parse_method_kwargs(config.method,
+                                                               config.method_kwargs))
     model.build()
     _compile(model, config)
     return model

@@ -24,7 +24,7 @@ import tensorflow as tf
 import softsort_tf as ss
 
 __all__ = ["PERMUTATION_METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
-           "operator_kwargs"]
+           "operator_kwargs", "parse_method_kwargs"]
 
 # The `method`s a model can train with: the operators of `ss.PERMUTATION_OPERATORS`.
 PERMUTATION_METHODS = tuple(ss.PERMUTATION_OPERATORS)
@@ -61,18 +61,46 @@ def _per_image(cnn: keras.Model, images: tf.Tensor, training) -> tf.Tensor:
     return tf.reshape(cnn(flat, training=training), (-1, n))
 
 
+def parse_method_kwargs(method: str, text: str | dict | None) -> dict:
+    """The family's own settings of a run (`--method_kwargs`, a JSON object, e.g.
+    `'{"squash": null}'` for Sinkhorn on the raw scores or `'{"network": "bitonic"}'`
+    for the sorting networks), checked against the keywords the family's matrix takes.
+
+    Example:
+    >>> parse_method_kwargs("sinkhorn", '{"squash": null}')
+    {'squash': None}
+    """
+    import json
+
+    if text is None:
+        return {}
+    kwargs = json.loads(text) if isinstance(text, str) else dict(text)
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"method_kwargs must be a JSON object, got {text!r}.")
+    family = ss.get_permutation_operator(method)
+    reserved = sorted(set(kwargs) & {"temperature", family.temperature, "direction", "mask",
+                                     "hard", "log"})
+    if reserved:
+        raise ValueError(f"method_kwargs cannot set {reserved[0]!r}: it is an argument of its "
+                         f"own (the family's temperature is `temperature`).")
+    family.check_keywords(kwargs, "rank", what="`method_kwargs`")
+    return kwargs
+
+
 def operator_kwargs(method: str, *, temperature: float | None = None,
-                    log: bool = False) -> dict:
+                    log: bool = False, method_kwargs: dict | None = None) -> dict:
     """The keyword arguments of `ss.permutation_matrix(scores, method, ...)` for the
-    experiments: `temperature` (the family's own, None for its default), and `log=True`
-    for log P̂ when `log`.
+    experiments: `temperature` (the family's own, None for its default), the family's
+    own settings `method_kwargs`, and `log=True` for log P̂ when `log`.
 
     Example:
     >>> operator_kwargs("sinkhorn", temperature=0.01)
     {'temperature': 0.01}
     """
     ss.get_family(method)
-    kwargs = {} if temperature is None else {"temperature": float(temperature)}
+    kwargs = dict(method_kwargs or {})
+    if temperature is not None:
+        kwargs["temperature"] = float(temperature)
     if log:
         kwargs["log"] = True
     return kwargs
@@ -96,8 +124,10 @@ class _LargeMnistModel(keras.Model):
 
     def __init__(self, method: str = "softsort", temperature: float | None = None,
                  stochastic: bool = False, num_samples: int = 1, seed: int = 0,
-                 cnn_dtype: str = "float32", log: bool = False, **kwargs):
+                 cnn_dtype: str = "float32", log: bool = False,
+                 method_kwargs: dict | None = None, **kwargs):
         super().__init__(**kwargs)
+        self.method_kwargs = parse_method_kwargs(method, method_kwargs)
         self.cnn_dtype = cnn_dtype
         family = ss.get_permutation_operator(method)  # a family with a relaxed matrix
         if temperature is None:
@@ -114,7 +144,8 @@ class _LargeMnistModel(keras.Model):
     def _permutation(self, scores, inputs, training, log: bool = False) -> tf.Tensor:
         """Deterministic P̂ `[batch, n, n]`; Gumbel samples `[batch, S, n, n]` in training
         (log P̂ with `log`)."""
-        kwargs = operator_kwargs(self.method, temperature=self.temperature, log=log)
+        kwargs = operator_kwargs(self.method, temperature=self.temperature, log=log,
+                                 method_kwargs=self.method_kwargs)
         if self.stochastic and bool(training):
             seed = _noise_seed(self.seed, inputs["step"][0])
             return ss.stochastic_permutation_matrix(scores, self.num_samples, seed,
@@ -130,7 +161,8 @@ class _LargeMnistModel(keras.Model):
         return {**super().get_config(), "method": self.method,
                 "temperature": self.temperature, "stochastic": self.stochastic,
                 "num_samples": self.num_samples, "seed": self.seed,
-                "cnn_dtype": self.cnn_dtype, "log": self.log}
+                "cnn_dtype": self.cnn_dtype, "log": self.log,
+                "method_kwargs": dict(self.method_kwargs)}
 
 
 @keras.saving.register_keras_serializable(package="softsort_tf")
@@ -143,6 +175,8 @@ class PermutationLearner(_LargeMnistModel):
         with `ss.register_family`).
       temperature: the family's temperature (τ, ε, α, β, ...; None: its default), on
         the raw CNN scores for a temperature in the units of the scores.
+      method_kwargs: the family's own settings (a dict or its JSON text, e.g.
+        `{"squash": None}` for Sinkhorn on the raw scores; `parse_method_kwargs`).
       log: return log P̂ (computed in the log domain; for operators with
         `log_domain`), for `PermutationCrossEntropy(from_log=True)`: a nearly hard
         P̂ then keeps the gradient of its wrongly ordered rows.
@@ -163,9 +197,10 @@ class PermutationLearner(_LargeMnistModel):
     """
 
     def __init__(self, method="softsort", temperature=None, stochastic=False,
-                 num_samples=1, seed=0, cnn_dtype="float32", log=False, **kwargs):
+                 num_samples=1, seed=0, cnn_dtype="float32", log=False, method_kwargs=None,
+                 **kwargs):
         super().__init__(method, temperature, stochastic, num_samples, seed, cnn_dtype, log,
-                         **kwargs)
+                         method_kwargs, **kwargs)
         self.scorer = build_cnn("scorer", cnn_dtype)
 
     def _cnns(self):
@@ -197,10 +232,10 @@ class MedianRegressor(_LargeMnistModel):
     """
 
     def __init__(self, method="softsort", temperature=None, stochastic=False,
-                 num_samples=1, seed=0, cnn_dtype="float32", **kwargs):
+                 num_samples=1, seed=0, cnn_dtype="float32", method_kwargs=None, **kwargs):
         kwargs.pop("log", None)  # the median row is read off P̂ itself
         super().__init__(method, temperature, stochastic, num_samples, seed, cnn_dtype,
-                         False, **kwargs)
+                         False, method_kwargs, **kwargs)
         self.scorer = build_cnn("scorer", cnn_dtype)
         self.regressor = build_cnn("regressor", cnn_dtype)
 

@@ -127,7 +127,8 @@ def binaries(run_binaries, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("binaries")
     cases = {
         "sort": ["train_sort.py", f"--output_dir={tmp / 'sort'}", *TINY_FLAGS, "--n=3",
-                 "--strategy=mirrored", "--num_cpu_devices=2"],
+                 "--strategy=mirrored", "--num_cpu_devices=2",
+                 '--method_kwargs={"distance_power": 2.0}'],
         # A family registered outside the package (by the file --family_modules imports)
         # is a --method like the built-in ones.
         "median": ["train_median.py", f"--output_dir={tmp / 'median'}", *TINY_FLAGS, "--n=3",
@@ -155,6 +156,7 @@ def test_train_sort_binary_mirrored_on_two_logical_cpus(binaries):
     # Published defaults that were not overridden.
     assert results["flags"]["learning_rate"] == 0.005
     assert results["flags"]["temperature"] == 1024.0
+    assert json.loads(results["flags"]["method_kwargs"]) == {"distance_power": 2.0}
 
 
 @pytest.mark.slow

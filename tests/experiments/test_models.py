@@ -5,6 +5,7 @@ import json
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import softsort_tf
@@ -78,3 +79,23 @@ def test_keras_policy_is_left_alone():
     assert keras.config.dtype_policy().name == before
     assert training.TimeBudgetStop(1.0).seconds == 1.0
 
+
+
+def test_method_kwargs_reach_the_relaxed_matrix():
+    """`--method_kwargs` (a JSON object) are the family's own settings of the matrix, e.g.
+    Sinkhorn on the raw scores; a keyword the family does not take is refused by name."""
+    model = models.PermutationLearner("sinkhorn", temperature=100.0,
+                                      method_kwargs='{"squash": null}')
+    scores = tf.constant([[3.0, -20.0, 7.0]])
+    inputs = {"step": tf.zeros([1], tf.int64)}
+    np.testing.assert_allclose(
+        model._permutation(scores, inputs, training=False).numpy(),
+        softsort_tf.permutation_matrix(scores, "sinkhorn", temperature=100.0,
+                                       squash=None).numpy(), rtol=1e-6)
+    squashed = softsort_tf.permutation_matrix(scores, "sinkhorn", temperature=100.0).numpy()
+    assert not np.allclose(squashed, model._permutation(scores, inputs, False).numpy())
+    assert model.get_config()["method_kwargs"] == {"squash": None}
+    with pytest.raises(ValueError, match=r"`tau`.*method_kwargs.*sinkhorn"):
+        models.PermutationLearner("sinkhorn", method_kwargs={"tau": 1.0})
+    with pytest.raises(ValueError, match="temperature"):
+        models.PermutationLearner("softsort", method_kwargs={"tau": 1.0})
