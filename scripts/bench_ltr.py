@@ -52,6 +52,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import softsort_tf as ss  # noqa: E402
+from softsort_tf.experiments import ranking  # noqa: E402
 
 FAMILIES = ("sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "diffsort")
 
@@ -207,27 +208,9 @@ def run_ltr(loss_name, seed, args):
                   (xtr, ytr), (xte, yte), k=10, batch=args.batch or 32)
 
 
-def keras_rs_data(seed, users=300, items=600, rated=100, dim=8, train_lists=50,
-                  test_lists=5, n=5, noise=1.0, probs=(0.4, 0.25, 0.18, 0.11, 0.06)):
-    rng = np.random.default_rng(seed)
-    u_vec = rng.normal(size=(users, dim)) / np.sqrt(dim)
-    i_vec = rng.normal(size=(items, dim))
-    z = u_vec @ i_vec.T + noise * rng.normal(size=(users, items))
-    grades = np.searchsorted(np.quantile(z, np.cumsum(probs)[:-1]), z).astype(np.float32)
-    cut = int(0.8 * rated)
-    pools = [rng.choice(items, rated, replace=False) for _ in range(users)]
-
-    def lists(per_user, part):
-        user = np.repeat(np.arange(users), per_user).astype(np.int32)
-        item = np.stack([rng.choice(pools[u][:cut] if part == 0 else pools[u][cut:], n,
-                                    replace=False) for u in user]).astype(np.int32)
-        return (user, item), grades[user[:, None], item]
-
-    return lists(train_lists, 0), lists(test_lists, 1)
-
-
 def run_keras_rs(loss_name, seed, args):
-    (xtr, ytr), (xte, yte) = keras_rs_data(seed)
+    (utr, itr, ytr), (ute, ite, yte) = ranking.user_item_lists(seed)
+    xtr, xte = (utr, itr), (ute, ite)
     keras.utils.set_random_seed(seed)
     users, items = keras.layers.Embedding(300, 32), keras.layers.Embedding(600, 32)
     mlp = keras.Sequential([keras.layers.Dense(256, activation="relu"),

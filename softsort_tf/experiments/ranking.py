@@ -46,7 +46,8 @@ import tensorflow as tf
 import softsort_tf as ss
 from softsort_tf.experiments import training
 
-__all__ = ["LOSSES", "Queries", "RankingConfig", "build_scorer", "make_queries", "run"]
+__all__ = ["LOSSES", "Queries", "RankingConfig", "build_scorer", "make_queries", "run",
+           "user_item_lists"]
 
 LOSSES = ("mse", "soft_ndcg_sinkhorn", "soft_ndcg_softsort", "soft_ndcg_neuralsort",
           "listwise_neuralsort", "listwise_softsort", "spearman")
@@ -307,3 +308,35 @@ def run(config: RankingConfig) -> dict:
                                      for k, q in data.items()}}
         training.write_json(os.path.join(config.output_dir, "summary.json"), summary)
     return summary
+
+
+def user_item_lists(seed: int, users: int = 300, items: int = 600, rated: int = 100,
+                    dim: int = 8, train_lists: int = 50, test_lists: int = 5, n: int = 5,
+                    noise: float = 1.0,
+                    probs: tuple[float, ...] = (0.4, 0.25, 0.18, 0.11, 0.06)):
+    """Synthetic listwise ratings in the shape of Keras-RS's listwise example.
+
+    Users and items have latent vectors; a grade is the quantile bin (probabilities
+    `probs`) of u·v + noise, so relevance is personal (no item is good for everyone) and
+    `probs[0]` of the labels are 0. Each user's `rated` items are split 80/20 into the
+    items of its training and test lists (lists of `n` distinct items).
+
+    Returns:
+      `((user, item, grades), (user, item, grades))` for training and test: `[lists]`
+      int32 users, `[lists, n]` int32 items and float32 grades.
+    """
+    rng = np.random.default_rng(seed)
+    u_vec = rng.normal(size=(users, dim)) / np.sqrt(dim)
+    i_vec = rng.normal(size=(items, dim))
+    z = u_vec @ i_vec.T + noise * rng.normal(size=(users, items))
+    grades = np.searchsorted(np.quantile(z, np.cumsum(probs)[:-1]), z).astype(np.float32)
+    cut = int(0.8 * rated)
+    pools = [rng.choice(items, rated, replace=False) for _ in range(users)]
+
+    def lists(per_user, part):
+        user = np.repeat(np.arange(users), per_user).astype(np.int32)
+        item = np.stack([rng.choice(pools[u][:cut] if part == 0 else pools[u][cut:], n,
+                                    replace=False) for u in user]).astype(np.int32)
+        return user, item, grades[user[:, None], item]
+
+    return lists(train_lists, 0), lists(test_lists, 1)

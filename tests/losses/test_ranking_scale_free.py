@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from softsort_tf.experiments.ranking import user_item_lists
 from softsort_tf.losses.ranking import (
     SCALE_FREE_TEMPERATURES,
     SoftNDCGLoss,
@@ -25,32 +26,10 @@ from softsort_tf.metrics.ranking import ndcg
 FAMILIES = ["sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "diffsort"]
 
 
-def _listwise_data(seed, users=100, items=100, rated=60, train_lists=40, test_lists=4,
-                   dim=4, n=5, noise=1.0, probs=(0.4, 0.25, 0.18, 0.11, 0.06)):
-    """Users and items with latent vectors; grade = the quantile bin (probabilities
-    `probs`) of u·v + noise, so relevance is personal (no item is good for everyone)
-    and 40 % of the labels are 0. Each user's rated items are split 80/20 into the
-    items of its training and test lists (lists of `n` distinct items)."""
-    rng = np.random.default_rng(seed)
-    u_vec = rng.normal(size=(users, dim)) / np.sqrt(dim)
-    i_vec = rng.normal(size=(items, dim))
-    z = u_vec @ i_vec.T + noise * rng.normal(size=(users, items))
-    grades = np.searchsorted(np.quantile(z, np.cumsum(probs)[:-1]), z).astype(np.float32)
-    cut = int(0.8 * rated)
-    pools = [rng.choice(items, rated, replace=False) for _ in range(users)]
-
-    def lists(per_user, part):
-        user = np.repeat(np.arange(users), per_user).astype(np.int32)
-        item = np.stack([rng.choice(pools[u][:cut] if part == 0 else pools[u][cut:], n,
-                                    replace=False) for u in user]).astype(np.int32)
-        return user, item, grades[user[:, None], item]
-
-    return lists(train_lists, 0), lists(test_lists, 1)
-
-
 def _train_listwise(loss, seed=0, epochs=5, batch=64):
     """(untrained, trained) test NDCG@5 of the embedding model trained with `loss`."""
-    (tu, ti, ty), (eu, ei, ey) = _listwise_data(seed)
+    (tu, ti, ty), (eu, ei, ey) = user_item_lists(seed, users=100, items=100, rated=60,
+                                                    train_lists=40, test_lists=4, dim=4)
     keras.utils.set_random_seed(seed)
     users = keras.layers.Embedding(100, 8)
     items = keras.layers.Embedding(100, 8)
