@@ -113,6 +113,8 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
+from softsort_tf.ops import family
+from softsort_tf.ops.permutation import with_straight_through
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = [
@@ -1012,9 +1014,6 @@ _quantile_from.keywords = frozenset({"alpha", "axis", "mask", "direction"})
 
 
 def _lapsum_family():
-    from softsort_tf.ops import family
-    from softsort_tf.ops.permutation import with_straight_through
-
     return family.Family(
         "lapsum", "alpha", DEFAULT_ALPHA,
         "scale α of the Laplace kernel, in the units of the scores: values closer than α "

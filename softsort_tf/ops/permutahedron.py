@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf.ops import family
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = ["permutahedron_rank", "permutahedron_sort"]
@@ -422,8 +423,6 @@ def direction_is_descending(direction: str) -> bool:
 
 # The permutahedron family (`softsort_tf.ops.family`).
 def _permutahedron_family():
-    from softsort_tf.ops import family
-
     return family.Family(
         "permutahedron", "regularization_strength", 1.0,
         "strength of the quadratic ('l2') or entropic ('kl') regularisation of the "
