@@ -32,9 +32,22 @@ decreasing grade (ties broken at random); ApproxNDCG (Qin, Liu & Li 2010; Bruch 
 0.1 by default, loss −Σ (2^{y_i} − 1)/log₂(1 + r̂_i) / IDCG. Ours through the public API
 only: `softsort_tf.SoftNDCGLoss(method)` for every family at its default (scale-free)
 temperature, `ListwisePermutationLoss()`, `SpearmanLoss(negative_labels_are_padding=True)`.
+Keras-RS's own classes as a side-by-side reference (`krs_pairwise_hinge`,
+`krs_pairwise_logistic`, `krs_listmle`; keras-rs is a test-only dependency here,
+imported only when one of them is asked for).
+
+Validation: every run also scores validation lists drawn apart from the test lists
+(`ltr`: `--validation` more queries of the same task draw; `keras_rs`: 10 held-out lists
+per user, 5 for validation and 5 for test, distinct lists over the user's held-out
+items). A loss spec is `name[@T][+spread=λ][+nscale=p]` (`make_loss`); `--grid` runs a
+loss at several temperatures, and `--summarize --select` reports for each seed the
+test NDCG at the temperature with the best validation NDCG (never the test's).
 
     python scripts/bench_ltr.py --task=keras_rs --seeds=0 --output=/tmp/ltr.csv
     python scripts/bench_ltr.py --task=ltr --seeds=0,1,2,3,4 --epochs=10 --output=/tmp/ltr.csv
+    python scripts/bench_ltr.py --task=ltr --losses= --grid='soft_ndcg_lapsum:1,3,10,30;\
+        approx_ndcg:0.01,0.1,1' --output=/tmp/ltr.csv
+    python scripts/bench_ltr.py --task=ltr --output=/tmp/ltr.csv --summarize --select
 """
 
 from __future__ import annotations
@@ -54,7 +67,7 @@ import tensorflow as tf  # noqa: E402
 import softsort_tf as ss  # noqa: E402
 from softsort_tf.experiments import ranking  # noqa: E402
 
-FAMILIES = ("sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "diffsort")
+FAMILIES = ("sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "sorting_network")
 
 
 # ---------------------------------------------------------------------------------
@@ -133,29 +146,116 @@ def approx_ndcg(y, s, temperature=0.1):
     return -tf.where(ideal > 0, dcg / tf.maximum(ideal, 1e-9), 0.0)
 
 
-def make_loss(name: str):
+def _list_std(y, s):
+    """Standard deviation of each list's valid scores `[batch]` (0 with < 2 valid)."""
+    v = _valid(y)
+    count = tf.maximum(tf.reduce_sum(v, -1), 1.0)
+    mean = tf.reduce_sum(v * s, -1) / count
+    return tf.sqrt(tf.reduce_sum(v * tf.square(s - mean[:, None]), -1) / count)
+
+
+def spread_penalty(y, s):
+    """(log std)² of each list's scores: 0 at std 1, pulls an inflating or collapsing
+    spread back (lists with fewer than two distinct valid scores: 0)."""
+    std = _list_std(y, s)
+    ok = std > 0
+    return tf.where(ok, tf.square(tf.math.log(tf.where(ok, std, 1.0))), 0.0)
+
+
+def parse_spec(spec: str):
+    """`base[@temperature][+spread=λ][+nscale=p]` → (base, temperature, λ, p)."""
+    parts = spec.split("+")
+    base, temperature = parts[0], None
+    if "@" in base:
+        base, t = base.split("@")
+        temperature = float(t)
+    options = dict(spread=0.0, nscale=0.0)
+    for part in parts[1:]:
+        key, value = part.split("=")
+        if key not in options:
+            raise ValueError(f"unknown modifier {key!r} in {spec!r}")
+        options[key] = float(value)
+    return base, temperature, options["spread"], options["nscale"]
+
+
+def make_loss(spec: str):
+    """The loss of a spec: `base[@temperature][+spread=λ][+nscale=p]`.
+
+    `@T`: ApproxNDCG's T; `ListwisePermutationLoss`'s τ (score units); for
+    `soft_ndcg_*` and `spearman` a scale-free temperature in standard deviations of
+    each list. `+spread=λ`: adds λ · mean (log list std)². `+nscale=p` (soft NDCG of
+    LapSum, SoftSort, NeuralSort, permutahedron): each list's standardised scores are
+    multiplied by (n/5)^p before ranking at T (default the family's scale-free one),
+    i.e. a temperature of T · (5/n)^p standard deviations for a list of n valid items.
+    """
+    base, temperature, spread, nscale = parse_spec(spec)
+    loss = _base_loss(base, temperature, nscale)
+    if not spread:
+        return loss
+    return lambda y, s: loss(y, s) + spread * tf.reduce_mean(spread_penalty(y, s))
+
+
+def _keras_rs_loss(name):
+    import keras_rs  # a test-only reference here: imported only when asked for
+
+    cls = {"krs_pairwise_hinge": keras_rs.losses.PairwiseHingeLoss,
+           "krs_pairwise_logistic": keras_rs.losses.PairwiseLogisticLoss,
+           "krs_listmle": keras_rs.losses.ListMLELoss}[name]
+    return cls()
+
+
+def _base_loss(name, temperature, nscale):
     own = {"mse": mse, "pairwise_hinge": pairwise_hinge,
            "pairwise_logistic": pairwise_logistic, "softmax_ce": softmax_ce,
-           "listmle": list_mle, "approx_ndcg": approx_ndcg}
+           "listmle": list_mle}
     if name in own:
         fn = own[name]
         return lambda y, s: tf.reduce_mean(fn(y, s))
-    if name.startswith("approx_ndcg_t"):
+    if name.startswith("krs_"):
+        return _keras_rs_loss(name)
+    if name == "approx_ndcg":
+        t = 0.1 if temperature is None else temperature
+        return lambda y, s: tf.reduce_mean(approx_ndcg(y, s, t))
+    if name.startswith("approx_ndcg_t"):  # the former spelling of approx_ndcg@T
         t = float(name[len("approx_ndcg_t"):])
         return lambda y, s: tf.reduce_mean(approx_ndcg(y, s, t))
-    if name == "soft_ndcg_permutahedron":  # takes no padding: the keras_rs task only
-        return ss.SoftNDCGLoss(method="permutahedron", negative_labels_are_padding=False)
+    relative = {} if temperature is None else {"temperature": temperature,
+                                               "scale_free": True}
     if name.startswith("soft_ndcg_"):
-        return ss.SoftNDCGLoss(method=name[len("soft_ndcg_"):])
+        family = name[len("soft_ndcg_"):]
+        padding = {"negative_labels_are_padding": False} if family == "permutahedron" else {}
+        if nscale:
+            return _length_scaled_soft_ndcg(family, temperature, nscale, padding)
+        return ss.SoftNDCGLoss(method=family, **relative, **padding)
     if name == "listwise_neuralsort":
-        return ss.ListwisePermutationLoss()
+        return ss.ListwisePermutationLoss(temperature=temperature)
     if name == "spearman":
-        return ss.SpearmanLoss(negative_labels_are_padding=True)
+        return ss.SpearmanLoss(negative_labels_are_padding=True, **relative)
     raise ValueError(f"unknown loss {name!r}")
 
 
+def _length_scaled_soft_ndcg(family, temperature, power, padding):
+    from softsort_tf.losses.ranking import SCALE_FREE_TEMPERATURES, standardized_scores
+
+    if family == "sinkhorn":
+        raise ValueError("+nscale: Sinkhorn's squash standardises the scores again")
+    if temperature is None:
+        temperature = SCALE_FREE_TEMPERATURES[
+            {"lapsum": "alpha", "permutahedron": "regularization_strength"}.get(family, "tau")]
+    inner = ss.SoftNDCGLoss(method=family, temperature=temperature, scale_free=False,
+                            **padding)
+
+    def loss(y, s):
+        valid = y >= 0 if not padding else tf.ones_like(y, tf.bool)
+        n = tf.reduce_sum(tf.cast(valid, s.dtype), -1, keepdims=True)
+        z = standardized_scores(s, valid) * tf.pow(n / 5.0, power)
+        return inner(y, z)
+
+    return loss
+
+
 # Left out of the 'ltr' task by default: the permutahedron takes no padding, and the
-# odd-even sorting network of 'diffsort' has n layers of O(n²) (lists of 200: more than
+# odd-even sorting network of 'sorting_network' has n layers of O(n²) (lists of 200: more than
 # 13 minutes for 8 epochs, stopped).
 LTR_LEFT_OUT = ("soft_ndcg_permutahedron", "soft_ndcg_diffsort")
 DEFAULT_LOSSES = ("mse", "pairwise_hinge", "pairwise_logistic", "softmax_ce",
@@ -193,9 +293,12 @@ def ltr_data(seed, queries, max_list, features, drift, min_list=10):
 
 
 def run_ltr(loss_name, seed, args):
-    split = [args.queries, args.queries // 4]
-    x, y = ltr_data(seed, sum(split), args.max_list, args.features, args.drift)
-    xtr, ytr, xte, yte = x[:split[0]], y[:split[0]], x[split[0]:], y[split[0]:]
+    n_train, n_test = args.queries, args.queries // 4
+    n_valid = args.validation if args.validation >= 0 else n_test
+    x, y = ltr_data(seed, n_train + n_test + n_valid, args.max_list, args.features, args.drift)
+    cut = n_train + n_test
+    xtr, ytr, xte, yte = x[:n_train], y[:n_train], x[n_train:cut], y[n_train:cut]
+    xva, yva = x[cut:], y[cut:]
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.layers.Dense(64, activation="relu"),
                               keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
@@ -205,12 +308,17 @@ def run_ltr(loss_name, seed, args):
         return tf.squeeze(model(batch), -1)
 
     return _train(loss_name, seed, args, score, model.trainable_variables,
-                  (xtr, ytr), (xte, yte), k=10, batch=args.batch or 32)
+                  (xtr, ytr), (xva, yva), (xte, yte), k=10, batch=args.batch or 32)
 
 
 def run_keras_rs(loss_name, seed, args):
-    (utr, itr, ytr), (ute, ite, yte) = ranking.user_item_lists(seed)
-    xtr, xte = (utr, itr), (ute, ite)
+    # 10 held-out lists per user (of its 20 held-out items): 5 for validation, 5 for
+    # test (distinct lists; a user's validation and test lists share its held-out items).
+    (utr, itr, ytr), (uho, iho, yho) = ranking.user_item_lists(seed, test_lists=10)
+    is_valid = np.arange(len(uho)) % 10 < 5
+    xtr = (utr, itr)
+    xva, yva = (uho[is_valid], iho[is_valid]), yho[is_valid]
+    xte, yte = (uho[~is_valid], iho[~is_valid]), yho[~is_valid]
     keras.utils.set_random_seed(seed)
     users, items = keras.layers.Embedding(300, 32), keras.layers.Embedding(600, 32)
     mlp = keras.Sequential([keras.layers.Dense(256, activation="relu"),
@@ -223,15 +331,18 @@ def run_keras_rs(loss_name, seed, args):
 
     score((xte[0][:2], xte[1][:2]))
     variables = users.trainable_variables + items.trainable_variables + mlp.trainable_variables
-    return _train(loss_name, seed, args, score, variables, (xtr, ytr), (xte, yte), k=5,
-                  batch=args.batch or 64)
+    return _train(loss_name, seed, args, score, variables, (xtr, ytr), (xva, yva), (xte, yte),
+                  k=5, batch=args.batch or 64)
 
 
 def _take(x, j):
     return tuple(v[j] for v in x) if isinstance(x, tuple) else x[j]
 
 
-def _train(loss_name, seed, args, score, variables, train, test, k, batch):
+def _train(loss_name, seed, args, score, variables, train, valid, test, k, batch):
+    """Trains `variables` for `args.epochs`; returns (untrained test NDCG@k, validation
+    NDCG@k, test NDCG@k, training seconds, median standard deviation of a test list's
+    valid scores)."""
     loss = make_loss(loss_name)
     optimizer = keras.optimizers.Adam(args.learning_rate)
     optimizer.build(variables)
@@ -245,15 +356,18 @@ def _train(loss_name, seed, args, score, variables, train, test, k, batch):
 
     metric = ss.NDCGMetric(k=k)
 
-    def evaluate():
+    def evaluate(data, spread=None):
         metric.reset_state()
-        xte, yte = test
-        for start in range(0, len(yte), 256):
+        x, y = data
+        for start in range(0, len(y), 256):
             j = slice(start, start + 256)
-            metric.update_state(yte[j], score(_take(xte, j)))
+            s = score(_take(x, j))
+            metric.update_state(y[j], s)
+            if spread is not None:
+                spread.extend(_list_std(tf.constant(y[j]), s).numpy().tolist())
         return float(metric.result())
 
-    untrained = evaluate()
+    untrained = evaluate(test)
     rng = np.random.default_rng(seed)
     xtr, ytr = train
     start_time = time.time()
@@ -264,45 +378,98 @@ def _train(loss_name, seed, args, score, variables, train, test, k, batch):
             value = float(step(_take(xtr, j), ytr[j]))
             if not np.isfinite(value):
                 raise FloatingPointError(f"{loss_name}: non-finite loss {value}")
-    return untrained, evaluate(), time.time() - start_time
+    seconds = time.time() - start_time
+    spread = []
+    trained = evaluate(test, spread)
+    return untrained, evaluate(valid), trained, seconds, float(np.median(spread))
 
 
-def summarize(path: str, task: str, reference: str) -> None:
-    """Mean ± standard error over seeds, and the paired difference (same seed: same
-    task draw, queries and initialisation) to `reference`."""
+def _group(spec: str) -> tuple[str, str]:
+    """(the spec without its temperature, the temperature or '' for the default)."""
+    head, *mods = spec.split("+")
+    base, _, temperature = head.partition("@")
+    return "+".join([base, *mods]), temperature
+
+
+def _with_temperature(spec: str, temperature: str) -> str:
+    head, *mods = spec.split("+")
+    return "+".join([f"{head}@{temperature}", *mods])
+
+
+def expand_grid(grid: str) -> list[str]:
+    """`"spec:t1,t2;spec2:t3"` → [spec@t1, spec@t2, spec2@t3]."""
+    specs = []
+    for item in filter(None, grid.split(";")):
+        spec, _, values = item.partition(":")
+        specs += [_with_temperature(spec, t) for t in values.split(",")]
+    return specs
+
+
+def _mean_se(v):
+    v = np.asarray(v, float)
+    return v.mean(), (v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan"))
+
+
+def summarize(path: str, task: str, reference: str, select: bool = False) -> None:
+    """A markdown table: test NDCG mean ± standard error over seeds, the paired
+    difference (same seed: same task draw, queries and initialisation) to `reference`,
+    the median list score std.
+
+    `select`: the specs that differ only by their temperature (`name@T`, and `name` at
+    its default) form one row; for each seed the temperature with the highest
+    validation NDCG is taken and its test NDCG reported (the chosen temperatures are
+    listed, '' = the default)."""
     with open(path) as f:
         rows = [r for r in csv.DictReader(f) if r["task"] == task]
-    by_loss: dict[str, dict[str, float]] = {}
-    untrained, seconds = {}, {}
+    groups: dict[str, dict[str, dict]] = {}
     for r in rows:
-        by_loss.setdefault(r["loss"], {})[r["seed"]] = float(r["test_ndcg"])
-        untrained.setdefault(r["loss"], []).append(float(r["untrained"]))
-        seconds.setdefault(r["loss"], []).append(float(r["train_seconds"]))
-    ref = by_loss.get(reference, {})
+        key, temperature = _group(r["loss"]) if select else (r["loss"], "")
+        best = groups.setdefault(key, {}).get(r["seed"])
+        if best is None or float(r["val_ndcg"]) > float(best["val_ndcg"]):
+            groups[key][r["seed"]] = dict(r, temperature=temperature or "default")
+    ref = groups.get(reference, {})
     print(f"| loss | seeds | test NDCG (mean ± s.e.) | paired difference to `{reference}` "
+          f"| validation NDCG | {'chosen temperatures | ' if select else ''}list score std "
           f"| untrained | train s (mean) |")
-    print("|---|---|---|---|---|---|")
-    for name, by_seed in by_loss.items():
-        v = np.array(list(by_seed.values()))
-        se = v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
-        diff = [by_seed[k] - ref[k] for k in by_seed if k in ref]
-        d = np.array(diff)
-        d_se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
-        paired = f"{d.mean():+.4f} ± {d_se:.4f} ({len(d)})" if len(d) else "—"
-        print(f"| `{name}` | {len(v)} | {v.mean():.4f} ± {se:.4f} | {paired} | "
-              f"{np.mean(untrained[name]):.4f} | {np.mean(seconds[name]):.0f} |")
+    print("|---|---|---|---|---|" + ("---|" if select else "") + "---|---|---|")
+    for name, by_seed in groups.items():
+        test = [float(r["test_ndcg"]) for r in by_seed.values()]
+        m, se = _mean_se(test)
+        d = [float(by_seed[k]["test_ndcg"]) - float(ref[k]["test_ndcg"])
+             for k in by_seed if k in ref]
+        dm, dse = _mean_se(d) if d else (float("nan"), float("nan"))
+        paired = f"{dm:+.4f} ± {dse:.4f} ({len(d)})" if d else "—"
+        val = np.mean([float(r["val_ndcg"]) for r in by_seed.values()])
+        chosen = ""
+        if select:
+            chosen = ", ".join(by_seed[k]["temperature"] for k in sorted(by_seed)) + " | "
+        std = np.median([float(r["score_std"]) for r in by_seed.values()])
+        untrained = np.mean([float(r["untrained"]) for r in by_seed.values()])
+        seconds = np.mean([float(r["train_seconds"]) for r in by_seed.values()])
+        print(f"| `{name}` | {len(test)} | {m:.4f} ± {se:.4f} | {paired} | {val:.4f} | "
+              f"{chosen}{std:.3g} | {untrained:.4f} | {seconds:.0f} |")
+
+
+COLUMNS = ["task", "loss", "seed", "epochs", "untrained", "val_ndcg", "test_ndcg",
+           "train_seconds", "score_std"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=("ltr", "keras_rs"), default="ltr")
-    parser.add_argument("--losses", default="", help="default: all (ltr: without "
-                        "LTR_LEFT_OUT)")
+    parser.add_argument("--losses", default=None, help="comma-separated specs "
+                        "(`make_loss`); default: all (ltr: without LTR_LEFT_OUT); '' "
+                        "with --grid: the grid only")
+    parser.add_argument("--grid", default="", help="temperatures to run for validation "
+                        "selection: 'spec:t1,t2;spec2:t3' (e.g. 'soft_ndcg_lapsum:3,10,30;"
+                        "approx_ndcg:0.01,0.1,1'), added to --losses")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--learning_rate", type=float, default=0.01)
     parser.add_argument("--batch", type=int, default=0, help="0: 32 (ltr), 64 (keras_rs)")
     parser.add_argument("--queries", type=int, default=1200, help="ltr: training queries")
+    parser.add_argument("--validation", type=int, default=-1,
+                        help="ltr: validation queries (-1: as many as test, queries // 4)")
     parser.add_argument("--max_list", type=int, default=200, help="ltr: longest list")
     parser.add_argument("--features", type=int, default=10)
     parser.add_argument("--drift", type=float, default=0.7)
@@ -312,33 +479,39 @@ def main():
     parser.add_argument("--summarize", action="store_true",
                         help="print a markdown table (mean ± standard error over the seeds "
                              "in --output) instead of running")
+    parser.add_argument("--select", action="store_true", help="--summarize: one row per "
+                        "loss at the temperature chosen on validation for each seed")
     args = parser.parse_args()
     if args.summarize:
-        summarize(args.output, args.task, args.reference)
+        summarize(args.output, args.task, args.reference, args.select)
         return
     done = set()
     if os.path.exists(args.output):
         with open(args.output) as f:
             done = {(r["task"], r["loss"], r["seed"], r["epochs"]) for r in csv.DictReader(f)}
     run = run_ltr if args.task == "ltr" else run_keras_rs
-    losses = args.losses.split(",") if args.losses else [
-        n for n in DEFAULT_LOSSES if args.task == "keras_rs" or n not in LTR_LEFT_OUT]
+    if args.losses is None and not args.grid:
+        losses = [n for n in DEFAULT_LOSSES if args.task == "keras_rs" or n not in LTR_LEFT_OUT]
+    else:
+        losses = [n for n in (args.losses or "").split(",") if n] + expand_grid(args.grid)
+    for name in losses:
+        make_loss(name)  # refuse a bad spec before any training
     for seed in (int(s) for s in args.seeds.split(",")):
         for name in losses:
             key = (args.task, name, str(seed), str(args.epochs))
             if key in done:
                 continue
-            untrained, trained, seconds = run(name, seed, args)
+            untrained, val, trained, seconds, spread = run(name, seed, args)
             new = not os.path.exists(args.output)
             with open(args.output, "a", newline="") as f:
                 writer = csv.writer(f)
                 if new:
-                    writer.writerow(["task", "loss", "seed", "epochs", "untrained", "test_ndcg",
-                                     "train_seconds"])
+                    writer.writerow(COLUMNS)
                 writer.writerow([args.task, name, seed, args.epochs, f"{untrained:.4f}",
-                                 f"{trained:.4f}", f"{seconds:.1f}"])
-            print(f"{args.task} {name:22s} seed {seed}: {untrained:.4f} -> {trained:.4f} "
-                  f"({seconds:.0f} s)", flush=True)
+                                 f"{val:.4f}", f"{trained:.4f}", f"{seconds:.1f}",
+                                 f"{spread:.4g}"])
+            print(f"{args.task} {name:28s} seed {seed}: {untrained:.4f} -> val {val:.4f}, "
+                  f"test {trained:.4f} (list std {spread:.3g}, {seconds:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":
