@@ -52,7 +52,7 @@ def _operators(k: int):
 
     return {
         "quantile m=3": lambda v: ss.sinkhorn_quantile(v, [0.1, 0.5, 0.9], return_info=True),
-        f"top-{k} mask": lambda v: ss.sinkhorn_topk_mask(v, k, return_info=True),
+        f"top-{k} mask": lambda v: ss.sinkhorn_topk(v, k, return_info=True),
         "ranks": lambda v: ss.sinkhorn_rank(v, return_info=True),
         "tf.sort": lambda v: (__import__("tensorflow").sort(v), None),
     }

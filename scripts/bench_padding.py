@@ -45,11 +45,11 @@ _BUCKETS = flags.DEFINE_integer("buckets", 4, "Buckets of the bucketed way.", lo
 
 
 def _softsort_ranks(x, mask=None):
-    return ss.ranks_from_permutation(ss.soft_sort_matrix(x, tau=0.1, mask=mask))
+    return ss.ranks_from_permutation(ss.softsort_permutation_matrix(x, tau=0.1, mask=mask))
 
 
 def _neuralsort_ranks(x, mask=None):
-    return ss.ranks_from_permutation(ss.neural_sort_matrix(x, tau=0.1, mask=mask))
+    return ss.ranks_from_permutation(ss.neuralsort_permutation_matrix(x, tau=0.1, mask=mask))
 
 
 OPERATORS = {

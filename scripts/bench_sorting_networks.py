@@ -2,7 +2,7 @@ r"""Speed of the differentiable sorting networks against diffsort (PyTorch, CPU)
 against the package's other relaxed permutation matrices.
 
 One step = forward and backward of Σ c ⊙ P̂ for `[batch, n]` standard normal scores
-(c a fixed random `[batch, n, n]` cotangent): `sorting_network_matrix` (odd-even and
+(c a fixed random `[batch, n, n]` cotangent): `sorting_network_permutation_matrix` (odd-even and
 bitonic, Cauchy sigmoid, steepness 10) under `tf.function`, with and without XLA;
 SoftSort and NeuralSort (τ = 1) and the Sinkhorn plan (ε = 0.01, the package's
 defaults) under `tf.function` with XLA; and `diffsort.DiffSortNet` (same networks and
@@ -100,7 +100,8 @@ def main(argv):
                 continue
 
             def ours(s, network=network):
-                return ss.sorting_network_matrix(s, FLAGS.steepness, network, FLAGS.sigmoid)
+                return ss.sorting_network_permutation_matrix(s, FLAGS.steepness, network,
+                                                             FLAGS.sigmoid)
 
             result[f"{network} XLA"] = _time(_tf_step(ours, n, True), FLAGS.runs, FLAGS.burnin)
             result[f"{network} graph"] = _time(_tf_step(ours, n, False), FLAGS.runs,
@@ -109,7 +110,7 @@ def main(argv):
                 result[f"{network} diffsort"] = _time(_torch_step(network, n), FLAGS.runs,
                                                       FLAGS.burnin)
         for method in ("softsort", "neuralsort", "sinkhorn"):
-            op = ss.get_permutation_operator(method)
+            op = ss.get_family(method)
             result[method] = _time(_tf_step(op.matrix, n, True), FLAGS.runs, FLAGS.burnin)
         rows.append((n, result))
         print(f"n={n}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in result.items()), flush=True)

@@ -253,7 +253,7 @@ def topk_section(args, alpha):
     def mask_step(v):
         with tf.GradientTape() as tape:
             tape.watch(v)
-            p = ss.lapsum_topk_mask(v, k, alpha)
+            p = ss.lapsum_topk(v, k, alpha)
             loss = tf.reduce_sum(wt * p)
         return p, tape.gradient(loss, v)
 
@@ -454,7 +454,7 @@ def markdown(meta, rows, sink, topk, spear, mem):
         lines += ["", f"Top-k mask of {topk['n']:,} values (k = {topk['k']}, α = "
                   f"{topk['alpha']:.3g}; max |p − hard mask| = {topk['mask_err']:.2g}, "
                   f"Σp = {topk['mask_sum']:.1f}), forward + backward, XLA: "
-                  f"`lapsum_topk_mask` {_ms(mt[0])} / {_ms(mt[1])} ms, `tf.sort` "
+                  f"`lapsum_topk` {_ms(mt[0])} / {_ms(mt[1])} ms, `tf.sort` "
                   f"{_ms(st[0])} / {_ms(st[1])} ms (ratio {mt[0] / st[0]:.2f}× wall)."]
     if spear:
         a, b, c = spear["style_xla"], spear["spearman_graph"], spear["mse_xla"]

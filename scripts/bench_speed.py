@@ -66,11 +66,12 @@ Row = collections.namedtuple("Row", ["n", "method", "mode", "steps", "wall_s", "
 
 def operator(method: str):
     """The relaxed permutation operator `[batch, n] → [batch, n, n]` of `method`, read from
-    the table `ss.PERMUTATION_OPERATORS` (softsort_p2: SoftSort with distance_power=2)."""
+    the families of `ss.FAMILIES` with a relaxed matrix (softsort_p2: SoftSort with
+    distance_power=2)."""
     import softsort_tf as ss
 
     name = "softsort" if method == "softsort_p2" else method
-    op = ss.get_permutation_operator(name)
+    op = ss.get_family(name)
     temperature = {"softsort": FLAGS.softsort_tau, "neuralsort": FLAGS.neuralsort_tau,
                    "sinkhorn": FLAGS.sinkhorn_epsilon}[name]
     kwargs = {op.temperature: temperature}

@@ -8,7 +8,7 @@ absolute error against the exact statistic (numpy, float64):
 - quantile: levels (0.1, 0.5, 0.9) against `np.quantile(method='averaged_inverted_cdf')`
   (the operator's hard limit with the default width);
 - top-k values: `sinkhorn_sort(topk=k, direction='DESCENDING')` against the k largest;
-- top-k mask: `sinkhorn_topk_mask` against the 0/1 indicator (mean over entries);
+- top-k mask: `sinkhorn_topk` against the 0/1 indicator (mean over entries);
 - ranks: `sinkhorn_rank` against `scipy.stats.rankdata` (in ranks);
 - sort: `sinkhorn_sort` against `np.sort` (in units of x, i.e. standard deviations).
 
@@ -80,7 +80,7 @@ def _soft(ss, op: str, x, k, **options):
         out, info = ss.sinkhorn_sort(x, topk=k, direction="DESCENDING", return_info=True,
                                      **options)
     elif op == "top-k mask":
-        out, info = ss.sinkhorn_topk_mask(x, k, return_info=True, **options)
+        out, info = ss.sinkhorn_topk(x, k, return_info=True, **options)
     elif op == "ranks":
         out, info = ss.sinkhorn_rank(x, return_info=True, **options)
     else:

@@ -63,7 +63,7 @@ def operator_tour() -> None:
         print(_row(f"eps={eps:g}", ss.sinkhorn_quantile(x, levels, epsilon=eps).numpy()))
     print("\nSoft top-3 mask, exact:", (np.argsort(np.argsort(-x)) < 3).astype(int))
     for eps in _EPSILONS:
-        print(_row(f"eps={eps:g}", ss.sinkhorn_topk_mask(x, 3, epsilon=eps).numpy()))
+        print(_row(f"eps={eps:g}", ss.sinkhorn_topk(x, 3, epsilon=eps).numpy()))
 
 
 def fit_scorer() -> None:

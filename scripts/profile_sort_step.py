@@ -33,7 +33,7 @@ from softsort_tf.experiments import large_mnist, models, training
 
 _N = flags.DEFINE_integer("n", 3, "Numbers per sequence.", lower_bound=2)
 _BATCH = flags.DEFINE_integer("batch_size", 20, "Sequences per batch.", lower_bound=1)
-_METHOD = flags.DEFINE_enum("method", "softsort", list(softsort_tf.PERMUTATION_OPERATORS),
+_METHOD = flags.DEFINE_enum("method", "softsort", list(models.permutation_methods()),
                             "Relaxed sorting operator.")
 _MNIST = flags.DEFINE_string("mnist_npz", None, "MNIST npz (default: the embedded digits).")
 _STEPS = flags.DEFINE_integer("steps", 30, "Steps per timing.", lower_bound=1)

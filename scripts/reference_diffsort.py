@@ -16,7 +16,7 @@ product (the gradient of Σ c_v ⊙ values + Σ c_P ⊙ X for fixed cotangents).
 sorts ascending and returns X with X[j, i] = weight of input j at position i; the file
 stores P = Xᵀ (row i = position i), the package's orientation. 'DESCENDING' is recorded
 as diffsort applied to −x (P = Xᵀ(−x), values −y(−x)), the convention of
-`sorting_network_matrix`.
+`sorting_network_permutation_matrix`.
 
 Bitonic cases use n where diffsort's network for n not a power of two (comparators that
 touch the discarded wires dropped) equals the padded network of `sorting_networks`

@@ -52,7 +52,7 @@ class StudyLearner(keras.Model):
     def __init__(self, method, operator_args, score_scale=1.0, **kwargs):
         super().__init__(**kwargs)
         self.method = method
-        self.log = bool(ss.get_permutation_operator(method).log_domain)
+        self.log = bool(ss.get_family(method).log_domain)
         self.operator_args = dict(operator_args)
         self.score_scale = float(score_scale)
         self.scorer = models.build_cnn("scorer")

@@ -16,9 +16,8 @@ every trial and the test metrics of the best one.
 
 from absl import flags
 
-import softsort_tf as ss
 from softsort_tf.experiments import flags as experiment_flags
-from softsort_tf.experiments import tuning
+from softsort_tf.experiments import models, tuning
 
 experiment_flags.define_flags(None)  # --task chooses sort or median
 _TUNER = flags.DEFINE_enum("tuner", "random", tuning.TUNERS,
@@ -29,9 +28,9 @@ _EXECUTIONS = flags.DEFINE_integer("executions_per_trial", 1,
                                    "Trainings per trial, averaged.", lower_bound=1)
 _METHODS = flags.DEFINE_list("methods", None, "Operators to choose from, families with a "
                              "relaxed matrix (softsort, neuralsort, sinkhorn, lapsum, "
-                             "diffsort, ...); default: --method alone.")
+                             "sorting_network, ...); default: --method alone.")
 flags.register_validator(
-    _METHODS, lambda methods: set(methods or ()) <= set(ss.PERMUTATION_OPERATORS),
+    _METHODS, lambda methods: set(methods or ()) <= set(models.permutation_methods()),
     "must be families with a relaxed permutation matrix.")
 _SCORES_RANGE = flags.DEFINE_list(
     "temperature_range_scores", ["16", "4096"],

@@ -12,10 +12,10 @@ from softsort_tf.layers.sinkhorn import (
     SinkhornSort,
 )
 from softsort_tf.layers.soft import (
-    SoftQuantileLayer,
-    SoftRankLayer,
-    SoftSortLayer,
-    SoftTopKLayer,
+    QuantileLayer,
+    RankLayer,
+    SortLayer,
+    TopKLayer,
 )
 from softsort_tf.losses.kendall import KendallTauLoss
 from softsort_tf.losses.permutation import PermutationCrossEntropy, permutation_cross_entropy
@@ -37,7 +37,7 @@ from softsort_tf.losses.regression import (
     soft_trimmed_regression_loss,
 )
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
-from softsort_tf.losses.top_k import SoftTopKLoss, soft_top_k_loss
+from softsort_tf.losses.top_k import SoftTopKLoss, soft_topk_loss
 from softsort_tf.metrics.kendall import KendallTau
 from softsort_tf.metrics.permutation import (
     ElementwisePermutationAccuracy,
@@ -72,22 +72,22 @@ from softsort_tf.ops.lapsum import (
     lapsum_quantile,
     lapsum_rank,
     lapsum_sort,
-    lapsum_topk_mask,
+    lapsum_topk,
 )
 from softsort_tf.ops.permutahedron import permutahedron_rank, permutahedron_sort
 from softsort_tf.ops.permutation import (
     hard_permutation_matrix,
-    neural_sort_matrix,
-    soft_sort_matrix,
+    neuralsort_permutation_matrix,
+    softsort_permutation_matrix,
     straight_through,
 )
 from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
 from softsort_tf.ops.sampling import (
     gumbel_perturb,
-    stochastic_neural_sort_matrix,
+    stochastic_neuralsort_permutation_matrix,
     stochastic_permutation_matrix,
     stochastic_sinkhorn_permutation_matrix,
-    stochastic_soft_sort_matrix,
+    stochastic_softsort_permutation_matrix,
 )
 from softsort_tf.ops.sinkhorn import (
     quantile_target_weights,
@@ -97,22 +97,19 @@ from softsort_tf.ops.sinkhorn import (
     sinkhorn_quantile_normalization,
     sinkhorn_rank,
     sinkhorn_sort,
-    sinkhorn_topk_mask,
+    sinkhorn_topk,
 )
 from softsort_tf.ops.soft import (
-    METHODS,
-    PERMUTATION_OPERATORS,
-    Method,
-    PermutationOperator,
-    get_method,
-    get_permutation_operator,
     permutation_matrix,
     soft_quantile,
     soft_rank,
     soft_sort,
     soft_topk,
 )
-from softsort_tf.ops.sorting_networks import sorting_network_matrix, sorting_network_sort
+from softsort_tf.ops.sorting_networks import (
+    sorting_network_permutation_matrix,
+    sorting_network_sort,
+)
 from softsort_tf.ops.squash import squash_values
 from softsort_tf.ops.transport import SinkhornConvergenceWarning, SinkhornInfo
 from softsort_tf.options import ImplicitDiff, SinkhornOptions
@@ -122,7 +119,7 @@ _autograph.register()
 __all__ = [
     "__version__", "ElementwisePermutationAccuracy", "ExactPermutationAccuracy",
     "ListwisePermutationLoss", "MRRMetric", "NDCGMetric", "NeuralSort",
-    "PERMUTATION_OPERATORS", "PermutationCrossEntropy", "PermutationOperator", "PinballLoss",
+    "PermutationCrossEntropy", "PinballLoss",
     "QuantileError", "SinkhornCDF", "SinkhornConvergenceWarning", "SinkhornInfo",
     "ImplicitDiff",
     "SinkhornOptions", "SinkhornPermutation", "SinkhornQuantile",
@@ -131,27 +128,27 @@ __all__ = [
     "SoftSort", "SoftTopKLoss",
     "SoftTrimmedRegressionLoss", "SpearmanCorrelation", "SpearmanLoss", "TrimmedError",
     "elementwise_permutation_accuracy", "exact_permutation_accuracy",
-    "get_permutation_operator", "gumbel_perturb", "hard_permutation_matrix",
-    "listwise_permutation_loss", "ndcg", "neural_sort_matrix",
+    "gumbel_perturb", "hard_permutation_matrix",
+    "listwise_permutation_loss", "ndcg", "neuralsort_permutation_matrix",
     "permutation_cross_entropy", "permutation_matrix", "permute_values", "pinball_loss",
     "quantile_target_weights", "rankdata", "ranks_from_permutation", "reciprocal_rank",
     "sinkhorn_cdf", "sinkhorn_permutation_matrix", "sinkhorn_quantile",
     "sinkhorn_quantile_normalization", "sinkhorn_rank", "sinkhorn_sort",
-    "sinkhorn_topk_mask", "sinkhorn_trimmed_mean", "soft_ndcg", "soft_rank",
+    "sinkhorn_topk", "sinkhorn_trimmed_mean", "soft_ndcg", "soft_rank",
     "soft_least_quantile_regression_loss", "soft_quantile_regression_loss",
-    "soft_sort_matrix", "soft_spearman_correlation", "soft_top_k_loss",
+    "softsort_permutation_matrix", "soft_spearman_correlation", "soft_topk_loss",
     "soft_trimmed_regression_loss",
-    "spearman_correlation", "squash_values", "stochastic_neural_sort_matrix",
+    "spearman_correlation", "squash_values", "stochastic_neuralsort_permutation_matrix",
     "stochastic_permutation_matrix", "stochastic_sinkhorn_permutation_matrix",
-    "stochastic_soft_sort_matrix", "straight_through",
+    "stochastic_softsort_permutation_matrix", "straight_through",
     "KendallEmbedding", "KendallTau", "KendallTauLoss", "discordant_pairs",
     "kendall_embedding", "kendall_kernel", "kendall_tau", "mallows_kernel",
     "soft_kendall_tau", "weighted_kendall_kernel",
-    "METHODS", "Method", "get_method", "soft_quantile", "soft_sort", "soft_topk",
+    "soft_quantile", "soft_sort", "soft_topk",
     "lapsum_permutation_matrix", "lapsum_quantile", "lapsum_rank", "lapsum_sort",
-    "lapsum_topk_mask", "permutahedron_rank", "permutahedron_sort",
-    "sorting_network_matrix", "sorting_network_sort",
-    "SoftQuantileLayer", "SoftRankLayer", "SoftSortLayer", "SoftTopKLayer",
+    "lapsum_topk", "permutahedron_rank", "permutahedron_sort",
+    "sorting_network_permutation_matrix", "sorting_network_sort",
+    "QuantileLayer", "RankLayer", "SortLayer", "TopKLayer",
     "FAMILIES", "TEMPERATURE_UNITS", "Family", "Settings", "get_family", "register_family",
     "unregister_family",
 ]

@@ -23,14 +23,16 @@ TAU = 0.2  # small against the spacing 0.5 of the drawn values, but rows stay so
 
 # name: f(scores, mask=None) → P̂ [..., n, n]; whether it has a gradient.
 MATRIX_OPERATORS = {
-    "softsort": (lambda s, **kw: ss.soft_sort_matrix(s, tau=TAU, **kw), True),
-    "softsort_p2": (lambda s, **kw: ss.soft_sort_matrix(s, tau=TAU, distance_power=2.0, **kw),
+    "softsort": (lambda s, **kw: ss.softsort_permutation_matrix(s, tau=TAU, **kw), True),
+    "softsort_p2": (lambda s, **kw: ss.softsort_permutation_matrix(s, tau=TAU, distance_power=2.0,
+                                                                     **kw),
                     True),
-    "softsort_p05_ascending": (lambda s, **kw: ss.soft_sort_matrix(
+    "softsort_p05_ascending": (lambda s, **kw: ss.softsort_permutation_matrix(
         s, tau=TAU, distance_power=0.5, direction="ASCENDING", **kw), True),
-    "softsort_hard": (lambda s, **kw: ss.soft_sort_matrix(s, tau=TAU, hard=True, **kw), True),
-    "neuralsort": (lambda s, **kw: ss.neural_sort_matrix(s, tau=TAU, **kw), True),
-    "neuralsort_hard_ascending": (lambda s, **kw: ss.neural_sort_matrix(
+    "softsort_hard": (lambda s, **kw: ss.softsort_permutation_matrix(s, tau=TAU, hard=True, **kw),
+                      True),
+    "neuralsort": (lambda s, **kw: ss.neuralsort_permutation_matrix(s, tau=TAU, **kw), True),
+    "neuralsort_hard_ascending": (lambda s, **kw: ss.neuralsort_permutation_matrix(
         s, tau=TAU, hard=True, direction="ASCENDING", **kw), True),
     "registry_neuralsort": (lambda s, **kw: ss.permutation_matrix(s, "neuralsort", tau=TAU,
                                                                   **kw), True),

@@ -203,7 +203,7 @@ def test_no_branch_on_a_family_name_outside_the_family_module():
     settings)."""
     owners = _family_modules()
     assert set(owners) == {"sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort",
-                           "diffsort"}
+                           "sorting_network"}
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path)

@@ -53,34 +53,35 @@ REFUSED = {
 ORDERINGS = tf.ragged.constant([[1, 2, 0], [0], [], [0, 1]])
 DENSE = RAGGED.to_tensor()
 REFUSED_TARGETS = {
-    "soft_top_k_loss(logits)": (lambda r: ss.soft_top_k_loss([0, 0, 0, 0], r, from_sparse=True),
+    "soft_topk_loss(logits)": (lambda r: ss.soft_topk_loss([0, 0, 0, 0], r, from_sparse=True),
                                 _dense_instead("logits")),
-    "soft_top_k_loss(y_true)": (lambda r: ss.soft_top_k_loss(r, DENSE),
+    "soft_topk_loss(y_true)": (lambda r: ss.soft_topk_loss(r, DENSE),
                                 _dense_instead("y_true", None)),
     "SoftTopKLoss": (lambda r: ss.SoftTopKLoss(from_sparse=True)([0, 0, 0, 0], r),
                      _dense_instead("logits")),
     "permutation_cross_entropy(y_true)": (
-        lambda r: ss.permutation_cross_entropy(ORDERINGS, ss.soft_sort_matrix(r)),
+        lambda r: ss.permutation_cross_entropy(ORDERINGS, ss.softsort_permutation_matrix(r)),
         _dense_instead("y_true")),
     "permutation_cross_entropy(y_pred)": (
-        lambda r: ss.permutation_cross_entropy(ORDERINGS.to_tensor(-1), ss.soft_sort_matrix(r)),
+        lambda r: ss.permutation_cross_entropy(ORDERINGS.to_tensor(-1),
+                                               ss.softsort_permutation_matrix(r)),
         _dense_instead("y_pred", None)),
     "PermutationCrossEntropy": (
-        lambda r: ss.PermutationCrossEntropy()(ORDERINGS, ss.soft_sort_matrix(r)),
+        lambda r: ss.PermutationCrossEntropy()(ORDERINGS, ss.softsort_permutation_matrix(r)),
         _dense_instead("y_true")),
     "exact_permutation_accuracy": (
-        lambda r: ss.exact_permutation_accuracy(ORDERINGS, ss.soft_sort_matrix(r)),
+        lambda r: ss.exact_permutation_accuracy(ORDERINGS, ss.softsort_permutation_matrix(r)),
         _dense_instead("y_true")),
     "elementwise_permutation_accuracy(mask)": (
         lambda r: ss.elementwise_permutation_accuracy(
-            ORDERINGS.to_tensor(-1), ss.soft_sort_matrix(DENSE), mask=r > 0),
+            ORDERINGS.to_tensor(-1), ss.softsort_permutation_matrix(DENSE), mask=r > 0),
         _dense_instead("mask", None)),
     "ExactPermutationAccuracy": (
-        lambda r: ss.ExactPermutationAccuracy()(ORDERINGS, ss.soft_sort_matrix(r)),
+        lambda r: ss.ExactPermutationAccuracy()(ORDERINGS, ss.softsort_permutation_matrix(r)),
         _dense_instead("y_true")),
     "ElementwisePermutationAccuracy": (
         lambda r: ss.ElementwisePermutationAccuracy()(ORDERINGS.to_tensor(-1),
-                                                      ss.soft_sort_matrix(r)),
+                                                      ss.softsort_permutation_matrix(r)),
         _dense_instead("y_pred", None)),
 }
 
@@ -94,38 +95,41 @@ COMPUTED = {
     "soft_quantile": lambda r: ss.soft_quantile(r, 0.5, "lapsum"),
     "lapsum_rank": lambda r: ss.lapsum_rank(r),
     "lapsum_sort": lambda r: ss.lapsum_sort(r),
-    "lapsum_topk_mask": lambda r: ss.lapsum_topk_mask(r, 1),
+    "lapsum_topk": lambda r: ss.lapsum_topk(r, 1),
     "lapsum_quantile": lambda r: ss.lapsum_quantile(r, 0.5),
     "lapsum_permutation_matrix": lambda r: ss.lapsum_permutation_matrix(r),
     "sinkhorn_rank": lambda r: ss.sinkhorn_rank(r),
     "sinkhorn_cdf": lambda r: ss.sinkhorn_cdf(r),
     "sinkhorn_sort": lambda r: ss.sinkhorn_sort(r),
-    "sinkhorn_topk_mask": lambda r: ss.sinkhorn_topk_mask(r, 1),
+    "sinkhorn_topk": lambda r: ss.sinkhorn_topk(r, 1),
     "sinkhorn_quantile": lambda r: ss.sinkhorn_quantile(r, 0.5),
     "sinkhorn_quantile_normalization": lambda r: ss.sinkhorn_quantile_normalization(
         r, [0.0, 1.0]),
     "sinkhorn_permutation_matrix": lambda r: ss.sinkhorn_permutation_matrix(r),
     "sinkhorn_trimmed_mean": lambda r: ss.sinkhorn_trimmed_mean(r, 0.2, 0.8),
     "sorting_network_sort": lambda r: ss.sorting_network_sort(r),
-    "sorting_network_matrix": lambda r: ss.sorting_network_matrix(r),
+    "sorting_network_permutation_matrix": lambda r: ss.sorting_network_permutation_matrix(r),
     "hard_permutation_matrix": lambda r: ss.hard_permutation_matrix(r),
-    "neural_sort_matrix": lambda r: ss.neural_sort_matrix(r),
-    "soft_sort_matrix": lambda r: ss.soft_sort_matrix(r),
+    "neuralsort_permutation_matrix": lambda r: ss.neuralsort_permutation_matrix(r),
+    "softsort_permutation_matrix": lambda r: ss.softsort_permutation_matrix(r),
     "permutation_matrix": lambda r: ss.permutation_matrix(r),
     "stochastic_permutation_matrix": lambda r: ss.stochastic_permutation_matrix(r, 2, SEED),
-    "stochastic_neural_sort_matrix": lambda r: ss.stochastic_neural_sort_matrix(r, 2, SEED),
-    "stochastic_soft_sort_matrix": lambda r: ss.stochastic_soft_sort_matrix(r, 2, SEED),
+    "stochastic_neuralsort_permutation_matrix":
+        lambda r: ss.stochastic_neuralsort_permutation_matrix(r, 2, SEED),
+    "stochastic_softsort_permutation_matrix":
+        lambda r: ss.stochastic_softsort_permutation_matrix(r, 2, SEED),
     "stochastic_sinkhorn_permutation_matrix": (
         lambda r: ss.stochastic_sinkhorn_permutation_matrix(r, 2, SEED)),
     "squash_values": lambda r: ss.squash_values(r),
     "straight_through": lambda r: ss.straight_through(ss.hard_permutation_matrix(r),
-                                                      ss.soft_sort_matrix(r)),
-    "permute_values": lambda r: ss.permute_values(ss.soft_sort_matrix(r), r),
-    "ranks_from_permutation": lambda r: ss.ranks_from_permutation(ss.soft_sort_matrix(r)),
+                                                      ss.softsort_permutation_matrix(r)),
+    "permute_values": lambda r: ss.permute_values(ss.softsort_permutation_matrix(r), r),
+    "ranks_from_permutation":
+        lambda r: ss.ranks_from_permutation(ss.softsort_permutation_matrix(r)),
 }
 PER_LIST = ("soft_quantile", "lapsum_quantile", "sinkhorn_quantile", "sinkhorn_trimmed_mean")
-SAMPLED = ("stochastic_permutation_matrix", "stochastic_neural_sort_matrix",
-           "stochastic_soft_sort_matrix", "stochastic_sinkhorn_permutation_matrix")
+SAMPLED = ("stochastic_permutation_matrix", "stochastic_neuralsort_permutation_matrix",
+           "stochastic_softsort_permutation_matrix", "stochastic_sinkhorn_permutation_matrix")
 
 
 def _list_operators():
@@ -195,7 +199,7 @@ def test_permute_values_of_a_group_of_empty_lists(buckets, monkeypatch):
     matrices of the group are padded like its values (`RaggedLists.pad_matrices`); each
     list's result is that of its dense matrix."""
     monkeypatch.setattr(_masking, "RAGGED_BUCKETS", buckets)
-    perm = ss.soft_sort_matrix(RAGGED)
+    perm = ss.softsort_permutation_matrix(RAGGED)
     out = ss.permute_values(perm, RAGGED)
     assert [len(row) for row in out.to_list()] == [len(row) for row in LISTS]
     for row, values, matrix in zip(out.to_list(), LISTS, perm.to_list(), strict=True):
@@ -203,9 +207,9 @@ def test_permute_values_of_a_group_of_empty_lists(buckets, monkeypatch):
             np.testing.assert_allclose(row, np.asarray(matrix) @ values, rtol=1e-12)
     for fn in (ss.permute_values, lambda p, v: ss.soft_sort(v, "softsort")):
         empty = tf.ragged.constant([[], []], tf.float64)
-        assert fn(ss.soft_sort_matrix(empty), empty).to_list() == [[], []]
+        assert fn(ss.softsort_permutation_matrix(empty), empty).to_list() == [[], []]
     spec = tf.RaggedTensorSpec([None, None], tf.float64, 1)
-    graph = tf.function(lambda v: ss.permute_values(ss.soft_sort_matrix(v), v),
+    graph = tf.function(lambda v: ss.permute_values(ss.softsort_permutation_matrix(v), v),
                         input_signature=[spec])
     np.testing.assert_allclose(graph(RAGGED).flat_values, out.flat_values, rtol=1e-12)
     assert graph(tf.ragged.constant([[]], tf.float64)).to_list() == [[]]

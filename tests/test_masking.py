@@ -33,10 +33,11 @@ OPERATORS = {
     "rank": lambda x, **kw: ss.sinkhorn_rank(x, **TIGHT, **kw),
     "sort_topk": lambda x, **kw: ss.sinkhorn_sort(x, topk=2, **TIGHT, **kw),
     "quantile": lambda x, **kw: ss.sinkhorn_quantile(x, [0.25, 0.5], **TIGHT, **kw),
-    "topk_mask": lambda x, **kw: ss.sinkhorn_topk_mask(x, 2, **TIGHT, **kw),
+    "topk_mask": lambda x, **kw: ss.sinkhorn_topk(x, 2, **TIGHT, **kw),
     "sinkhorn_matrix": lambda x, **kw: ss.permutation_matrix(x, "sinkhorn", **TIGHT, **kw),
-    "softsort_matrix": lambda x, **kw: ss.soft_sort_matrix(x, tau=0.3, **kw),
-    "neuralsort_hard": lambda x, **kw: ss.neural_sort_matrix(x, tau=0.3, hard=True, **kw),
+    "softsort_matrix": lambda x, **kw: ss.softsort_permutation_matrix(x, tau=0.3, **kw),
+    "neuralsort_hard": lambda x, **kw: ss.neuralsort_permutation_matrix(x, tau=0.3, hard=True,
+                                                                         **kw),
     "rankdata": lambda x, **kw: ss.rankdata(x, **kw),
 }
 
@@ -162,9 +163,9 @@ EMPTY_ROW_OPS = {
     "sort": ss.sinkhorn_sort,
     "topk_sort": lambda v: ss.sinkhorn_sort(v, topk=1),
     "quantile": lambda v: ss.sinkhorn_quantile(v, 0.5),
-    "topk_mask": lambda v: ss.sinkhorn_topk_mask(v, 1),
+    "topk_mask": lambda v: ss.sinkhorn_topk(v, 1),
     "sinkhorn_matrix": ss.sinkhorn_permutation_matrix,
-    "softsort_matrix": ss.soft_sort_matrix,
+    "softsort_matrix": ss.softsort_permutation_matrix,
     "hard_matrix": ss.hard_permutation_matrix,
 }
 

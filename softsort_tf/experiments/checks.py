@@ -71,10 +71,10 @@ def setting_error(name: str, value) -> str | None:
         if value not in _VERBOSITY or isinstance(value, bool):
             return f"verbose must be one of {_VERBOSITY}, got {value!r}."
     elif name == "method":
-        import softsort_tf as ss  # the families registered now, outside ones included
+        from softsort_tf.experiments.models import permutation_methods  # registered now
 
-        if value not in ss.PERMUTATION_OPERATORS:
-            return (f"method must be one of {tuple(ss.PERMUTATION_OPERATORS)} (the families "
+        if value not in permutation_methods():
+            return (f"method must be one of {permutation_methods()} (the families "
                     f"with a relaxed permutation matrix), got {value!r}.")
     elif name == "mnist_npz":
         if not os.path.isfile(value):

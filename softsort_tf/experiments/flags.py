@@ -92,7 +92,7 @@ _FLAGS = {
     "verbose": (int, "Keras verbosity: 0 silent, 1 progress bar, 2 one line per epoch."),
     # define_relaxation_flags
     "method": (str, "Relaxed sorting operator: a family with a relaxed permutation "
-               "matrix (softsort, neuralsort, sinkhorn, lapsum, diffsort, or one registered "
+               "matrix (softsort, neuralsort, sinkhorn, lapsum, sorting_network, or one registered "
                "by a module of --family_modules)."),
     "temperature": (float, "The family's temperature (tau, epsilon, alpha, steepness, ...); "
                     "default: the binary's for the family (large-MNIST: 1024 for n <= 7, "

@@ -118,7 +118,7 @@ class ExperimentConfig(training.RunConfig):
 
     def finalize(self) -> ExperimentConfig:
         """Validates the config and fills in the task's defaults."""
-        self.check(task=TASKS, method=tuple(softsort_tf.PERMUTATION_OPERATORS),
+        self.check(task=TASKS, method=models.permutation_methods(),
                    dataset=large_mnist.SOURCES,
                    precision=PRECISIONS, lr_schedule=LR_SCHEDULES)
         for error in (n_error(self.task, self.n), dataset_error(self.dataset, self.mnist_npz)):
@@ -198,7 +198,7 @@ def log_cross_entropy(config: ExperimentConfig) -> bool:
     """Whether the sorting loss is computed from log P̂ (`log_cross_entropy`, for the
     operators with a log-domain matrix; LapSum's P̂ goes through the probability floor)."""
     return (config.task == "sort" and config.log_cross_entropy
-            and softsort_tf.get_permutation_operator(config.method).log_domain)
+            and softsort_tf.get_family(config.method).log_domain)
 
 
 def _compile(model: keras.Model, config: ExperimentConfig) -> None:

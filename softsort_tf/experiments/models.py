@@ -23,11 +23,16 @@ import tensorflow as tf
 
 import softsort_tf as ss
 
-__all__ = ["PERMUTATION_METHODS", "MedianRegressor", "PermutationLearner", "build_cnn",
+__all__ = ["permutation_methods", "MedianRegressor", "PermutationLearner", "build_cnn",
            "operator_kwargs", "parse_method_kwargs"]
 
-# The `method`s a model can train with: the operators of `ss.PERMUTATION_OPERATORS`.
-PERMUTATION_METHODS = tuple(ss.PERMUTATION_OPERATORS)
+
+
+def permutation_methods() -> tuple[str, ...]:
+    """The `method`s a model can train with: the families of `ss.FAMILIES` registered now
+    (outside ones included) that have a relaxed permutation matrix."""
+    return tuple(name for name, family in ss.FAMILIES.items() if family.has_matrix)
+
 IMAGE_SHAPE = (112, 28, 1)
 
 
@@ -77,7 +82,7 @@ def parse_method_kwargs(method: str, text: str | dict | None) -> dict:
     kwargs = json.loads(text) if isinstance(text, str) else dict(text)
     if not isinstance(kwargs, dict):
         raise ValueError(f"method_kwargs must be a JSON object, got {text!r}.")
-    family = ss.get_permutation_operator(method)
+    family = ss.get_family(method)
     reserved = sorted(set(kwargs) & {"temperature", family.temperature, "direction", "mask",
                                      "hard", "log"})
     if reserved:
@@ -129,7 +134,7 @@ class _LargeMnistModel(keras.Model):
         super().__init__(**kwargs)
         self.method_kwargs = parse_method_kwargs(method, method_kwargs)
         self.cnn_dtype = cnn_dtype
-        family = ss.get_permutation_operator(method)  # a family with a relaxed matrix
+        family = ss.get_family(method)  # a family with a relaxed matrix
         if temperature is None:
             temperature = family.default_temperature
         temperature = family.check_temperature(float(temperature), "float32")
@@ -170,8 +175,8 @@ class PermutationLearner(_LargeMnistModel):
     """Learns to sort large-MNIST sequences: CNN scores -> relaxed permutation P̂.
 
     Args:
-      method: a key of `ss.PERMUTATION_OPERATORS` (a family with a relaxed matrix:
-        'softsort', 'neuralsort', 'sinkhorn', 'lapsum', 'diffsort', or one registered
+      method: one of `permutation_methods()` (a family with a relaxed matrix:
+        'softsort', 'neuralsort', 'sinkhorn', 'lapsum', 'sorting_network', or one registered
         with `ss.register_family`).
       temperature: the family's temperature (τ, ε, α, β, ...; None: its default), on
         the raw CNN scores for a temperature in the units of the scores.

@@ -36,7 +36,7 @@ import keras
 import keras_tuner as kt
 
 import softsort_tf as ss
-from softsort_tf.experiments import large_mnist, training
+from softsort_tf.experiments import large_mnist, models, training
 
 __all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "range_is_valid", "search"]
 
@@ -89,7 +89,7 @@ class SearchSpace:
     learning_rate: tuple[float, float] = (1e-4, 1e-2)
 
     def validate(self) -> SearchSpace:
-        able = tuple(ss.PERMUTATION_OPERATORS)
+        able = models.permutation_methods()
         if not self.methods or any(m not in able for m in self.methods):
             raise ValueError(f"`methods` must be a non-empty subset of {able}, got "
                              f"{self.methods}.")

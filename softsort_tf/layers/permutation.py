@@ -260,7 +260,7 @@ class _PermutationLayer(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SoftSort(_PermutationLayer):
-    """SoftSort relaxed permutation (Prillo & Eisenschlos, 2020); see `soft_sort_matrix`.
+    """SoftSort relaxed permutation (Prillo & Eisenschlos, 2020); see `softsort_permutation_matrix`.
 
     Args:
       tau: temperature τ > 0 (default 1.0), in the units of the scores.
@@ -288,7 +288,7 @@ class SoftSort(_PermutationLayer):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class NeuralSort(_PermutationLayer):
-    """NeuralSort relaxed permutation (Grover et al., 2019); see `neural_sort_matrix`.
+    """NeuralSort relaxed permutation (Grover et al., 2019); see `neuralsort_permutation_matrix`.
 
     Args:
       tau: temperature τ > 0 (default 1.0), in the units of the scores.

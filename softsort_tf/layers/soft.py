@@ -1,14 +1,14 @@
 """Keras layers of the front door: soft ranks, sorts, top-k masks and quantiles by any
 method (`softsort_tf.ops.soft`).
 
-`SoftRankLayer`, `SoftSortLayer`, `SoftTopKLayer` and `SoftQuantileLayer` call
+`RankLayer`, `SortLayer`, `TopKLayer` and `QuantileLayer` call
 `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with `method=` a key of
 `FAMILIES`. Their arguments follow the rule of `softsort_tf._methods`: `temperature`
 is the family's temperature (None: its default), Sinkhorn's settings (`options`,
 `SinkhornOptions` fields such as `epsilon`, `squash`, `targets`) are keywords of their
 own, accepted only with method='sinkhorn', and the other families' own arguments go
 in `method_kwargs`; all are validated at construction and are part of `get_config()`.
-k of `SoftTopKLayer` is checked against the list length at the call (an integer in
+k of `TopKLayer` is checked against the list length at the call (an integer in
 [1, n), a real in (0, n) for 'lapsum').
 The temperature (Sinkhorn's ε, however given) must be one the layer's compute dtype
 holds (`_methods.temperature_range`: at least 3.8e-6 for Sinkhorn in float32, a
@@ -99,7 +99,7 @@ class _SoftLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftRankLayer(_SoftLayer):
+class RankLayer(_SoftLayer):
     """Soft 1-based ranks along `axis` (`soft_rank`).
 
     Input `[batch, n]` (any rank), output the same shape (0 at padded entries).
@@ -109,7 +109,7 @@ class SoftRankLayer(_SoftLayer):
       options, squash, targets, **kwargs: see the module docstring.
 
     Example:
-    >>> layer = SoftRankLayer("lapsum", temperature=0.01)
+    >>> layer = RankLayer("lapsum", temperature=0.01)
     >>> np.round(layer(np.array([[0.3, -1.0, 2.0]])).numpy())
     array([[2., 1., 3.]], dtype=float32)
     """
@@ -121,7 +121,7 @@ class SoftRankLayer(_SoftLayer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftSortLayer(_SoftLayer):
+class SortLayer(_SoftLayer):
     """Soft-sorted values along `axis` (`soft_sort`).
 
     Input `[batch, n]` (any rank), output the same shape: with a mask, the n_valid
@@ -132,7 +132,7 @@ class SoftSortLayer(_SoftLayer):
       options, squash, targets, **kwargs: see the module docstring.
 
     Example:
-    >>> layer = SoftSortLayer("lapsum", temperature=0.01, direction="DESCENDING")
+    >>> layer = SortLayer("lapsum", temperature=0.01, direction="DESCENDING")
     >>> np.round(layer(np.array([[0.3, -1.0, 2.0]])).numpy(), 2)
     array([[ 2. ,  0.3, -1. ]], dtype=float32)
     """
@@ -151,7 +151,7 @@ class SoftSortLayer(_SoftLayer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftTopKLayer(_SoftLayer):
+class TopKLayer(_SoftLayer):
     """Soft membership in the first k entries in `direction` order (`soft_topk`).
 
     Input `[batch, n]` (any rank), output the same shape: values in [0, 1] summing to k
@@ -163,7 +163,7 @@ class SoftTopKLayer(_SoftLayer):
       options, squash, targets, **kwargs: see the module docstring.
 
     Example:
-    >>> layer = SoftTopKLayer(2, "lapsum", temperature=0.01)
+    >>> layer = TopKLayer(2, "lapsum", temperature=0.01)
     >>> np.round(layer(np.array([[0.1, 3.0, -1.0, 2.0]])).numpy())
     array([[0., 1., 0., 1.]], dtype=float32)
     """
@@ -183,7 +183,7 @@ class SoftTopKLayer(_SoftLayer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftQuantileLayer(_SoftLayer):
+class QuantileLayer(_SoftLayer):
     """Soft quantiles along `axis` (`soft_quantile`).
 
     Input `[batch, n]`; output `[batch, q]` (the axis replaced by the q levels), or
@@ -196,7 +196,7 @@ class SoftQuantileLayer(_SoftLayer):
       **kwargs: see the module docstring.
 
     Example:
-    >>> layer = SoftQuantileLayer(0.5, "lapsum", temperature=0.01)
+    >>> layer = QuantileLayer(0.5, "lapsum", temperature=0.01)
     >>> round(float(layer(np.array([[5.0, 1.0, 3.0, 2.0, 4.0]]))[0]), 2)
     3.0
     """

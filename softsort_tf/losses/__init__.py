@@ -5,7 +5,7 @@ Keras' own losses, `losses.base.LossFunctionWrapper`): the class validates its
 arguments at construction and holds no maths; the function computes one loss per
 example or per list, and Keras reduces them with `sample_weight`.
 
-- `SoftTopKLoss` (`soft_top_k_loss`): the S-top-k classification loss of Cuturi, Teboul
+- `SoftTopKLoss` (`soft_topk_loss`): the S-top-k classification loss of Cuturi, Teboul
   & Vert (2019, §4), read off the Sinkhorn ranks or S-CDF of the logits;
 - `SoftLeastQuantileRegressionLoss`, `SoftTrimmedRegressionLoss`: robust regression
   through the S-quantile (eq. 4) and a trimmed mean of the batch errors;
@@ -24,6 +24,6 @@ fields (`epsilon`, `power`, `threshold`, ...), and the operator settings `squash
 
 Temperatures: a loss that takes `method` calls the temperature of that method
 `temperature`; it is τ (`tau`) for SoftSort and NeuralSort and ε (`epsilon`) for
-Sinkhorn (`PermutationOperator.temperature`). The other naming rules (direction, `k`
+Sinkhorn (`Family.temperature`). The other naming rules (direction, `k`
 and `topk`) are stated in `softsort_tf.ops.soft`.
 """

@@ -53,7 +53,7 @@ def permutation_cross_entropy(y_true, y_pred,
     0.3466
 
     A list of 2 valid items padded to 3 (ordering, then −1; P̂'s padded row and column
-    are 0, e.g. from `soft_sort_matrix(scores, mask=...)`): the mean over the 2 rows.
+    are 0, e.g. from `softsort_permutation_matrix(scores, mask=...)`): the mean over the 2 rows.
 
     >>> P = tf.constant([[[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]])
     >>> round(float(permutation_cross_entropy([[0, 1, -1]], P)[0]), 4)

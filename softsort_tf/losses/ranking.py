@@ -8,7 +8,7 @@ zero gradient; a list without a valid entry has loss 0), and lists may be of a l
 unknown when the model is built.
 
 - `SoftNDCGLoss` (`soft_ndcg`): 1 − NDCG of the soft ranks of any family of
-  `softsort_tf.ops.soft.METHODS`.
+  `softsort_tf.FAMILIES`.
 - `ListwisePermutationLoss` (`listwise_permutation_loss`): the cross-entropy of a
   row-stochastic relaxed permutation ('neuralsort', 'softsort') against the order by
   relevance (NeuralSort / PiRank style).
@@ -32,9 +32,8 @@ from softsort_tf._lists import (
 from softsort_tf.losses.base import LossFunctionWrapper
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
+from softsort_tf.ops.family import MATRIX_FAMILIES, get_family
 from softsort_tf.ops.soft import (
-    PERMUTATION_OPERATORS,
-    get_method,
     permutation_matrix,
     soft_rank,
     temperature_kwargs,
@@ -45,7 +44,7 @@ from softsort_tf.options import SinkhornOptions
 _PACKAGE = "softsort_tf"
 # The listwise cross-entropy reads each row of P̂ as the distribution of the item at
 # that position (Grover et al. 2019, §6): the row-stochastic relaxations.
-LISTWISE_METHODS = tuple(name for name, op in PERMUTATION_OPERATORS.items()
+LISTWISE_METHODS = tuple(name for name, op in MATRIX_FAMILIES.items()
                          if not op.doubly_stochastic)
 
 
@@ -135,7 +134,7 @@ def resolve_scale_free(method: str, temperature, scale_free, kwargs: dict,
     record's `temperature` name), or the family's default, in standard deviations,
     and `kwargs` gets the `settings` that go with it where it does not set them.
     """
-    family = get_method(method)
+    family = get_family(method)
     given = temperature is not None or kwargs.get(family.temperature) is not None
     if scale_free is None:
         scale_free = not given and kwargs.get("options") is None
@@ -231,7 +230,7 @@ class SoftNDCGLoss(MethodLoss):
     """1 − soft NDCG (`soft_ndcg`) of each list: a listwise learning-to-rank loss.
 
     Args:
-      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
       temperature: the method's temperature (for 'sinkhorn', ε). None (default): the
         scale-free temperature of `soft_ndcg` (`SCALE_FREE_TEMPERATURES`: each list's
         scores standardised, LapSum's α = 30 standard deviations, SoftSort's and
@@ -342,7 +341,7 @@ class ListwisePermutationLoss(LossFunctionWrapper):
 
     Args:
       method: 'neuralsort' (default) or 'softsort'.
-      temperature: τ; default that of `PERMUTATION_OPERATORS[method]`.
+      temperature: τ; default that of `FAMILIES[method]`.
       probability_floor: δ in (0, 1) (default 1e-7): each row costs at most −log δ.
       reduction, name, dtype: as in `keras.losses.Loss`.
 

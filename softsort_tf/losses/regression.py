@@ -373,7 +373,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
     """Soft τ-quantile of the batch errors: least-quantile regression (paper §4, eq. 4).
 
     Sinkhorn only (no `method=`): the statistic is read off the target bins of the
-    Sinkhorn transport plan, which the other families of `METHODS` do not define.
+    Sinkhorn transport plan, which the other families of `FAMILIES` do not define.
 
     With errors e_i = |y_i − ŷ_i|^error_power over the B examples of the batch and uniform
     masses a = 1/B, the loss is the τ-S-quantile of eq. (4),
@@ -426,7 +426,7 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
     """Soft mean of the batch errors between two quantiles: trimmed regression (§4).
 
     Sinkhorn only (no `method=`): the statistic is read off the target bins of the
-    Sinkhorn transport plan, which the other families of `METHODS` do not define.
+    Sinkhorn transport plan, which the other families of `FAMILIES` do not define.
 
     With errors e_i = |y_i − ŷ_i|^error_power over the B examples of the batch and uniform
     masses a = 1/B,
@@ -480,7 +480,7 @@ class SoftQuantileRegressionLoss(_BatchStatisticLoss):
     """Quantile regression with the τ-S-quantile of the batch residuals (paper §4, Table 1).
 
     Sinkhorn only (no `method=`): the statistic is read off the target bins of the
-    Sinkhorn transport plan, which the other families of `METHODS` do not define.
+    Sinkhorn transport plan, which the other families of `FAMILIES` do not define.
 
     §4 states quantile regression as minimising the τ-quantile of ξ, the measure with
     uniform weights on the residuals x_i = y_i − ŷ_i of the batch. Taken literally this

@@ -110,7 +110,7 @@ class SpearmanLoss(MethodLoss):
 
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).
-      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
       temperature: the method's temperature (for 'sinkhorn', ε). None: the
         scale-free default (one standard deviation of each list's predictions; ε =
         1e-2 for 'sinkhorn').

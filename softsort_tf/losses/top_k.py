@@ -42,7 +42,7 @@ def default_top_k_epsilon(num_classes: int) -> float:
     return max(TOPK_EPSILON_SCALE / num_classes**2, TOPK_MIN_EPSILON)
 
 
-def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
+def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
                     from_sparse: bool = False, mask=None, method: str = "sinkhorn",
                     temperature: float | None = None, **kwargs):
     """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
@@ -89,7 +89,7 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
       `[...]` non-negative losses, in the dtype of the logits.
 
     Example:
-    >>> loss = soft_top_k_loss([2, 0], [[0.1, 5.0, 9.0], [0.0, 1.0, 2.0]], k=1,
+    >>> loss = soft_topk_loss([2, 0], [[0.1, 5.0, 9.0], [0.0, 1.0, 2.0]], k=1,
     ...                        from_sparse=True)
     >>> np.round(loss.numpy(), 1)
     array([0., 2.], dtype=float32)
@@ -165,7 +165,7 @@ def soft_top_k_loss(y_true, logits, k: int = 1, *, form: str = "rank",
 class SoftTopKLoss(MethodLoss):
     """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
 
-    For logits f ∈ R^L and the true label l (`soft_top_k_loss`):
+    For logits f ∈ R^L and the true label l (`soft_topk_loss`):
 
         form='rank' (NeurIPS talk):  J_k(L − R̃_l),      J_k(u) = max(0, u − k + 1)
         form='cdf'  (arXiv §4):      J_k(1 − F̃_l),      J_k(u) = max(0, u − k/L)
@@ -204,7 +204,7 @@ class SoftTopKLoss(MethodLoss):
       from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
         one-hot (or soft) labels `[batch, L]` (default False, like
         `keras.losses.CategoricalCrossentropy`).
-      method: a key of `softsort_tf.ops.soft.METHODS` (default 'sinkhorn').
+      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
       temperature: the method's temperature (None: its default; for 'sinkhorn', ε,
         whose default is 0.3/L², see above).
       method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
@@ -220,7 +220,7 @@ class SoftTopKLoss(MethodLoss):
     `sample_weight` `[batch]`. Output: a scalar, or `[batch]` for reduction 'none'.
 
     Padding: a Keras mask of the logits of their shape `[batch, L]` marks the valid
-    classes (the `mask` of `soft_top_k_loss`); `sample_weight` 0
+    classes (the `mask` of `soft_topk_loss`); `sample_weight` 0
     removes an example, as in every Keras loss. L may be unknown when the model is
     built if `epsilon` is given. Runs under XLA (where the run-time checks of k < L and
     of sparse labels are compiled out).
@@ -237,11 +237,11 @@ class SoftTopKLoss(MethodLoss):
                  method: str = "sinkhorn", temperature: float | None = None,
                  method_kwargs: dict | None = None,
                  reduction: str | None = "sum_over_batch_size",
-                 name: str = "soft_top_k_loss", dtype=None, **kwargs):
+                 name: str = "soft_topk_loss", dtype=None, **kwargs):
         if temperature is None:  # the family's default for L classes, if it has one
             kwargs = get_family(method).settings.leave_temperature(kwargs)
         super().__init__(
-            soft_top_k_loss,
+            soft_topk_loss,
             dict(k=_checks.check_positive_int("k", k), form=_check_form(form),
                  from_sparse=_checks.check_bool("from_sparse", from_sparse)),
             method=method, temperature=temperature, method_kwargs=method_kwargs,

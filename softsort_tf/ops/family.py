@@ -15,7 +15,7 @@ imports them); a family defined elsewhere is added with one call, `register_fami
 
 Example:
 >>> sorted(FAMILIES)[:3]
-['diffsort', 'lapsum', 'neuralsort']
+['sorting_network', 'lapsum', 'neuralsort']
 >>> get_family("lapsum").temperature
 'alpha'
 """

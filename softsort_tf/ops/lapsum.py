@@ -124,7 +124,7 @@ __all__ = [
     "lapsum_quantile",
     "lapsum_rank",
     "lapsum_sort",
-    "lapsum_topk_mask",
+    "lapsum_topk",
 ]
 
 DEFAULT_ALPHA = 1.0
@@ -727,7 +727,7 @@ def _check_k(k, static_n):
 
 
 @list_operator
-def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *,
+def lapsum_topk(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *,
                      mask=None):
     """Soft top-k membership p_i = Lap_α(r_i − t), with t solving Σ_i Lap_α(r_i − t) = k
     (paper §3; F(t) = n − k, solved in closed form).
@@ -754,7 +754,7 @@ def lapsum_topk_mask(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", *
       The soft membership, the shape and (floating) dtype of x.
 
     Example:
-    >>> p = lapsum_topk_mask([[2.5, -1.0, 0.3, 4.0]], k=2, alpha=0.01)
+    >>> p = lapsum_topk([[2.5, -1.0, 0.3, 4.0]], k=2, alpha=0.01)
     >>> np.round(p.numpy(), 3)
     array([[1., 0., 0., 1.]], dtype=float32)
     """
@@ -916,7 +916,7 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
     thresholds t_k = F⁻¹(k), t_0 = −∞, t_n = +∞ (paper §4).
 
     Row k is the distribution of the input that lands at position k of the
-    `direction` order (the orientation of `softsort_tf.ops.permutation.soft_sort_matrix`:
+    `direction` order (the orientation of `softsort_tf.ops.permutation.softsort_permutation_matrix`:
     `P @ x` soft-sorts values by x); P is doubly stochastic (rows and columns sum to 1)
     and tends to the sorting permutation matrix as α → 0. O(n²) time and memory (the
     thresholds themselves cost O(n log n)). The entries are computed from the scores'
@@ -1020,7 +1020,7 @@ def _lapsum_family():
         "are blurred together", "Struski, Bednarczyk, Podolak & Tabor (2025)",
         operations=dict(rank=family.family_operation(lapsum_rank),
                         sort=family.family_operation(lapsum_sort),
-                        topk=family.family_operation(lapsum_topk_mask),
+                        topk=family.family_operation(lapsum_topk),
                         quantile=_quantile_from),
         matrix_fn=with_straight_through(lapsum_permutation_matrix), doubly_stochastic=True,
         real_k=True, tensor_temperature=True, temperature_range=temperature_range)

@@ -168,7 +168,7 @@ def straight_through(hard, soft):
 
     Example:
     >>> s = tf.constant([[0.3, 2.0, 1.0]])
-    >>> P = straight_through(hard_permutation_matrix(s), soft_sort_matrix(s))
+    >>> P = straight_through(hard_permutation_matrix(s), softsort_permutation_matrix(s))
     >>> P.numpy()[0]
     array([[0., 1., 0.],
            [0., 0., 1.],
@@ -415,7 +415,7 @@ def _soft_sort_core(s, tau: float, power: float, valid=None, log: bool = False):
 
 
 @list_operator
-def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
+def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
                      distance_power: float = DEFAULT_DISTANCE_POWER,
                      direction: str = "DESCENDING", hard: bool = False, *, mask=None,
                      log: bool = False):
@@ -452,7 +452,7 @@ def soft_sort_matrix(scores, tau: float = DEFAULT_TAU,
       `tf.function` and XLA).
 
     Example:
-    >>> P = soft_sort_matrix([[1.0, 3.0, 2.0]], tau=0.1)
+    >>> P = softsort_permutation_matrix([[1.0, 3.0, 2.0]], tau=0.1)
     >>> np.round(P.numpy()[0], 3)
     array([[0., 1., 0.],
            [0., 0., 1.],
@@ -558,7 +558,7 @@ def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
 
 
 @list_operator
-def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCENDING",
+def neuralsort_permutation_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCENDING",
                        hard: bool = False, *, mask=None, log: bool = False):
     """NeuralSort relaxed permutation matrix (Grover et al., 2019).
 
@@ -574,8 +574,8 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
         so rows are sharp when sorted neighbours differ by much more than τ / 2.
         As τ → 0, P̂ tends to the exact permutation matrix.
       direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
-      hard: straight-through (see `soft_sort_matrix`).
-      log: return log P̂, computed in the log domain (see `soft_sort_matrix`).
+      hard: straight-through (see `softsort_permutation_matrix`).
+      log: return log P̂, computed in the log domain (see `softsort_permutation_matrix`).
       mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row
         i = 1..n_valid is softmax(((n_valid + 1 − 2i)·s − A_s·w) / τ) over the valid
         entries, A_s·w summing over the valid entries only, so the valid block is P̂
@@ -587,7 +587,7 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
       padding: 0). Works with an unknown n (under `tf.function` and XLA).
 
     Example:
-    >>> P = neural_sort_matrix([[1.0, 3.0, 2.0]], tau=0.1)
+    >>> P = neuralsort_permutation_matrix([[1.0, 3.0, 2.0]], tau=0.1)
     >>> np.round(P.numpy()[0], 3)
     array([[0., 1., 0.],
            [0., 0., 1.],
@@ -602,8 +602,8 @@ def neural_sort_matrix(scores, tau: float = DEFAULT_TAU, direction: str = "DESCE
 SOFTSORT = Family(
     "softsort", "tau", DEFAULT_TAU,
     "temperature τ of the row softmaxes, in the units of the scores",
-    "Prillo & Eisenschlos (2020), eq. 4", matrix_fn=soft_sort_matrix, log_domain=True)
+    "Prillo & Eisenschlos (2020), eq. 4", matrix_fn=softsort_permutation_matrix, log_domain=True)
 NEURALSORT = Family(
     "neuralsort", "tau", DEFAULT_TAU,
     "temperature τ of the row softmaxes, in the units of the scores",
-    "Grover et al. (2019)", matrix_fn=neural_sort_matrix, log_domain=True)
+    "Grover et al. (2019)", matrix_fn=neuralsort_permutation_matrix, log_domain=True)

@@ -86,7 +86,7 @@ def permute_values(perm, values, *, mask=None):
 
       mask: optional boolean `[..., n]` (or `[n]`) of the valid entries of `values`:
         padded values (NaN and ±inf included) are replaced by 0 before the product and
-        get zero gradient. With a P̂ masked the same way (e.g. `soft_sort_matrix(s,
+        get zero gradient. With a P̂ masked the same way (e.g. `softsort_permutation_matrix(s,
         mask=mask)`), the first n_valid outputs are the soft-sorted valid values and
         the others 0. Ragged `perm` `[batch, (n), (n)]` and `values` `[batch, (n)]`
         give a ragged `[batch, (n)]` output (`[batch, (S), (n)]` for a sampled ragged

@@ -246,24 +246,24 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
 
 
 @tf.autograph.experimental.do_not_convert
-def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
+def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
                                 distance_power: float = DEFAULT_DISTANCE_POWER,
                                 direction: str = "DESCENDING", hard: bool = False, *,
                                 mask=None):
-    """Stochastic SoftSort: `soft_sort_matrix` of Gumbel-perturbed log-scores.
+    """Stochastic SoftSort: `softsort_permutation_matrix` of Gumbel-perturbed log-scores.
 
     Args:
       scores: `[..., n]` log-scores.
       num_samples: number of samples S >= 1.
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      tau, distance_power, direction, hard: as in `soft_sort_matrix`.
+      tau, distance_power, direction, hard: as in `softsort_permutation_matrix`.
       mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
 
     Returns:
       `[..., S, n, n]` in the dtype of `scores`.
 
     Example:
-    >>> P = stochastic_soft_sort_matrix([[0.0, 1.0, 2.0]], num_samples=2, seed=7)
+    >>> P = stochastic_softsort_permutation_matrix([[0.0, 1.0, 2.0]], num_samples=2, seed=7)
     >>> P.shape
     TensorShape([1, 2, 3, 3])
     """
@@ -273,17 +273,18 @@ def stochastic_soft_sort_matrix(scores, num_samples: int, seed, tau: float = DEF
 
 
 @tf.autograph.experimental.do_not_convert
-def stochastic_neural_sort_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
+def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
+                                             tau: float = DEFAULT_TAU,
                                   direction: str = "DESCENDING", hard: bool = False, *,
                                   mask=None):
-    """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neural_sort_matrix` of
+    """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neuralsort_permutation_matrix` of
     Gumbel-perturbed log-scores.
 
     Args:
       scores: `[..., n]` log-scores.
       num_samples: number of samples S >= 1.
       seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      tau, direction, hard: as in `neural_sort_matrix`.
+      tau, direction, hard: as in `neuralsort_permutation_matrix`.
       mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
 
     Returns:

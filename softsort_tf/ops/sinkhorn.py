@@ -465,7 +465,7 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
 
 
 @sinkhorn_operator
-def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
+def sinkhorn_topk(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
                        mask=None, weights=None, squash="logistic", targets: str = "regular",
                        check_numerics: bool = False,
                        return_info: bool = False,
@@ -487,7 +487,7 @@ def sinkhorn_topk_mask(x, k: int, axis: int = -1, direction: str = "DESCENDING",
       A tensor with the shape and dtype of x.
 
     Example:
-    >>> mask = sinkhorn_topk_mask([0.1, 3.0, -1.0, 2.0], k=2, epsilon=1e-3)
+    >>> mask = sinkhorn_topk([0.1, 3.0, -1.0, 2.0], k=2, epsilon=1e-3)
     >>> np.round(mask.numpy())
     array([0., 1., 0., 1.], dtype=float32)
     """
@@ -683,7 +683,7 @@ SINKHORN = family.Family(
     "Cuturi, Teboul & Vert (2019)",
     operations=dict(rank=_option_operation(sinkhorn_rank),
                     sort=_option_operation(sinkhorn_sort),
-                    topk=_option_operation(sinkhorn_topk_mask),
+                    topk=_option_operation(sinkhorn_topk),
                     quantile=_option_operation(sinkhorn_quantile)),
     matrix_fn=with_straight_through(sinkhorn_permutation_matrix), doubly_stochastic=True,
     log_domain=True, settings=SinkhornSettings, temperature_range=temperature_range,

@@ -1,7 +1,7 @@
 """The front door: soft ranks, sorts, top-k masks and quantiles by any method.
 
 `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` take `method=`, a key of
-`METHODS` (the one table of the package's families, `softsort_tf.ops.family`): each
+`FAMILIES` (the one table of the package's families, `softsort_tf.ops.family`): each
 entry says what its temperature is called, its default and what it means, and which
 operations it defines. Adding a family is one `Family` record and its maths
 (docs/adding_a_family.md).
@@ -26,9 +26,9 @@ losses), checked before any computation:
 | 'permutahedron' | `regularization_strength` (1.0) | rank, sort | O(n log n) |
 | 'softsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
 | 'neuralsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
-| 'diffsort' | `steepness` (10.0; sharper as it grows) | rank, sort, topk | O(L·n²), L layers |
+| 'sorting_network' | `steepness` (10.0; sharper as it grows) | rank, sort, topk | O(L·n²) |
 
-'softsort', 'neuralsort' and 'diffsort' (differentiable sorting networks, L = n
+'softsort', 'neuralsort' and 'sorting_network' (differentiable sorting networks, L = n
 odd-even layers or ~½log₂²n bitonic ones) read their operations off their relaxed
 permutation matrix P̂ (ranks P̂ᵀ(1..n), sorted values P̂x, top-k membership the column
 sums of the first k rows of P̂).
@@ -40,7 +40,7 @@ Naming rules shared by the operators, layers, losses and metrics:
   selections and the ranking losses default to 'DESCENDING', because they select the
   best (largest) items first, as in the NeuralSort, SoftSort and learning-to-rank
   papers (rank 1 = largest).
-- Temperatures: each family names its own (`METHODS[method].temperature`): `tau` for
+- Temperatures: each family names its own (`FAMILIES[method].temperature`): `tau` for
   SoftSort and NeuralSort and `alpha` for LapSum (in the units of the scores),
   `epsilon` for Sinkhorn (in the units of the cost on [0, 1]),
   `regularization_strength` for the permutahedron projections (in the units of the
@@ -58,19 +58,10 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf.ops.family import (
-    FAMILIES,
-    MATRIX_FAMILIES,
     Family,
     get_family,
     get_matrix_family,
 )
-
-# The one table, under the names the front door has used (read-only views of it).
-METHODS = FAMILIES
-PERMUTATION_OPERATORS = MATRIX_FAMILIES
-Method = PermutationOperator = Family
-get_method = get_family
-get_permutation_operator = get_matrix_family
 
 
 def temperature_kwargs(method: str, temperature) -> dict:
@@ -168,12 +159,12 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
     Args:
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
         output is ragged `[batch, (n), (n)]`).
-      method: a key of `PERMUTATION_OPERATORS`, the families with a matrix:
-        'softsort' (`soft_sort_matrix`), 'neuralsort' (`neural_sort_matrix`),
+      method: a key of `FAMILIES` whose family has a relaxed matrix:
+        'softsort' (`softsort_permutation_matrix`), 'neuralsort' (`neuralsort_permutation_matrix`),
         'sinkhorn' (`sinkhorn_permutation_matrix`), 'lapsum'
-        (`lapsum_permutation_matrix`), 'diffsort' (`sorting_network_matrix`).
+        (`lapsum_permutation_matrix`), 'sorting_network' (`sorting_network_permutation_matrix`).
       direction: 'DESCENDING' (default) or 'ASCENDING'.
-      hard: straight-through (see `soft_sort_matrix`): the exact permutation in the
+      hard: straight-through (see `softsort_permutation_matrix`): the exact permutation in the
         forward pass, the gradient of the relaxation in the backward pass.
       mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid block
         of P̂ is the matrix of the unpadded list (exactly for SoftSort/NeuralSort, up
@@ -212,13 +203,13 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
 
 
 _COMMON = """
-      method: a key of `METHODS` (see the table in `softsort_tf.ops.soft`).
+      method: a key of `FAMILIES` (see the table in `softsort_tf.ops.soft`).
       direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
       axis: the axis to operate along (the last one for a ragged x).
       mask: optional boolean `[..., n]` (or `[n]`), True = valid entry (the package's
         padding convention, `softsort_tf._masking`); not supported by 'permutahedron'.
-      temperature: the method's temperature (`METHODS[method].temperature`: ε, α, τ or
-        the regularisation strength); default `METHODS[method].default_temperature`.
+      temperature: the method's temperature (`FAMILIES[method].temperature`: ε, α, τ or
+        the regularisation strength); default `FAMILIES[method].default_temperature`.
       **kwargs: further arguments of the method's operator (e.g. `options`, `squash`
         or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
         'permutahedron', `distance_power` for 'softsort')."""

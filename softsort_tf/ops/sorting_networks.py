@@ -540,7 +540,7 @@ def _network_lists(lists: Lists, network, step_fn, direction):
 
 
 @list_operator
-def sorting_network_matrix(scores, steepness: float = DEFAULT_STEEPNESS,
+def sorting_network_permutation_matrix(scores, steepness: float = DEFAULT_STEEPNESS,
                            network: str = DEFAULT_NETWORK, sigmoid: str = DEFAULT_SIGMOID,
                            art_lambda: float = DEFAULT_ART_LAMBDA,
                            direction: str = "DESCENDING", hard: bool = False, *, mask=None):
@@ -575,12 +575,12 @@ def sorting_network_matrix(scores, steepness: float = DEFAULT_STEEPNESS,
       `direction` order.
 
     Example:
-    >>> P = sorting_network_matrix([[1.0, 3.0, 2.0]], steepness=1000.0)
+    >>> P = sorting_network_permutation_matrix([[1.0, 3.0, 2.0]], steepness=1000.0)
     >>> np.round(P.numpy()[0], 2)
     array([[0., 1., 0.],
            [0., 0., 1.],
            [1., 0., 0.]], dtype=float32)
-    >>> P = sorting_network_matrix([[1.0, 3.0, 2.0]], network="bitonic")
+    >>> P = sorting_network_permutation_matrix([[1.0, 3.0, 2.0]], network="bitonic")
     >>> np.round(P.numpy()[0].sum(axis=0), 4), np.round(P.numpy()[0].sum(axis=1), 4)
     (array([1., 1., 1.], dtype=float32), array([1., 1., 1.], dtype=float32))
     """
@@ -599,11 +599,11 @@ def sorting_network_sort(x, steepness: float = DEFAULT_STEEPNESS, network: str =
                          direction: str = "ASCENDING", hard: bool = False, axis: int = -1, *,
                          mask=None):
     """Soft-sorted values: the outputs of a relaxed sorting network (Petersen et al.,
-    ICML 2021), equal to `sorting_network_matrix(x, ...) @ x`.
+    ICML 2021), equal to `sorting_network_permutation_matrix(x, ...) @ x`.
 
     Args:
       x: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]`.
-      steepness, network, sigmoid, art_lambda: see `sorting_network_matrix`.
+      steepness, network, sigmoid, art_lambda: see `sorting_network_permutation_matrix`.
       direction: 'ASCENDING' (default, as `tf.sort`) or 'DESCENDING'.
       hard: straight-through: the exact sort forward, the relaxed gradient backward.
       axis: the axis to sort along (default the last).
@@ -632,9 +632,9 @@ def sorting_network_sort(x, steepness: float = DEFAULT_STEEPNESS, network: str =
 # Odd-even (default) or bitonic networks (`network=`): products of doubly-stochastic
 # relaxed swaps (`softsort_tf.ops.family`).
 DIFFSORT = Family(
-    "diffsort", "steepness", DEFAULT_STEEPNESS,
+    "sorting_network", "steepness", DEFAULT_STEEPNESS,
     "steepness β of the relaxed swaps' sigmoid, in inverse units of the scores: values "
     "closer than about 1/β are blurred together (β → ∞: exact)",
     "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)",
-    matrix_fn=sorting_network_matrix, doubly_stochastic=True,
+    matrix_fn=sorting_network_permutation_matrix, doubly_stochastic=True,
     temperature_units="inverse_scores")

@@ -52,7 +52,7 @@ NOTEBOOKS = {
         r"neuralsort\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
         r"sinkhorn\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
         r"lapsum\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
-        r"diffsort\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
+        r"sorting_network\s+\d\.\d{3}\s+\(\d\.\d{3}\)",
         r"Deterministic NeuralSort \(NeuralSort paper\)\s+0\.930 \(0\.951\)",
         r"predicted order",
     ]),

@@ -190,7 +190,7 @@ def test_median_evaluation_metrics_and_bad_configs():
     assert (config.temperature, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
     # One temperature, its default in the family's units (raw CNN scores: τ = 128 for
     # n = 9; a steepness: 1/128; Sinkhorn's scale-free ε: Cuturi et al.'s 0.005).
-    assert ExperimentConfig(method="diffsort", n=9).finalize().temperature == 1.0 / 128
+    assert ExperimentConfig(method="sorting_network", n=9).finalize().temperature == 1.0 / 128
     assert ExperimentConfig(method="lapsum", n=3).finalize().temperature == 1024.0
     assert ExperimentConfig(method="sinkhorn", n=3).finalize().temperature == 5e-3
     config = ExperimentConfig(task="median").finalize()

@@ -54,7 +54,7 @@ def test_median_prediction_is_the_middle_row_times_the_regressed_values():
         pred = model(inputs).numpy()
         scores = _per_image(model.scorer, images, False)
         values = _per_image(model.regressor, images, False).numpy()
-        middle = softsort_tf.soft_sort_matrix(scores, tau=tau).numpy()[:, 2, :]
+        middle = softsort_tf.softsort_permutation_matrix(scores, tau=tau).numpy()[:, 2, :]
         np.testing.assert_allclose(pred, np.sum(middle * values, axis=1), rtol=1e-5, atol=1e-7)
     # With a vanishing τ, the middle row is one-hot on the image with the median score.
     median_item = np.argsort(-scores.numpy(), axis=1, kind="stable")[:, 2]

@@ -13,8 +13,8 @@ from operator_cases import embed_block
 import softsort_tf as ss
 
 LAYERS = {
-    "softsort": (ss.SoftSort, dict(tau=0.4, distance_power=2.0), ss.soft_sort_matrix),
-    "neuralsort": (ss.NeuralSort, dict(tau=0.4), ss.neural_sort_matrix),
+    "softsort": (ss.SoftSort, dict(tau=0.4, distance_power=2.0), ss.softsort_permutation_matrix),
+    "neuralsort": (ss.NeuralSort, dict(tau=0.4), ss.neuralsort_permutation_matrix),
     "sinkhorn": (ss.SinkhornPermutation, dict(epsilon=0.05, max_iterations=500),
                  ss.sinkhorn_permutation_matrix),
 }
@@ -70,7 +70,7 @@ def test_num_samples_adds_a_sample_axis():
     assert inference.shape == (3, 4, 5, 5)
     for sample in range(4):
         np.testing.assert_array_equal(inference.numpy()[:, sample],
-                                      ss.soft_sort_matrix(x, 0.5).numpy())
+                                      ss.softsort_permutation_matrix(x, 0.5).numpy())
     ranks = ss.SoftSort(tau=0.5, stochastic=True, num_samples=4, seed=1, output_mode="ranks")
     assert ranks(x, training=True).shape == (3, 4, 5)
     sorted_values = ss.NeuralSort(stochastic=True, num_samples=2, output_mode="sorted", seed=0)
@@ -153,7 +153,8 @@ def test_xla_and_mixed_precision_models():
         layer = ss.SoftSort(tau=0.5, dtype=policy)
         out = layer(x)
         assert out.dtype == tf.float32 and layer.compute_dtype == "float32"
-        np.testing.assert_allclose(out.numpy(), ss.soft_sort_matrix(x, 0.5).numpy(), atol=1e-6)
+        np.testing.assert_allclose(out.numpy(), ss.softsort_permutation_matrix(x, 0.5).numpy(),
+                                   atol=1e-6)
     assert ss.SoftSort(dtype="float64")(x.astype(np.float64)).dtype == tf.float64
 
 

@@ -1,5 +1,5 @@
-"""Tests of `softsort_tf.layers.soft`, the front-door layers (`SoftRankLayer`,
-`SoftSortLayer`, `SoftTopKLayer`, `SoftQuantileLayer`): the values and finite gradients
+"""Tests of `softsort_tf.layers.soft`, the front-door layers (`RankLayer`,
+`SortLayer`, `TopKLayer`, `QuantileLayer`): the values and finite gradients
 of the front door, Keras masking, mixed precision, config and `.keras` round trips,
 dynamic shapes and XLA."""
 
@@ -15,16 +15,16 @@ FAMILIES = {
     "sinkhorn": (0.05, None), "lapsum": (0.3, None),
     "permutahedron": (0.3, {"regularization": "kl"}),
     "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None),
-    "diffsort": (5.0, {"network": "bitonic"})}
-assert set(FAMILIES) == set(ss.METHODS)  # a new family gets these tests
+    "sorting_network": (5.0, {"network": "bitonic"})}
+assert set(FAMILIES) == set(ss.FAMILIES)  # a new family gets these tests
 LAYERS = {  # layer class, its operation's front door, its leading arguments
-    "rank": (ss.SoftRankLayer, ss.soft_rank, ()),
-    "sort": (ss.SoftSortLayer, ss.soft_sort, ()),
-    "topk": (ss.SoftTopKLayer, ss.soft_topk, (2,)),
-    "quantile": (ss.SoftQuantileLayer, ss.soft_quantile, ([0.25, 0.5],)),
+    "rank": (ss.RankLayer, ss.soft_rank, ()),
+    "sort": (ss.SortLayer, ss.soft_sort, ()),
+    "topk": (ss.TopKLayer, ss.soft_topk, (2,)),
+    "quantile": (ss.QuantileLayer, ss.soft_quantile, ([0.25, 0.5],)),
 }
 CASES = [(operation, method) for operation in LAYERS for method in FAMILIES
-         if operation in ss.METHODS[method].operations]
+         if operation in ss.FAMILIES[method].operations]
 
 
 def _layer(operation, method, **kwargs):
@@ -64,9 +64,9 @@ def test_layer_is_the_front_door_with_its_config(operation, method):
 
 
 def test_default_directions_and_sinkhorn_settings():
-    assert ss.SoftRankLayer().direction == "ASCENDING"
-    assert ss.SoftTopKLayer(1).direction == "DESCENDING"
-    layer = ss.SoftRankLayer(temperature=1e-3, squash="atan", threshold=1e-5)
+    assert ss.RankLayer().direction == "ASCENDING"
+    assert ss.TopKLayer(1).direction == "DESCENDING"
+    layer = ss.RankLayer(temperature=1e-3, squash="atan", threshold=1e-5)
     config = layer.get_config()
     assert (config["epsilon"], config["squash"], config["threshold"]) == (1e-3, "atan", 1e-5)
     x = np.random.default_rng(2).normal(size=(2, 5)).astype(np.float32)
@@ -77,26 +77,26 @@ def test_default_directions_and_sinkhorn_settings():
 
 def test_bad_arguments_raise_at_construction():
     cases = [
-        (lambda: ss.SoftRankLayer("bubble"), "`method`"),
-        (lambda: ss.SoftQuantileLayer(0.5, "softsort"), "quantile"),
-        (lambda: ss.SoftTopKLayer(1, "permutahedron"), "topk"),
-        (lambda: ss.SoftRankLayer("lapsum", temperature=-1.0), "`temperature`"),
-        (lambda: ss.SoftRankLayer("lapsum", epsilon=1e-3), "method='sinkhorn'"),
-        (lambda: ss.SoftSortLayer("softsort", squash="atan"), "method='sinkhorn'"),
-        (lambda: ss.SoftRankLayer(method_kwargs={"squash": "atan"}), "`method_kwargs`"),
-        (lambda: ss.SoftRankLayer("permutahedron", method_kwargs={"regularization": "x"}),
+        (lambda: ss.RankLayer("bubble"), "`method`"),
+        (lambda: ss.QuantileLayer(0.5, "softsort"), "quantile"),
+        (lambda: ss.TopKLayer(1, "permutahedron"), "topk"),
+        (lambda: ss.RankLayer("lapsum", temperature=-1.0), "`temperature`"),
+        (lambda: ss.RankLayer("lapsum", epsilon=1e-3), "method='sinkhorn'"),
+        (lambda: ss.SortLayer("softsort", squash="atan"), "method='sinkhorn'"),
+        (lambda: ss.RankLayer(method_kwargs={"squash": "atan"}), "`method_kwargs`"),
+        (lambda: ss.RankLayer("permutahedron", method_kwargs={"regularization": "x"}),
          "`regularization`"),
-        (lambda: ss.SoftRankLayer("neuralsort", method_kwargs={"tau": 1.0}), "`tau`"),
-        (lambda: ss.SoftRankLayer(temperature=1e-2, epsilon=1e-3), "`temperature` and"),
-        (lambda: ss.SoftTopKLayer(0, "softsort"), "`k`"),
-        (lambda: ss.SoftTopKLayer(1.5, "softsort"), "`k`"),
-        (lambda: ss.SoftQuantileLayer(1.5, "lapsum"), "`quantiles`"),
-        (lambda: ss.SoftRankLayer("lapsum", direction="UP"), "`direction`"),
+        (lambda: ss.RankLayer("neuralsort", method_kwargs={"tau": 1.0}), "`tau`"),
+        (lambda: ss.RankLayer(temperature=1e-2, epsilon=1e-3), "`temperature` and"),
+        (lambda: ss.TopKLayer(0, "softsort"), "`k`"),
+        (lambda: ss.TopKLayer(1.5, "softsort"), "`k`"),
+        (lambda: ss.QuantileLayer(1.5, "lapsum"), "`quantiles`"),
+        (lambda: ss.RankLayer("lapsum", direction="UP"), "`direction`"),
     ]
     for make, message in cases:
         with pytest.raises(ValueError, match=message):
             make()
-    assert ss.SoftTopKLayer(1.5, "lapsum").k == 1.5  # LapSum takes a real k
+    assert ss.TopKLayer(1.5, "lapsum").k == 1.5  # LapSum takes a real k
 
 
 @pytest.mark.parametrize("method", ["sinkhorn", "lapsum", "softsort"])
@@ -154,11 +154,11 @@ def test_model_with_every_layer_saves_reloads_and_runs_under_xla(tmp_path):
     h = keras.layers.Dense(1)(keras.layers.Reshape((-1, 1))(inputs))
     scores = keras.layers.Reshape((-1,))(h)
     outputs = {
-        "rank": ss.SoftRankLayer("sinkhorn", temperature=0.05, squash="atan")(scores),
-        "sort": ss.SoftSortLayer("neuralsort", temperature=0.3)(scores),
-        "topk": ss.SoftTopKLayer(2, "softsort", temperature=0.3,
+        "rank": ss.RankLayer("sinkhorn", temperature=0.05, squash="atan")(scores),
+        "sort": ss.SortLayer("neuralsort", temperature=0.3)(scores),
+        "topk": ss.TopKLayer(2, "softsort", temperature=0.3,
                                  method_kwargs={"distance_power": 2.0})(scores),
-        "quantile": ss.SoftQuantileLayer([0.25, 0.75], "lapsum", temperature=0.3)(scores),
+        "quantile": ss.QuantileLayer([0.25, 0.75], "lapsum", temperature=0.3)(scores),
     }
     model = keras.Model(inputs, outputs)
     path = tmp_path / "soft_layers.keras"
@@ -179,15 +179,15 @@ def test_model_with_every_layer_saves_reloads_and_runs_under_xla(tmp_path):
 
 # Every layer with a temperature: `make(value, **layer_kwargs)`, its family, the argument.
 TEMPERATURE_LAYERS = {
-    "SoftRankLayer-epsilon": (lambda t, **kw: ss.SoftRankLayer(epsilon=t, **kw),
+    "RankLayer-epsilon": (lambda t, **kw: ss.RankLayer(epsilon=t, **kw),
                               "sinkhorn", "epsilon"),
-    "SoftRankLayer-temperature": (lambda t, **kw: ss.SoftRankLayer(temperature=t, **kw),
+    "RankLayer-temperature": (lambda t, **kw: ss.RankLayer(temperature=t, **kw),
                                   "sinkhorn", "temperature"),
-    "SoftSortLayer": (lambda t, **kw: ss.SoftSortLayer("softsort", temperature=t, **kw),
+    "SortLayer": (lambda t, **kw: ss.SortLayer("softsort", temperature=t, **kw),
                       "softsort", "temperature"),
-    "SoftTopKLayer": (lambda t, **kw: ss.SoftTopKLayer(1, "neuralsort", temperature=t, **kw),
+    "TopKLayer": (lambda t, **kw: ss.TopKLayer(1, "neuralsort", temperature=t, **kw),
                       "neuralsort", "temperature"),
-    "SoftQuantileLayer": (lambda t, **kw: ss.SoftQuantileLayer(0.5, "lapsum", temperature=t,
+    "QuantileLayer": (lambda t, **kw: ss.QuantileLayer(0.5, "lapsum", temperature=t,
                                                                **kw),
                           "lapsum", "temperature"),
     "SinkhornRank": (lambda t, **kw: ss.SinkhornRank(epsilon=t, **kw), "sinkhorn", "epsilon"),

@@ -1,5 +1,5 @@
 """Tests of `softsort_tf.losses.method`, the losses computed with any family of
-`METHODS`: each rank loss is its formula on the front door's ranks, takes masks, Keras
+`FAMILIES`: each rank loss is its formula on the front door's ranks, takes masks, Keras
 masks and ragged lists, and validates its method arguments at construction."""
 
 import keras
@@ -22,10 +22,10 @@ FAMILY_ARGUMENTS = {  # (temperature, method_kwargs) of each family in these tes
     "sinkhorn": (0.05, None), "lapsum": (0.3, None),
     "permutahedron": (0.3, {"regularization": "kl"}),
     "softsort": (0.3, {"distance_power": 2.0}), "neuralsort": (0.3, None),
-    "diffsort": (5.0, {"network": "bitonic"})}
+    "sorting_network": (5.0, {"network": "bitonic"})}
 
 
-assert set(FAMILY_ARGUMENTS) == set(ss.METHODS)  # a new family gets these tests
+assert set(FAMILY_ARGUMENTS) == set(ss.FAMILIES)  # a new family gets these tests
 
 
 def _np_pearson(u, v):
@@ -90,7 +90,7 @@ def test_rank_losses_of_other_families_take_masks_keras_masks_and_ragged_lists(m
                  ss.SoftTopKLoss(1, from_sparse=True, method=method, temperature=0.3)):
         if isinstance(loss, ss.SoftTopKLoss):
             classes = np.zeros(3, np.int64)
-            expected = ss.soft_top_k_loss(classes, scores, 1, from_sparse=True, mask=valid,
+            expected = ss.soft_topk_loss(classes, scores, 1, from_sparse=True, mask=valid,
                                           method=method, temperature=0.3)
             y = classes
         else:
@@ -118,7 +118,7 @@ def test_permutahedron_takes_no_padding_and_says_so():
     with pytest.raises(ValueError, match="mask"):
         loss(tf.ragged.constant([[1.0, 2.0], [3.0]]), tf.ragged.constant([[0.1, 0.2], [0.3]]))
     with pytest.raises(ValueError, match="mask"):
-        ss.soft_top_k_loss([0], scores, 1, from_sparse=True, mask=labels >= 0,
+        ss.soft_topk_loss([0], scores, 1, from_sparse=True, mask=labels >= 0,
                            method="permutahedron")
     unpadded = SoftNDCGLoss("permutahedron", 1e-3, negative_labels_are_padding=False)
     assert float(unpadded(labels[:, :3], scores[:, :3])) == pytest.approx(0.0, abs=1e-6)
@@ -170,7 +170,7 @@ def test_sinkhorn_temperature_range_follows_the_loss_dtype():
 
 
 @pytest.mark.parametrize("method,temperature", [("lapsum", 1e-50), ("softsort", 1e39),
-                                                ("neuralsort", 1e-46), ("diffsort", 1e39)])
+                                                ("neuralsort", 1e-46), ("sorting_network", 1e39)])
 def test_temperatures_float32_cannot_hold_are_rejected_at_construction(method, temperature):
     with pytest.raises(ValueError, match=rf"`temperature`.*{method}.*float32"):
         ss.SoftNDCGLoss(method=method, temperature=temperature)

@@ -113,7 +113,8 @@ def test_loss_gradient_is_finite_where_the_true_entry_is_zero():
 
 def test_loss_under_xla_matches_eager():
     order = tf.constant([[2, 0, 1, 3], [3, 2, 1, 0]])
-    perm = ss.soft_sort_matrix(np.random.RandomState(0).randn(2, 4).astype(np.float32), tau=0.5)
+    perm = ss.softsort_permutation_matrix(
+        np.random.RandomState(0).randn(2, 4).astype(np.float32), tau=0.5)
     eager = ss.permutation_cross_entropy(order, perm)
     xla = tf.function(ss.permutation_cross_entropy, jit_compile=True)(order, perm)
     np.testing.assert_allclose(xla.numpy(), eager.numpy(), rtol=1e-6)
@@ -308,7 +309,7 @@ def test_loss_and_accuracies_on_padded_orderings_equal_unpadded(batch, noise_see
     xt = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(xt)
-        perm = ss.neural_sort_matrix(xt, tau=TAU, mask=mask)
+        perm = ss.neuralsort_permutation_matrix(xt, tau=TAU, mask=mask)
         loss = ss.permutation_cross_entropy(y, perm)
         total = tf.reduce_sum(loss)
     grad = tape.gradient(total, xt).numpy()
@@ -326,7 +327,7 @@ def test_loss_and_accuracies_on_padded_orderings_equal_unpadded(batch, noise_see
         y_ref = np.argsort(-truth[r, valid], kind="stable")[None].astype(np.int32)
         with tf.GradientTape() as tape:
             tape.watch(v)
-            ref_perm = ss.neural_sort_matrix(v, tau=TAU)
+            ref_perm = ss.neuralsort_permutation_matrix(v, tau=TAU)
             ref_loss = ss.permutation_cross_entropy(y_ref, ref_perm)
         ref_grad = tape.gradient(ref_loss, v).numpy()[0]
         np.testing.assert_allclose(loss[r], ref_loss[0], rtol=1e-12)

@@ -22,11 +22,11 @@ from softsort_tf.losses.spearman import SpearmanLoss
 from softsort_tf.metrics.ranking import MRRMetric, NDCGMetric, ndcg
 
 # Temperatures near the hard limit: small (1e-3 unless listed) or, for the steepness of
-# 'diffsort', large.
-NEAR_HARD = {"sinkhorn": 1e-4, "diffsort": 1e5}
+# 'sorting_network', large.
+NEAR_HARD = {"sinkhorn": 1e-4, "sorting_network": 1e5}
 
 
-@pytest.mark.parametrize("method", [m for m in ss.METHODS if m != "permutahedron"])
+@pytest.mark.parametrize("method", [m for m in ss.FAMILIES if m != "permutahedron"])
 def test_soft_ndcg_tends_to_hard_ndcg(method):
     rng = np.random.default_rng(3)
     labels, _ = random_padded(rng, 6, 10)

@@ -23,7 +23,7 @@ from softsort_tf.losses.ranking import (
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
 from softsort_tf.metrics.ranking import ndcg
 
-FAMILIES = ["sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "diffsort"]
+FAMILIES = ["sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort", "sorting_network"]
 
 
 def _train_listwise(loss, seed=0, epochs=5, batch=64):
@@ -192,7 +192,7 @@ def test_standardized_scores_of_constant_padded_and_extreme_lists():
             assert np.argmax(g[0]) == 0, (method, g)
 
 
-@pytest.mark.parametrize("method", ["lapsum", "softsort", "diffsort"])
+@pytest.mark.parametrize("method", ["lapsum", "softsort", "sorting_network"])
 def test_spearman_default_is_scale_free(method):
     """SpearmanLoss without a temperature: the same value for scores 1e-4 and 1e4 times
     larger (a temperature in score units would blur the first and sort the second

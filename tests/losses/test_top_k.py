@@ -123,7 +123,7 @@ def test_top_k_sample_weight_and_reductions():
     per_example = ss.SoftTopKLoss(2, from_sparse=True, reduction="none")(labels, logits).numpy()
     assert per_example.shape == (5,)
     np.testing.assert_allclose(
-        ss.soft_top_k_loss(labels, logits, 2, from_sparse=True).numpy(), per_example, rtol=1e-6)
+        ss.soft_topk_loss(labels, logits, 2, from_sparse=True).numpy(), per_example, rtol=1e-6)
 
     def reduced(reduction, sample_weight=None):
         loss = ss.SoftTopKLoss(2, from_sparse=True, reduction=reduction)
@@ -159,9 +159,9 @@ def test_top_k_loss_with_padded_classes(form):
     mask = np.isin(np.arange(8), [0, 2, 3, 5, 6])[None, :].repeat(3, axis=0)
     full_labels = np.array([0, 3, 2])  # the same classes in the padded layout
     sharp = dict(epsilon=1e-3, threshold=1e-7, max_iterations=3000)
-    want, want_grad = value_and_grad(lambda x: ss.soft_top_k_loss(
+    want, want_grad = value_and_grad(lambda x: ss.soft_topk_loss(
         labels, x, 2, form=form, from_sparse=True, **sharp), logits)
-    got, grad = value_and_grad(lambda x: ss.soft_top_k_loss(
+    got, grad = value_and_grad(lambda x: ss.soft_topk_loss(
         full_labels, x, 2, form=form, from_sparse=True, mask=mask, **sharp), full)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(grad[~mask], 0.0)
@@ -178,7 +178,7 @@ def test_top_k_sparse_label_out_of_range_raises_a_clear_error(label):
     logits = [[0.0, 5.0, 1.0], [1.0, 0.0, 2.0]]
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         ss.SoftTopKLoss(1, from_sparse=True)([label, 0], logits)
-    graph = tf.function(lambda y, x: ss.soft_top_k_loss(y, x, from_sparse=True))
+    graph = tf.function(lambda y, x: ss.soft_topk_loss(y, x, from_sparse=True))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[0, 3\)"):
         graph(tf.constant([0, label]), tf.constant(logits))
 
@@ -219,8 +219,8 @@ def test_top_k_loss_with_an_unknown_number_of_classes():
 
 def test_top_k_loss_epsilon_rule_unless_given():
     logits = tf.constant([[0.0, 3.0, 1.0, 2.0]])
-    rule = ss.soft_top_k_loss([1], logits, from_sparse=True)
-    explicit = ss.soft_top_k_loss([1], logits, from_sparse=True,
+    rule = ss.soft_topk_loss([1], logits, from_sparse=True)
+    explicit = ss.soft_topk_loss([1], logits, from_sparse=True,
                                   epsilon=ss.losses.top_k.default_top_k_epsilon(4))
     np.testing.assert_allclose(rule.numpy(), explicit.numpy())
     assert ss.SoftTopKLoss().options.epsilon is None

@@ -17,13 +17,14 @@ TOPK = [m for m, f in ss.FAMILIES.items() if "topk" in f.operations]
 
 @pytest.mark.parametrize("method", TOPK)
 def test_k_at_or_above_n_is_refused_by_every_family(method):
-    # softsort, neuralsort and diffsort returned memberships above 1 for k = 10 > n = 5.
+    # softsort, neuralsort and sorting_network returned memberships above 1 for k = 10 > n = 5.
     for k in (5, 10):
         with pytest.raises(ValueError, match=r"`k`.*\[1, 5\)|`k`.*\(0, 5\)"):
             ss.soft_topk(X, k, method)
         with pytest.raises(ValueError, match="`k`"):
-            ss.SoftTopKLayer(k, method)(X)
-    membership = ss.soft_topk(X, 4, method, temperature=0.01 if method != "diffsort" else 100.0)
+            ss.TopKLayer(k, method)(X)
+    temperature = 0.01 if method != "sorting_network" else 100.0
+    membership = ss.soft_topk(X, 4, method, temperature=temperature)
     np.testing.assert_allclose(np.sum(membership), 4.0, atol=1e-3)
 
 
@@ -43,13 +44,13 @@ def test_an_unknown_temperature_keyword_names_the_family_temperature():
         ss.soft_rank(X, "lapsum", epsilon=0.1)
     with pytest.raises(ValueError, match=r"`alpha`.*method='sinkhorn'.*`epsilon`"):
         ss.soft_sort(X, "sinkhorn", alpha=0.1)
-    with pytest.raises(ValueError, match=r"`tau`.*method='diffsort'.*`steepness`"):
-        ss.soft_rank(X, "diffsort", tau=0.1)
+    with pytest.raises(ValueError, match=r"`tau`.*method='sorting_network'.*`steepness`"):
+        ss.soft_rank(X, "sorting_network", tau=0.1)
 
 
 @pytest.mark.parametrize("method,temperature", [
     ("sinkhorn", 1e39), ("lapsum", 1e39), ("softsort", 1e-40), ("permutahedron", 1e-40),
-    ("neuralsort", 1e39), ("diffsort", 1e39), ("lapsum", 1e-30),
+    ("neuralsort", 1e39), ("sorting_network", 1e39), ("lapsum", 1e-30),
 ])
 def test_temperatures_the_compute_dtype_cannot_resolve_are_refused(method, temperature):
     # NaN (Sinkhorn, SoftSort, permutahedron) or [-inf, nan, inf] (LapSum sort) before.
@@ -71,7 +72,7 @@ def test_bool_and_string_temperatures_and_levels_are_refused(bad):
     with pytest.raises(ValueError, match="`quantiles`"):
         ss.soft_quantile(X, "0.5", "lapsum")
     with pytest.raises(ValueError, match="`quantiles`"):
-        ss.SoftQuantileLayer(["0.2", "0.8"], "lapsum")
+        ss.QuantileLayer(["0.2", "0.8"], "lapsum")
 
 
 def test_a_variable_temperature_is_learnt_or_refused_never_detached():
@@ -106,7 +107,7 @@ def test_a_variable_temperature_is_learnt_or_refused_never_detached():
         with pytest.raises(ValueError, match=r"`temperature`.*Python number.*no gradient"):
             ss.soft_rank(X, method, temperature=tf.Variable(0.5))
     with pytest.raises(ValueError, match=r"`tau`.*Python number"):
-        ss.soft_sort_matrix(X, tau=tf.Variable(0.5))
+        ss.softsort_permutation_matrix(X, tau=tf.Variable(0.5))
 
 
 def test_spearman_metric_reads_a_keras_item_mask():
@@ -126,12 +127,12 @@ def test_spearman_metric_reads_a_keras_item_mask():
 
 @pytest.mark.parametrize("make", [
     lambda: ss.SinkhornRank(), lambda: ss.SinkhornSort(), lambda: ss.SinkhornCDF(),
-    lambda: ss.SinkhornQuantile(0.5), lambda: ss.SoftRankLayer("sinkhorn"),
+    lambda: ss.SinkhornQuantile(0.5), lambda: ss.RankLayer("sinkhorn"),
     lambda: ss.SinkhornPermutation(output_mode="ranks"), lambda: ss.SoftSort(),
-    lambda: ss.SoftRankLayer("lapsum"),
+    lambda: ss.RankLayer("lapsum"),
 ])
 def test_every_layer_returns_float32_under_a_float16_policy(make):
-    # SinkhornRank returned float16 while SoftRankLayer("sinkhorn") returned float32.
+    # SinkhornRank returned float16 while RankLayer("sinkhorn") returned float32.
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:

@@ -30,7 +30,7 @@ FAMILIES = tuple(family.FAMILIES)
 # Temperatures relative to a list of spread ~3 (standard normal scores, n = 7): soft,
 # but not flat.
 TEMPERATURE = {"sinkhorn": 0.05, "lapsum": 0.3, "permutahedron": 0.3, "softsort": 0.3,
-               "neuralsort": 0.3, "diffsort": 3.0}
+               "neuralsort": 0.3, "sorting_network": 3.0}
 # How the temperature follows a rescaling x·c of the scores.
 # The power of c by which a family's temperature scales with the scores x·c, read from
 # its record (`Family.temperature_units`).
@@ -270,7 +270,7 @@ def test_non_finite_scores(method, op):
 # ---------------------------------------------------------------------------------
 # A list length each family computes in well under a second.
 LONG_N = {"sinkhorn": 256, "lapsum": 20_000, "permutahedron": 4_000, "softsort": 512,
-          "neuralsort": 512, "diffsort": 64}
+          "neuralsort": 512, "sorting_network": 64}
 
 
 @pytest.mark.parametrize("method, op", _xfail([c for c in CASES if c[1] != "matrix"],

@@ -106,12 +106,12 @@ def test_sort_matches_definition(alpha):
 def test_topk_matches_definition_and_sums_to_k(k):
     x = scores([3, 8], seed=2)
     for alpha in (0.1, 1.0):
-        out = L.lapsum_topk_mask(x, k, alpha).numpy()
+        out = L.lapsum_topk(x, k, alpha).numpy()
         np.testing.assert_allclose(out, np.stack([ref_topk(r, k, alpha) for r in x]),
                                    atol=1e-10)
         np.testing.assert_allclose(out.sum(-1), k, atol=1e-10)
         assert np.all((out > 0) & (out < 1))
-        low = L.lapsum_topk_mask(x, k, alpha, "ASCENDING").numpy()
+        low = L.lapsum_topk(x, k, alpha, "ASCENDING").numpy()
         np.testing.assert_allclose(low, np.stack([ref_topk(-r, k, alpha) for r in x]),
                                    atol=1e-10)
 
@@ -158,9 +158,9 @@ def test_hard_limits():
     for k in (1, 2, 3, 5):
         hard = np.zeros_like(x)
         hard[0, np.argsort(-x[0])[:k]] = 1.0
-        np.testing.assert_allclose(L.lapsum_topk_mask(x, k, a).numpy(), hard, atol=1e-9)
+        np.testing.assert_allclose(L.lapsum_topk(x, k, a).numpy(), hard, atol=1e-9)
     # A tie at the boundary shares the mass: the 0.3's are 4th/5th largest.
-    np.testing.assert_allclose(L.lapsum_topk_mask(x, 4, a).numpy()[0, [2, 4]], [0.5, 0.5],
+    np.testing.assert_allclose(L.lapsum_topk(x, 4, a).numpy()[0, [2, 4]], [0.5, 0.5],
                                atol=1e-9)
     taus = [0.1, 2 / 7, 0.5, 0.9]
     np.testing.assert_allclose(L.lapsum_quantile(x, taus, a).numpy()[0],
@@ -183,7 +183,7 @@ def test_float32_hard_limit_and_large_temperature():
 def test_monotone_in_scores():
     x = scores([4, 30], seed=5, ties=False)
     order = np.argsort(x, axis=-1)
-    for out in (L.lapsum_rank(x, 0.3).numpy(), L.lapsum_topk_mask(x, 7, 0.3).numpy()):
+    for out in (L.lapsum_rank(x, 0.3).numpy(), L.lapsum_topk(x, 7, 0.3).numpy()):
         assert np.all(np.diff(np.take_along_axis(out, order, -1), axis=-1) > 0)
     assert np.all(np.diff(L.lapsum_sort(x, 0.3).numpy(), axis=-1) > 0)
 
@@ -254,7 +254,7 @@ def test_gradients_match_finite_differences(name):
     fns = {
         "rank": lambda v: L.lapsum_rank(v, 0.4),
         "sort": lambda v: L.lapsum_sort(v, 0.4, "DESCENDING"),
-        "topk": lambda v: L.lapsum_topk_mask(v, 2.5, 0.4),
+        "topk": lambda v: L.lapsum_topk(v, 2.5, 0.4),
         "quantile": lambda v: L.lapsum_quantile(v, [0.2, 0.5], 0.4),
         "perm": lambda v: L.lapsum_permutation_matrix(v, 0.4),
     }
@@ -269,7 +269,7 @@ def test_gradient_wrt_alpha_and_k(name):
         return {
             "rank": lambda: L.lapsum_rank(x, alpha),
             "sort": lambda: L.lapsum_sort(x, alpha),
-            "topk": lambda: L.lapsum_topk_mask(x, k, alpha),
+            "topk": lambda: L.lapsum_topk(x, k, alpha),
             "quantile": lambda: L.lapsum_quantile(x, [0.3, 0.8], alpha),
             "perm": lambda: L.lapsum_permutation_matrix(x, alpha),
         }[name]()
@@ -298,8 +298,8 @@ def test_gradients_finite_at_ties_and_extreme_temperatures():
     for alpha in (1e-30, 1e-6, 1.0, 1e30):
         for fn in (lambda v, alpha=alpha: L.lapsum_rank(v, alpha),
                    lambda v, alpha=alpha: L.lapsum_sort(v, alpha),
-                   lambda v, alpha=alpha: L.lapsum_topk_mask(v, 2, alpha),
-                   lambda v, alpha=alpha: L.lapsum_topk_mask(v, 3, alpha),
+                   lambda v, alpha=alpha: L.lapsum_topk(v, 2, alpha),
+                   lambda v, alpha=alpha: L.lapsum_topk(v, 3, alpha),
                    lambda v, alpha=alpha: L.lapsum_quantile(v, [0.4, 0.5], alpha),
                    lambda v, alpha=alpha: L.lapsum_permutation_matrix(v, alpha)):
             with tf.GradientTape() as tape:
@@ -320,7 +320,7 @@ def test_extreme_scales_float32_finite():
     for alpha in (1e-30, 1e-3, 1.0, 1e30):
         for fn in (lambda v, alpha=alpha: L.lapsum_rank(v, alpha),
                    lambda v, alpha=alpha: L.lapsum_sort(v, alpha),
-                   lambda v, alpha=alpha: L.lapsum_topk_mask(v, 3, alpha),
+                   lambda v, alpha=alpha: L.lapsum_topk(v, 3, alpha),
                    lambda v, alpha=alpha: L.lapsum_quantile(v, [0.25, 0.5, 0.75], alpha),
                    lambda v, alpha=alpha: L.lapsum_permutation_matrix(v, alpha)):
             xt = tf.constant(x)
@@ -351,7 +351,7 @@ def test_reduced_precision(dtype):
     xt = tf.cast(tf.constant(x), dtype)
     x32 = tf.cast(xt, tf.float32)
     for fn in (lambda v: L.lapsum_rank(v, 0.5), lambda v: L.lapsum_sort(v, 0.5),
-               lambda v: L.lapsum_topk_mask(v, 2, 0.5),
+               lambda v: L.lapsum_topk(v, 2, 0.5),
                lambda v: L.lapsum_quantile(v, [0.5], 0.5),
                lambda v: L.lapsum_permutation_matrix(v, 0.5)):
         out = fn(xt)
@@ -375,7 +375,7 @@ def test_xla_equals_eager_dynamic_n():
             tape.watch(x)
             outs = [L.lapsum_rank(x, 0.3, mask=mask),
                     L.lapsum_sort(x, 0.3, "DESCENDING", mask=mask),
-                    L.lapsum_topk_mask(x, 2, 0.3, mask=mask),
+                    L.lapsum_topk(x, 2, 0.3, mask=mask),
                     L.lapsum_quantile(x, [0.3, 0.6], 0.3, mask=mask),
                     L.lapsum_permutation_matrix(x, 0.3, mask=mask)]
             loss = sum(tf.reduce_sum(o * tf.sin(o + 1.0)) for o in outs)
@@ -397,7 +397,7 @@ def _ops():
     return {
         "rank": lambda v, m=None: L.lapsum_rank(v, 0.4, mask=m),
         "sort": lambda v, m=None: L.lapsum_sort(v, 0.4, mask=m),
-        "topk": lambda v, m=None: L.lapsum_topk_mask(v, 2.5, 0.4, mask=m),
+        "topk": lambda v, m=None: L.lapsum_topk(v, 2.5, 0.4, mask=m),
         "quantile": lambda v, m=None: L.lapsum_quantile(v, [0.25, 0.5], 0.4, mask=m),
         "perm": lambda v, m=None: L.lapsum_permutation_matrix(v, 0.4, mask=m),
     }
@@ -442,7 +442,7 @@ def test_mask_equals_unpadded(name):
 def test_mask_edge_rows():
     x = tf.constant(scores([3, 4], seed=14))
     mask = tf.constant([[True, True, False, False], [False] * 4, [True] * 4])
-    p = L.lapsum_topk_mask(x, 2, 0.3, mask=mask).numpy()
+    p = L.lapsum_topk(x, 2, 0.3, mask=mask).numpy()
     np.testing.assert_array_equal(p[0], [1.0, 1.0, 0.0, 0.0])   # n_valid <= k: all chosen
     np.testing.assert_array_equal(p[1], 0.0)
     np.testing.assert_allclose(p[2].sum(), 2.0, atol=1e-12)
@@ -465,7 +465,7 @@ def test_bad_input_raises_value_error_naming_the_argument():
         L.lapsum_sort(x, tf.constant(-2.0))
     for bad in (0, -1, 3, 3.5, float("nan"), True):
         with pytest.raises(ValueError, match="`k`"):
-            L.lapsum_topk_mask(x, bad)
+            L.lapsum_topk(x, bad)
     with pytest.raises(ValueError, match="direction"):
         L.lapsum_rank(x, direction="UP")
     with pytest.raises(ValueError, match="quantiles"):
@@ -473,7 +473,7 @@ def test_bad_input_raises_value_error_naming_the_argument():
 
 
 def test_runtime_checks_of_tensor_arguments():
-    f = tf.function(lambda x, a, k: L.lapsum_topk_mask(x, k, a),
+    f = tf.function(lambda x, a, k: L.lapsum_topk(x, k, a),
                     input_signature=[tf.TensorSpec([None, None]), tf.TensorSpec([]),
                                      tf.TensorSpec([])])
     x = tf.constant([[1.0, 2.0, 3.0]])
@@ -494,7 +494,7 @@ def test_topk_and_matrix_depend_on_differences_only():
     rows 0.961–1.074, [0.188]·4, rows [2, 0, 0, 2], [0.5, 0.5, 0.5, 1])."""
     x = np.array([[0.0012, -0.0021, 0.0005, 0.0031, -0.0007, 0.0018]], np.float32) + 1000
     r = x[0].astype(np.float64)
-    p = L.lapsum_topk_mask(x, 2, 1e-3).numpy()
+    p = L.lapsum_topk(x, 2, 1e-3).numpy()
     assert np.all(np.isfinite(p))
     np.testing.assert_allclose(p[0], ref_topk(r, 2, 1e-3), atol=2e-6)
     np.testing.assert_allclose(p.sum(), 2.0, atol=2e-6)
@@ -504,17 +504,17 @@ def test_topk_and_matrix_depend_on_differences_only():
     np.testing.assert_allclose(P.sum(0), 1.0, atol=2e-6)
     np.testing.assert_allclose(P.sum(1), 1.0, atol=2e-6)
     ties = np.full([1, 4], 1e4, np.float32)
-    np.testing.assert_allclose(L.lapsum_topk_mask(ties, 1, 1e-3).numpy(), 0.25, atol=1e-7)
+    np.testing.assert_allclose(L.lapsum_topk(ties, 1, 1e-3).numpy(), 0.25, atol=1e-7)
     np.testing.assert_allclose(L.lapsum_permutation_matrix(ties, 1e-4).numpy(), 0.25,
                                atol=1e-7)
-    p64 = L.lapsum_topk_mask(np.array([[5.0, 5.0, 5.0, 10.0]]), 2, 1e-20).numpy()
+    p64 = L.lapsum_topk(np.array([[5.0, 5.0, 5.0, 10.0]]), 2, 1e-20).numpy()
     np.testing.assert_allclose(p64, [[1 / 3, 1 / 3, 1 / 3, 1.0]], atol=1e-15)
     rng = np.random.default_rng(21)
     for _ in range(1):  # scores around 100, α = 1e-4
         y = (100 + 1e-4 * rng.normal(size=[1, 7])).astype(np.float32)
         ry = y[0].astype(np.float64)
         for k in (1, 3.5):
-            np.testing.assert_allclose(L.lapsum_topk_mask(y, k, 1e-4).numpy()[0],
+            np.testing.assert_allclose(L.lapsum_topk(y, k, 1e-4).numpy()[0],
                                        ref_topk(ry, k, 1e-4), atol=3e-6)
         np.testing.assert_allclose(L.lapsum_permutation_matrix(y, 1e-4, "ASCENDING")
                                    .numpy()[0], ref_permutation(ry, 1e-4), atol=3e-6)
@@ -525,12 +525,12 @@ def test_topk_and_matrix_depend_on_differences_only():
 def test_python_k_keeps_float64():
     """A Python k is not rounded to float32 for float64 scores (Σp was 2.0999999046)."""
     x = scores([1, 10], seed=22, ties=False)
-    p = L.lapsum_topk_mask(x, 2.1, 0.5).numpy()
+    p = L.lapsum_topk(x, 2.1, 0.5).numpy()
     assert p.dtype == np.float64
     np.testing.assert_allclose(p.sum(), 2.1, rtol=0, atol=1e-14)
     y = np.random.default_rng(23).normal(size=[1, 3000])
     k = 1000.5833
-    q = L.lapsum_topk_mask(y, k, 0.05).numpy()
+    q = L.lapsum_topk(y, k, 0.05).numpy()
     np.testing.assert_allclose(q.sum(), k, rtol=0, atol=1e-9)
     np.testing.assert_allclose(q[0], ref_topk(y[0], k, 0.05), atol=1e-9)
 
@@ -548,8 +548,8 @@ def test_infinite_scores_get_their_limits():
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(xt)
         outs = dict(rank=L.lapsum_rank(xt, a), sort=L.lapsum_sort(xt, a),
-                    top1=L.lapsum_topk_mask(xt, 1, a), top2=L.lapsum_topk_mask(xt, 2.5, a),
-                    top4=L.lapsum_topk_mask(xt, 4, a),
+                    top1=L.lapsum_topk(xt, 1, a), top2=L.lapsum_topk(xt, 2.5, a),
+                    top4=L.lapsum_topk(xt, 4, a),
                     quantile=L.lapsum_quantile(xt, [0.1, 0.5, 0.9], a),
                     perm=L.lapsum_permutation_matrix(xt, a))
         losses = {name: tf.reduce_sum(tf.sin(tf.where(tf.math.is_finite(out), out, 0.0)))
@@ -602,7 +602,7 @@ def test_nan_gives_a_nan_list():
     xt = tf.constant(x)
     for fn in (lambda v, m=None: L.lapsum_rank(v, 0.3, mask=m),
                lambda v, m=None: L.lapsum_sort(v, 0.3, mask=m),
-               lambda v, m=None: L.lapsum_topk_mask(v, 2, 0.3, mask=m),
+               lambda v, m=None: L.lapsum_topk(v, 2, 0.3, mask=m),
                lambda v, m=None: L.lapsum_quantile(v, [0.5], 0.3, mask=m),
                lambda v, m=None: L.lapsum_permutation_matrix(v, 0.3, mask=m)):
         with tf.GradientTape() as tape:
@@ -639,7 +639,7 @@ def test_finite_across_the_temperature_range(dtype):
         a = tf.constant(alpha, dtype)
         for name, fn in (("rank", lambda v, t: L.lapsum_rank(v, t)),
                          ("sort", lambda v, t: L.lapsum_sort(v, t)),
-                         ("topk", lambda v, t: L.lapsum_topk_mask(v, 2, t)),
+                         ("topk", lambda v, t: L.lapsum_topk(v, 2, t)),
                          ("quantile", lambda v, t: L.lapsum_quantile(v, [0.3, 0.5], t)),
                          ("perm", lambda v, t: L.lapsum_permutation_matrix(v, t))):
             with tf.GradientTape() as tape:
@@ -675,8 +675,8 @@ def test_float32_long_list_with_a_wide_alpha():
     rank = L.lapsum_rank(x, alpha).numpy()[0]
     assert np.all(np.isfinite(rank))
     np.testing.assert_allclose(rank, want, rtol=0, atol=ulp)
-    p = L.lapsum_topk_mask(x, n / 3, alpha).numpy()[0].astype(np.float64)
-    p64 = L.lapsum_topk_mask(r[None], n / 3, alpha).numpy()[0]
+    p = L.lapsum_topk(x, n / 3, alpha).numpy()[0].astype(np.float64)
+    p64 = L.lapsum_topk(r[None], n / 3, alpha).numpy()[0]
     np.testing.assert_allclose(p64.sum(), n / 3, rtol=1e-12)
     np.testing.assert_allclose(p, p64, atol=1e-6)
     assert abs(p.sum() - n / 3) < 1e-7 * n

@@ -96,13 +96,13 @@ def test_front_door():
 
 
 def test_layers_serialise_and_reload(tmp_path):
-    layer = ss.SoftRankLayer(NAME, temperature=0.3, dtype="float64")
+    layer = ss.RankLayer(NAME, temperature=0.3, dtype="float64")
     np.testing.assert_allclose(layer(X).numpy(), _reference_ranks(X, 0.3), rtol=1e-10)
     config = layer.get_config()
     assert config["method"] == NAME and config["temperature"] == 0.3
     inputs = keras.Input((6,), dtype="float64")
-    model = keras.Model(inputs, [ss.SoftRankLayer.from_config(config)(inputs),
-                                 ss.SoftSortLayer(NAME, temperature=1e-4,
+    model = keras.Model(inputs, [ss.RankLayer.from_config(config)(inputs),
+                                 ss.SortLayer(NAME, temperature=1e-4,
                                                   dtype="float64")(inputs)])
     path = tmp_path / "model.keras"
     model.save(path)
@@ -110,9 +110,9 @@ def test_layers_serialise_and_reload(tmp_path):
     for got, want in zip(loaded(X), model(X), strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
     with pytest.raises(ValueError, match="quantile"):
-        ss.SoftQuantileLayer(0.5, NAME)
+        ss.QuantileLayer(0.5, NAME)
     with pytest.raises(ValueError, match=r"`epsilon`.*method='sinkhorn'"):
-        ss.SoftRankLayer(NAME, epsilon=1e-3)
+        ss.RankLayer(NAME, epsilon=1e-3)
 
 
 def test_rank_losses_train_with_it():

@@ -71,8 +71,8 @@ def separated(seed, shape, gap=1.0):
 
 
 OPS = {
-    "softsort": lambda s, **kw: ss.soft_sort_matrix(s, **kw),
-    "neuralsort": lambda s, **kw: ss.neural_sort_matrix(s, **kw),
+    "softsort": lambda s, **kw: ss.softsort_permutation_matrix(s, **kw),
+    "neuralsort": lambda s, **kw: ss.neuralsort_permutation_matrix(s, **kw),
     "sinkhorn": lambda s, **kw: ss.permutation_matrix(s, "sinkhorn", **kw),
 }
 
@@ -82,7 +82,7 @@ OPS = {
        st.sampled_from([0.05, 0.3, 1.0, 4.0]), st.sampled_from([1.0, 2.0, 1.5, 0.5]))
 def test_soft_sort_matches_numpy_formula(lead, n, direction, seed, tau, power):
     s = np.random.RandomState(seed).randn(*lead, n)
-    out = ss.soft_sort_matrix(s, tau=tau, distance_power=power, direction=direction)
+    out = ss.softsort_permutation_matrix(s, tau=tau, distance_power=power, direction=direction)
     assert out.shape == lead + (n, n) and out.dtype == tf.float64
     np.testing.assert_allclose(out.numpy(), np_soft_sort(s, tau, power, direction),
                                rtol=1e-10, atol=1e-12)
@@ -92,7 +92,7 @@ def test_soft_sort_matches_numpy_formula(lead, n, direction, seed, tau, power):
 @given(leading_shapes, st.integers(1, 7), directions, seeds, st.sampled_from([0.1, 1.0, 5.0]))
 def test_neural_sort_matches_numpy_formula(lead, n, direction, seed, tau):
     s = np.random.RandomState(seed).randn(*lead, n)
-    out = ss.neural_sort_matrix(s, tau=tau, direction=direction)
+    out = ss.neuralsort_permutation_matrix(s, tau=tau, direction=direction)
     assert out.shape == lead + (n, n)
     np.testing.assert_allclose(out.numpy(), np_neural_sort(s, tau, direction),
                                rtol=1e-9, atol=1e-12)
@@ -101,7 +101,8 @@ def test_neural_sort_matches_numpy_formula(lead, n, direction, seed, tau):
 def test_xla_formulation_of_soft_sort_matches_numpy():
     s = np.random.RandomState(3).randn(4, 9)
     for power in (1.0, 2.0, 0.7):
-        out = tf.function(lambda x, p=power: ss.soft_sort_matrix(x, tau=0.2, distance_power=p),
+        out = tf.function(lambda x, p=power: ss.softsort_permutation_matrix(x, tau=0.2,
+                                                                          distance_power=p),
                           jit_compile=True)(tf.constant(s))
         np.testing.assert_allclose(out.numpy(), np_soft_sort(s, 0.2, power, "DESCENDING"),
                                    rtol=1e-10, atol=1e-12)
@@ -221,17 +222,18 @@ def test_gradients_match_finite_differences(op, kwargs):
 
 
 XLA_CASES = {
-    "softsort": lambda s: ss.soft_sort_matrix(s, tau=0.3),
-    "softsort_p2_ascending_hard": lambda s: ss.soft_sort_matrix(
+    "softsort": lambda s: ss.softsort_permutation_matrix(s, tau=0.3),
+    "softsort_p2_ascending_hard": lambda s: ss.softsort_permutation_matrix(
         s, tau=0.3, distance_power=2.0, direction="ASCENDING", hard=True),
-    "neuralsort": lambda s: ss.neural_sort_matrix(s, tau=0.3),
-    "neuralsort_ascending_hard": lambda s: ss.neural_sort_matrix(
+    "neuralsort": lambda s: ss.neuralsort_permutation_matrix(s, tau=0.3),
+    "neuralsort_ascending_hard": lambda s: ss.neuralsort_permutation_matrix(
         s, tau=0.3, direction="ASCENDING", hard=True),
-    "stochastic_softsort": lambda s: ss.stochastic_soft_sort_matrix(
+    "stochastic_softsort": lambda s: ss.stochastic_softsort_permutation_matrix(
         s, 4, seed=tf.constant([3, 4]), tau=0.3),
-    "stochastic_neuralsort_hard": lambda s: ss.stochastic_neural_sort_matrix(
+    "stochastic_neuralsort_hard": lambda s: ss.stochastic_neuralsort_permutation_matrix(
         s, 2, seed=7, tau=0.3, hard=True),
-    "ranks_from_permutation": lambda s: ss.ranks_from_permutation(ss.soft_sort_matrix(s, tau=0.3)),
+    "ranks_from_permutation": lambda s: ss.ranks_from_permutation(
+        ss.softsort_permutation_matrix(s, tau=0.3)),
 }
 
 
@@ -306,19 +308,19 @@ def test_extreme_temperatures_stay_finite_and_exact(method, kwargs, scale):
 
 
 def test_integer_scores_are_accepted():
-    out = ss.soft_sort_matrix([[3, 1, 2]], tau=0.01)
+    out = ss.softsort_permutation_matrix([[3, 1, 2]], tau=0.01)
     assert out.dtype == tf.float32
     np.testing.assert_allclose(out.numpy()[0], np.eye(3)[[0, 2, 1]], atol=1e-6)
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: ss.soft_sort_matrix([1.0, 2.0], tau=0.0), "tau"),
-    (lambda: ss.soft_sort_matrix([1.0, 2.0], distance_power=-1.0), "distance_power"),
-    (lambda: ss.neural_sort_matrix([1.0, 2.0], tau=float("nan")), "tau"),
-    (lambda: ss.neural_sort_matrix([1.0, 2.0], direction="UP"), "direction"),
-    (lambda: ss.soft_sort_matrix([1.0, 2.0], hard="yes"), "hard"),
-    (lambda: ss.soft_sort_matrix(3.0), "rank"),
-    (lambda: ss.soft_sort_matrix(np.zeros([2, 0])), "n >= 1"),
+    (lambda: ss.softsort_permutation_matrix([1.0, 2.0], tau=0.0), "tau"),
+    (lambda: ss.softsort_permutation_matrix([1.0, 2.0], distance_power=-1.0), "distance_power"),
+    (lambda: ss.neuralsort_permutation_matrix([1.0, 2.0], tau=float("nan")), "tau"),
+    (lambda: ss.neuralsort_permutation_matrix([1.0, 2.0], direction="UP"), "direction"),
+    (lambda: ss.softsort_permutation_matrix([1.0, 2.0], hard="yes"), "hard"),
+    (lambda: ss.softsort_permutation_matrix(3.0), "rank"),
+    (lambda: ss.softsort_permutation_matrix(np.zeros([2, 0])), "n >= 1"),
     (lambda: ss.permutation_matrix([1.0, 2.0], "bubble"), "method"),
     (lambda: ss.permutation_matrix([1.0, 2.0], "sinkhorn", axis=0), "axis"),
     (lambda: ss.gumbel_perturb([1.0, 2.0], 0, seed=1), "num_samples"),
@@ -342,7 +344,7 @@ def test_neural_sort_graph_is_quadratic():
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            perm = ss.neural_sort_matrix(s, tau=0.5)
+            perm = ss.neuralsort_permutation_matrix(s, tau=0.5)
             loss = ss.permutation_cross_entropy(tf.argsort(-s), perm)
         return tape.gradient(loss, s)
 
@@ -382,7 +384,7 @@ def test_neural_sort_memory_bound_at_n_2000():
         with pytest.raises(MemoryError):  # control: the cap binds
             bytearray(2**31)
         with tf.GradientTape() as tape:
-            perm = ss.neural_sort_matrix(s, tau=0.1)
+            perm = ss.neuralsort_permutation_matrix(s, tau=0.1)
             loss = tf.reduce_mean(ss.permutation_cross_entropy(order, perm))
         grad = tape.gradient(loss, s)
         row_sums, finite = tf.reduce_sum(perm, -1), tf.reduce_all(tf.math.is_finite(grad))
@@ -420,11 +422,11 @@ def test_padded_matrix_equals_unpadded_matrix(name, batch):
 
 def test_mask_of_rank_one_and_zero_one_values_broadcast():
     x = np.array([[3.0, np.nan, 1.0], [0.0, 5.0, 2.0]], np.float32)
-    by_bool = ss.soft_sort_matrix(x, mask=np.array([[True, False, True]] * 2))
-    np.testing.assert_array_equal(ss.soft_sort_matrix(x, mask=[1, 0, 1]).numpy(),
+    by_bool = ss.softsort_permutation_matrix(x, mask=np.array([[True, False, True]] * 2))
+    np.testing.assert_array_equal(ss.softsort_permutation_matrix(x, mask=[1, 0, 1]).numpy(),
                                   by_bool.numpy())
     with pytest.raises(ValueError, match="mask"):
-        ss.soft_sort_matrix(x, mask=[True, False])
+        ss.softsort_permutation_matrix(x, mask=[True, False])
 
 
 @pytest.mark.parametrize("method", ["softsort", "neuralsort", "sinkhorn"])

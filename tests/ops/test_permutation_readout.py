@@ -47,7 +47,7 @@ def test_permute_values_and_ranks_of_exact_permutations(lead, n, direction, seed
 def test_soft_helpers_are_weighted_averages_and_broadcast_over_samples():
     s = tf.constant(np.random.RandomState(13).randn(2, 5))
     values = tf.constant(np.random.RandomState(14).randn(2, 5))
-    perm = ss.soft_sort_matrix(s, tau=1.0)
+    perm = ss.softsort_permutation_matrix(s, tau=1.0)
     np.testing.assert_allclose(ss.permute_values(perm, values).numpy(),
                                np.einsum("bij,bj->bi", perm.numpy(), values.numpy()))
     np.testing.assert_allclose(ss.ranks_from_permutation(perm).numpy(),
@@ -56,7 +56,7 @@ def test_soft_helpers_are_weighted_averages_and_broadcast_over_samples():
     ranks = ss.ranks_from_permutation(sinkhorn).numpy()
     assert ranks.min() >= 1 - 1e-6 and ranks.max() <= 5 + 1e-6
     np.testing.assert_allclose(ranks.sum(-1), 15.0, rtol=1e-4)
-    stochastic = ss.stochastic_soft_sort_matrix(s, 3, seed=1)
+    stochastic = ss.stochastic_softsort_permutation_matrix(s, 3, seed=1)
     out = ss.permute_values(stochastic, values)  # [2, 5] values vs [2, 3, 5, 5] matrices
     assert out.shape == (2, 3, 5)
     np.testing.assert_allclose(out.numpy()[:, 1], ss.permute_values(stochastic[:, 1],
@@ -67,13 +67,13 @@ def test_soft_helpers_are_weighted_averages_and_broadcast_over_samples():
 READOUTS = {
     # name: f(scores, values, mask) → [..., n]; kind of output.
     "permute_values_softsort": (lambda s, v, mask: ss.permute_values(
-        ss.soft_sort_matrix(s, tau=TAU, mask=mask), v, mask=mask), "sorted"),
+        ss.softsort_permutation_matrix(s, tau=TAU, mask=mask), v, mask=mask), "sorted"),
     "permute_values_neuralsort": (lambda s, v, mask: ss.permute_values(
-        ss.neural_sort_matrix(s, tau=TAU, mask=mask), v, mask=mask), "sorted"),
+        ss.neuralsort_permutation_matrix(s, tau=TAU, mask=mask), v, mask=mask), "sorted"),
     "ranks_softsort": (lambda s, v, mask: ss.ranks_from_permutation(
-        ss.soft_sort_matrix(s, tau=TAU, mask=mask)), "elementwise"),
+        ss.softsort_permutation_matrix(s, tau=TAU, mask=mask)), "elementwise"),
     "ranks_neuralsort_zero_based": (lambda s, v, mask: ss.ranks_from_permutation(
-        ss.neural_sort_matrix(s, tau=TAU, mask=mask), zero_based=True, mask=mask),
+        ss.neuralsort_permutation_matrix(s, tau=TAU, mask=mask), zero_based=True, mask=mask),
         "elementwise"),
     "layer_softsort_sorted": (lambda s, v, mask: ss.SoftSort(
         tau=TAU, output_mode="sorted", dtype="float64")([s, v], mask=mask), "sorted"),
@@ -121,7 +121,7 @@ def test_padded_readouts_equal_unpadded_readouts(name, batch):
 def test_ragged_readouts_and_rankdata():
     lists = [[3.0, 1.0, 2.0], [5.0], [0.0, -1.0]]
     r = tf.ragged.constant(lists)
-    perm = ss.soft_sort_matrix(r, tau=0.01)
+    perm = ss.softsort_permutation_matrix(r, tau=0.01)
     assert ss.permute_values(perm, r).to_list() == [[3.0, 2.0, 1.0], [5.0], [0.0, -1.0]]
     assert ss.ranks_from_permutation(perm).to_list() == [[1.0, 3.0, 2.0], [1.0], [1.0, 2.0]]
     assert ss.rankdata(r).to_list() == [[3.0, 1.0, 2.0], [1.0], [2.0, 1.0]]
@@ -135,7 +135,7 @@ def test_ragged_readouts_of_sampled_matrices(buckets, monkeypatch):
     monkeypatch.setattr(_masking, "RAGGED_BUCKETS", buckets)
     lists = [[0.3, 2.0, 1.0], [1.5], [], [4.0, -1.0]]
     values = tf.ragged.constant(lists, tf.float64)
-    perm = ss.stochastic_soft_sort_matrix(values, 2, (1, 2))
+    perm = ss.stochastic_softsort_permutation_matrix(values, 2, (1, 2))
     sorted_values = ss.permute_values(perm, values).to_list()
     ranks = ss.ranks_from_permutation(perm).to_list()
     for row, matrices, sorted_row, rank_row in zip(lists, perm.to_list(), sorted_values, ranks,

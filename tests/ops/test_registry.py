@@ -1,5 +1,5 @@
-"""Tests of `softsort_tf.ops.registry`, the table of relaxed-permutation operators:
-`permutation_matrix` and `get_permutation_operator`, the layers that share the table,
+"""Tests of the relaxed-permutation side of the family table (`ss.FAMILIES`, the families
+with `has_matrix`): `permutation_matrix` and `get_family`, the layers that share the table,
 log matrices, and the Sinkhorn entry on padded lists."""
 
 import keras
@@ -11,12 +11,13 @@ from operator_cases import embed_block, matrix_and_gradient, padded_batches
 
 import softsort_tf as ss
 
+MATRIX_FAMILIES = {name: family for name, family in ss.FAMILIES.items() if family.has_matrix}
 
 def test_permutation_table_drives_permutation_matrix():
     scores = tf.constant([[0.2, 1.5, -0.3, 0.9]])
-    names = {"softsort", "neuralsort", "sinkhorn", "lapsum", "diffsort"}
-    assert names <= set(ss.PERMUTATION_OPERATORS)
-    for name, op in ss.PERMUTATION_OPERATORS.items():
+    names = {"softsort", "neuralsort", "sinkhorn", "lapsum", "sorting_network"}
+    assert names <= set(MATRIX_FAMILIES)
+    for name, op in MATRIX_FAMILIES.items():
         temperature = {op.temperature: op.default_temperature}
         np.testing.assert_allclose(
             ss.permutation_matrix(scores, name).numpy(),
@@ -25,14 +26,14 @@ def test_permutation_table_drives_permutation_matrix():
         np.testing.assert_allclose(perm.sum(axis=1), 1.0, atol=1e-3)
         if op.doubly_stochastic:
             np.testing.assert_allclose(perm.sum(axis=0), 1.0, atol=1e-2)
-    assert ss.get_permutation_operator("sinkhorn").temperature == "epsilon"
+    assert ss.get_family("sinkhorn").temperature == "epsilon"
     with pytest.raises(ValueError, match="softsort"):
-        ss.get_permutation_operator("bitonic")
+        ss.get_family("bitonic")
 
 
 def test_layers_share_the_table():
     for layer_cls in (ss.SoftSort, ss.NeuralSort, ss.SinkhornPermutation):
-        assert layer_cls.method in ss.PERMUTATION_OPERATORS
+        assert layer_cls.method in MATRIX_FAMILIES
     layer = ss.SinkhornPermutation(epsilon=1e-3)
     keras.layers.deserialize(keras.layers.serialize(layer))
 
@@ -85,3 +86,21 @@ def test_log_matrices_are_the_log_of_the_matrices_with_minus_inf_at_padding(meth
 def test_log_matrix_is_refused_by_a_family_without_one():
     with pytest.raises(ValueError, match="no log-domain matrix"):
         ss.permutation_matrix([[1.0, 2.0]], "lapsum", log=True)
+
+
+# Names that only duplicated another route before 0.2.0 (CHANGELOG, "Renamed"): the
+# public API has one name per concept (docs/api.md, "Naming scheme").
+REMOVED = ("METHODS", "Method", "get_method", "PERMUTATION_OPERATORS", "PermutationOperator",
+           "get_permutation_operator", "SoftRankLayer", "SoftSortLayer", "SoftTopKLayer",
+           "SoftQuantileLayer", "soft_sort_matrix", "neural_sort_matrix",
+           "stochastic_soft_sort_matrix", "stochastic_neural_sort_matrix",
+           "sorting_network_matrix", "sinkhorn_topk_mask", "lapsum_topk_mask",
+           "soft_top_k_loss")
+
+
+def test_one_public_name_per_concept():
+    assert not set(REMOVED) & set(ss.__all__)
+    assert not [name for name in REMOVED if hasattr(ss, name)]
+    assert "diffsort" not in ss.FAMILIES and "sorting_network" in ss.FAMILIES
+    with pytest.raises(ValueError, match="sorting_network"):
+        ss.soft_rank([[1.0, 2.0]], "diffsort")

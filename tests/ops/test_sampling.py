@@ -19,7 +19,7 @@ def test_stochastic_gradients_match_finite_differences():
     x = tf.constant(np.random.RandomState(6).randn(2, 4))
 
     def f(s):
-        perm = ss.stochastic_soft_sort_matrix(s, 3, seed=[5, 6], tau=0.7)
+        perm = ss.stochastic_softsort_permutation_matrix(s, 3, seed=[5, 6], tau=0.7)
         return ss.permute_values(perm, tf.range(4.0, dtype=tf.float64))
 
     theoretical, numerical = tf.test.compute_gradient(f, [x], delta=1e-6)
@@ -116,7 +116,8 @@ def test_hard_stochastic_samples_follow_plackett_luce():
     """Sorting Gumbel-perturbed log-scores samples P(π) = Π_k e^{s_πk} / Σ_{j≥k} e^{s_πj}."""
     log_scores = np.array([1.0, 0.0, -0.5])
     num = 30000
-    perms = ss.stochastic_soft_sort_matrix(log_scores, num, seed=[42, 0], hard=True).numpy()
+    perms = ss.stochastic_softsort_permutation_matrix(log_scores, num, seed=[42, 0],
+                                                      hard=True).numpy()
     orders = perms.argmax(-1)  # [num, 3]
     np.testing.assert_array_equal(np.sort(orders, -1), np.tile(np.arange(3), (num, 1)))
     w = np.exp(log_scores)
@@ -130,11 +131,12 @@ def test_stochastic_operators_apply_the_operator_to_perturbed_scores():
     s = tf.constant(np.random.RandomState(12).randn(2, 6))
     perturbed = ss.gumbel_perturb(s, 3, seed=9)
     cases = [
-        (ss.stochastic_soft_sort_matrix(s, 3, 9, tau=0.4, distance_power=2.0,
+        (ss.stochastic_softsort_permutation_matrix(s, 3, 9, tau=0.4, distance_power=2.0,
                                         direction="ASCENDING"),
-         ss.soft_sort_matrix(perturbed, tau=0.4, distance_power=2.0, direction="ASCENDING")),
-        (ss.stochastic_neural_sort_matrix(s, 3, 9, tau=0.4),
-         ss.neural_sort_matrix(perturbed, tau=0.4)),
+         ss.softsort_permutation_matrix(perturbed, tau=0.4, distance_power=2.0,
+                                        direction="ASCENDING")),
+        (ss.stochastic_neuralsort_permutation_matrix(s, 3, 9, tau=0.4),
+         ss.neuralsort_permutation_matrix(perturbed, tau=0.4)),
         (ss.stochastic_sinkhorn_permutation_matrix(s, 3, 9, epsilon=0.05),
          ss.sinkhorn_permutation_matrix(perturbed, epsilon=0.05)),
     ]

@@ -15,10 +15,10 @@ from softsort_tf.ops.soft import soft_rank
 # A temperature at which every family is within 1e-3 of the hard operation on the data
 # below (standard normal values, n = 7: neighbours at least 0.02 apart).
 SHARP = {"sinkhorn": 1e-5, "lapsum": 1e-4, "permutahedron": 1e-4, "softsort": 1e-4,
-         "neuralsort": 1e-4, "diffsort": 1e12}  # the steepness sharpens as it grows
+         "neuralsort": 1e-4, "sorting_network": 1e12}  # the steepness sharpens as it grows
 
 
-MASKABLE = [m for m in ss.METHODS if m != "permutahedron"]
+MASKABLE = [m for m in ss.FAMILIES if m != "permutahedron"]
 
 
 def _data(shape=(3, 7), seed=0):
@@ -39,13 +39,14 @@ def _hard_topk(x, k, direction):
 
 def test_table_names_each_temperature_argument_of_its_operations():
     import inspect
-    for name, family in ss.METHODS.items():
+    for name, family in ss.FAMILIES.items():
         assert family.name == name and family.default_temperature > 0 and family.meaning
         assert set(family.operations) <= {"rank", "sort", "topk", "quantile"}
         operator = {"sinkhorn": ss.sinkhorn_rank, "lapsum": ss.lapsum_rank,
-                    "permutahedron": ss.permutahedron_rank, "softsort": ss.soft_sort_matrix,
-                    "neuralsort": ss.neural_sort_matrix,
-                    "diffsort": ss.sorting_network_matrix}[name]
+                    "permutahedron": ss.permutahedron_rank,
+                    "softsort": ss.softsort_permutation_matrix,
+                    "neuralsort": ss.neuralsort_permutation_matrix,
+                    "sorting_network": ss.sorting_network_permutation_matrix}[name]
         names = set(inspect.signature(operator).parameters)
         if name == "sinkhorn":
             names |= set(ss.SinkhornOptions.field_names())
@@ -53,7 +54,7 @@ def test_table_names_each_temperature_argument_of_its_operations():
 
 
 @pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
-@pytest.mark.parametrize("method", sorted(ss.METHODS))
+@pytest.mark.parametrize("method", sorted(ss.FAMILIES))
 def test_every_method_reaches_the_hard_operations(method, direction):
     x = _data()
     t = SHARP[method]
@@ -65,7 +66,7 @@ def test_every_method_reaches_the_hard_operations(method, direction):
     sort = sort[..., ::-1] if direction == "DESCENDING" else sort
     np.testing.assert_allclose(ss.soft_sort(x, method, direction, temperature=t).numpy(), sort,
                                atol=1e-3)
-    family = ss.METHODS[method]
+    family = ss.FAMILIES[method]
     if "topk" in family.operations:
         np.testing.assert_allclose(ss.soft_topk(x, 3, method, direction, temperature=t).numpy(),
                                    _hard_topk(x, 3, direction), atol=1e-3)
@@ -78,7 +79,7 @@ def test_every_method_reaches_the_hard_operations(method, direction):
         np.testing.assert_allclose(got, expected, atol=1e-3)
 
 
-@pytest.mark.parametrize("method", sorted(ss.METHODS))
+@pytest.mark.parametrize("method", sorted(ss.FAMILIES))
 def test_any_axis_equals_the_last_axis(method):
     x = _data((3, 7, 2))
     moved = np.moveaxis(x, 1, -1)
@@ -89,7 +90,7 @@ def test_any_axis_equals_the_last_axis(method):
     np.testing.assert_allclose(ss.soft_sort(x, method, axis=1, **kw).numpy(),
                                np.moveaxis(ss.soft_sort(moved, method, **kw).numpy(), -1, 1),
                                rtol=1e-5, atol=1e-5)
-    if "quantile" in ss.METHODS[method].operations:
+    if "quantile" in ss.FAMILIES[method].operations:
         got = ss.soft_quantile(x, [0.3, 0.6], method, axis=1, **kw).numpy()
         ref = ss.soft_quantile(moved, [0.3, 0.6], method, **kw).numpy()
         np.testing.assert_allclose(got, np.moveaxis(ref, -1, 1), rtol=1e-5, atol=1e-5)
@@ -111,7 +112,7 @@ def test_masks_and_ragged_lists_equal_the_unpadded_lists(method):
     out = ss.soft_rank(ragged, method, **kw)
     assert isinstance(out, tf.RaggedTensor)
     np.testing.assert_allclose(out[1].numpy(), alone[0], rtol=1e-5, atol=1e-4)
-    if "topk" in ss.METHODS[method].operations:
+    if "topk" in ss.FAMILIES[method].operations:
         top = ss.soft_topk(padded, 2, method, mask=mask, **kw).numpy()
         np.testing.assert_allclose(top[1, 4:], 0.0)
         np.testing.assert_allclose(top[1, :4], ss.soft_topk(x[1:, :4], 2, method, **kw)[0],
@@ -123,16 +124,16 @@ def test_gradients_are_finite_and_xla_equals_eager_for_unknown_n():
     for an unknown shape and compiled by XLA equals the eager one (all methods in one
     XLA program: one compilation)."""
     x = tf.constant(_data((2, 7)))
-    for method in sorted(ss.METHODS):
+    for method in sorted(ss.FAMILIES):
         with tf.GradientTape() as tape:
             tape.watch(x)
             loss = tf.reduce_sum(ss.soft_rank(x, method, temperature=0.5) * tf.range(7.0))
         grad = tape.gradient(loss, x).numpy()
         assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 0, method
-    fn = tf.function(lambda v: {m: ss.soft_sort(v, m, temperature=0.5) for m in ss.METHODS},
+    fn = tf.function(lambda v: {m: ss.soft_sort(v, m, temperature=0.5) for m in ss.FAMILIES},
                      input_signature=[tf.TensorSpec([None, None])], jit_compile=True)
     got = fn(x)
-    for method in sorted(ss.METHODS):
+    for method in sorted(ss.FAMILIES):
         np.testing.assert_allclose(got[method].numpy(),
                                    ss.soft_sort(x, method, temperature=0.5).numpy(),
                                    rtol=1e-5, atol=1e-5, err_msg=method)
@@ -160,8 +161,8 @@ TIGHT = {"threshold": 1e-9, "max_iterations": 5000}
 
 
 # Temperatures near the hard limit: small (1e-3 unless listed) or, for the steepness of
-# 'diffsort', large.
-NEAR_HARD = {"sinkhorn": 1e-4, "diffsort": 1e5}
+# 'sorting_network', large.
+NEAR_HARD = {"sinkhorn": 1e-4, "sorting_network": 1e5}
 
 
 def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
@@ -180,7 +181,7 @@ def test_sinkhorn_rank_with_zero_weights_is_not_the_rank_of_the_valid_list():
     np.testing.assert_allclose(ours[:4], 5.0 - valid, atol=1e-6)  # descending
 
 
-@pytest.mark.parametrize("method", tuple(ss.PERMUTATION_OPERATORS))
+@pytest.mark.parametrize("method", [m for m, f in ss.FAMILIES.items() if f.has_matrix])
 def test_soft_ranks_hard_limit_are_descending_ranks_of_the_valid_entries(method):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(3, 8))
@@ -229,7 +230,7 @@ def test_front_door_rejects_complex_and_bool_inputs(fn):
 
 @pytest.mark.parametrize("method,op", [(m, op) for m in MASKABLE
                                        for op in ("rank", "sort", "topk", "quantile")
-                                       if op in ss.get_method(m).operations])
+                                       if op in ss.get_family(m).operations])
 def test_front_door_takes_ragged_lists(method, op):
     rows = [[3.0, 1.0, 2.5, 0.5], [5.0, 4.0], [7.0]]
     call = {"rank": lambda v: ss.soft_rank(v, method, temperature=0.3),

@@ -18,7 +18,7 @@ from softsort_tf.ops.sorting_networks import (
     NETWORKS,
     SIGMOIDS,
     network_layers,
-    sorting_network_matrix,
+    sorting_network_permutation_matrix,
     sorting_network_sort,
 )
 
@@ -124,7 +124,7 @@ def test_golden_values_and_gradients_equal_diffsort():
                   direction=case["direction"])
         with tf.GradientTape() as tape:
             tape.watch(x)
-            perm = sorting_network_matrix(x, **kw)
+            perm = sorting_network_permutation_matrix(x, **kw)
             # The network's outputs are P̂ @ x as functions of x (every layer mixes the
             # values and the rows of P̂ with the same σ), so their VJP is that of P̂ @ x.
             values = tf.linalg.matvec(perm, x)
@@ -148,14 +148,15 @@ def test_equals_the_comparator_by_comparator_network(network):
     for n, sigmoid in ((1, "cauchy"), (2, "logistic"), (6, "optimal"), (11, "reciprocal"),
                        (22, "logistic_phi"), (7, "gaussian")):
         x = _rows(n, (2, n))
-        perm = sorting_network_matrix(x, 3.0, network, sigmoid, direction="ASCENDING").numpy()
+        perm = sorting_network_permutation_matrix(x, 3.0, network, sigmoid,
+                                                  direction="ASCENDING").numpy()
         values = sorting_network_sort(x, 3.0, network, sigmoid).numpy()
         for b in range(2):
             want_values, want_perm = numpy_network(x[b], network, sigmoid, 3.0)
             np.testing.assert_allclose(perm[b], want_perm, atol=1e-12)
             np.testing.assert_allclose(values[b], want_values, atol=1e-12)
         # DESCENDING: the network on the negated scores.
-        down = sorting_network_matrix(x, 3.0, network, sigmoid).numpy()
+        down = sorting_network_permutation_matrix(x, 3.0, network, sigmoid).numpy()
         np.testing.assert_allclose(down[0], numpy_network(-x[0], network, sigmoid, 3.0)[1],
                                    atol=1e-12)
 
@@ -192,7 +193,8 @@ def test_hard_limit_is_the_exact_permutation(network, direction):
         x = _rows(10 + n, (3, n))
         for sigmoid in SIGMOIDS:
             beta = 1e12
-            perm = sorting_network_matrix(x, beta, network, sigmoid, direction=direction)
+            perm = sorting_network_permutation_matrix(x, beta, network, sigmoid,
+                                                      direction=direction)
             np.testing.assert_allclose(perm.numpy(), _exact(x, direction), atol=1e-5)
         values = sorting_network_sort(x, 1e12, network, direction=direction).numpy()
         want = np.sort(x, axis=-1)
@@ -205,13 +207,13 @@ def test_doubly_stochastic_and_soft_sort_is_p_times_x(network):
     for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
         x = _rows(16, (2, 16), scale=2.0).astype(dtype)
         for sigmoid in SIGMOIDS if dtype == np.float64 else ("cauchy",):
-            perm = sorting_network_matrix(x, 1.5, network, sigmoid).numpy()
+            perm = sorting_network_permutation_matrix(x, 1.5, network, sigmoid).numpy()
             assert perm.dtype == dtype and np.all(np.isfinite(perm))
             assert perm.min() >= 0.0
             np.testing.assert_allclose(perm.sum(-1), 1.0, atol=tol)
             np.testing.assert_allclose(perm.sum(-2), 1.0, atol=tol)
         values = sorting_network_sort(x[:, :13], 1.5, network, direction="DESCENDING").numpy()
-        perm = sorting_network_matrix(x[:, :13], 1.5, network).numpy()
+        perm = sorting_network_permutation_matrix(x[:, :13], 1.5, network).numpy()
         np.testing.assert_allclose(values, np.einsum("bij,bj->bi", perm, x[:, :13]),
                                    atol=10 * tol)
 
@@ -230,7 +232,7 @@ def test_gradients_match_finite_differences(network):
     for sigmoid in ("cauchy", "logistic_phi", "optimal", "reciprocal"):
         def loss(x, sigmoid=sigmoid):
             m = np.broadcast_to(mask, x.shape)
-            perm = sorting_network_matrix(x, 2.0, network, sigmoid, mask=m)
+            perm = sorting_network_permutation_matrix(x, 2.0, network, sigmoid, mask=m)
             values = sorting_network_sort(x, 2.0, network, sigmoid, mask=m)
             return (tf.reduce_sum(perm * c_perm, axis=(-1, -2, -3))
                     + tf.reduce_sum(values * c_values, axis=(-1, -2)))
@@ -252,7 +254,7 @@ def test_xla_with_unknown_n_equals_eager(network):
     def run(x, mask):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            perm = sorting_network_matrix(x, 2.0, network, "cauchy", mask=mask)
+            perm = sorting_network_permutation_matrix(x, 2.0, network, "cauchy", mask=mask)
             values = sorting_network_sort(x, 2.0, network, "logistic_phi", mask=mask)
             weights = tf.cast(tf.range(tf.size(perm[0])), x.dtype)
             total = (tf.reduce_sum(tf.reshape(perm, [tf.shape(x)[0], -1]) * weights)
@@ -269,11 +271,12 @@ def test_xla_with_unknown_n_equals_eager(network):
             assert np.all(np.isfinite(got.numpy()))
             np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-12)
     # Without a mask, XLA and the static layers agree.
-    no_mask = tf.function(lambda x: sorting_network_matrix(x, 2.0, network),
+    no_mask = tf.function(lambda x: sorting_network_permutation_matrix(x, 2.0, network),
                           input_signature=spec[:1], jit_compile=True)
     x = rng.standard_normal((2, 11))
     np.testing.assert_allclose(no_mask(tf.constant(x)).numpy(),
-                               sorting_network_matrix(x, 2.0, network).numpy(), atol=1e-12)
+                               sorting_network_permutation_matrix(x, 2.0, network).numpy(),
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("network", NETWORKS)
@@ -288,7 +291,7 @@ def test_masks_give_the_unpadded_matrix(network):
     x_tf = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(x_tf)
-        perm = sorting_network_matrix(x_tf, 2.0, network, mask=mask)
+        perm = sorting_network_permutation_matrix(x_tf, 2.0, network, mask=mask)
         values = sorting_network_sort(x_tf, 2.0, network, mask=mask)
         total = tf.reduce_sum(perm * np.arange(n)) + tf.reduce_sum(values)
     grad = tape.gradient(total, x_tf).numpy()
@@ -302,35 +305,35 @@ def test_masks_give_the_unpadded_matrix(network):
         np.testing.assert_array_equal(perm[b][:, ~mask[b]], 0.0)
         np.testing.assert_array_equal(values[b][c:], 0.0)
         if c:
-            alone = sorting_network_matrix(valid[None], 2.0, network).numpy()[0]
+            alone = sorting_network_permutation_matrix(valid[None], 2.0, network).numpy()[0]
             np.testing.assert_allclose(perm[b][:c][:, mask[b]], alone, atol=1e-14)
             np.testing.assert_allclose(
                 values[b][:c], sorting_network_sort(valid[None], 2.0, network).numpy()[0],
                 atol=1e-14)
     ragged = tf.ragged.constant([[0.3, -1.0, 2.0], [1.0], [4.0, 0.5, 0.2, 0.1, 3.0]])
-    out = sorting_network_matrix(ragged, 2.0, network)
+    out = sorting_network_permutation_matrix(ragged, 2.0, network)
     assert isinstance(out, tf.RaggedTensor)
     for row, got in zip(ragged.to_list(), out.to_list(), strict=True):
-        np.testing.assert_allclose(got, sorting_network_matrix([row], 2.0, network)[0],
+        np.testing.assert_allclose(got, sorting_network_permutation_matrix([row], 2.0, network)[0],
                                    atol=1e-6)
 
 
 def test_dtypes_and_hard_straight_through():
     x = _rows(7, (2, 5)).astype(np.float32)
-    reference = sorting_network_matrix(x, 4.0).numpy()
+    reference = sorting_network_permutation_matrix(x, 4.0).numpy()
     for dtype in (tf.float16, tf.bfloat16):
-        got = sorting_network_matrix(tf.cast(x, dtype), 4.0)
+        got = sorting_network_permutation_matrix(tf.cast(x, dtype), 4.0)
         assert got.dtype == dtype
         np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), reference, atol=2e-2)
     hard_x = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(hard_x)
-        hard = sorting_network_matrix(hard_x, 4.0, hard=True)
+        hard = sorting_network_permutation_matrix(hard_x, 4.0, hard=True)
         total = tf.reduce_sum(hard * np.arange(5.0))
     np.testing.assert_array_equal(hard.numpy(), _exact(x))
     with tf.GradientTape() as tape2:
         tape2.watch(hard_x)
-        soft_total = tf.reduce_sum(sorting_network_matrix(hard_x, 4.0) * np.arange(5.0))
+        soft_total = tf.reduce_sum(sorting_network_permutation_matrix(hard_x, 4.0) * np.arange(5.0))
     np.testing.assert_allclose(tape.gradient(total, hard_x).numpy(),
                                tape2.gradient(soft_total, hard_x).numpy(), atol=1e-6)
     sorted_hard = sorting_network_sort(x, 4.0, hard=True).numpy()
@@ -344,7 +347,7 @@ def test_extreme_values_stay_finite():
             x_tf = tf.constant(x)
             with tf.GradientTape() as tape:
                 tape.watch(x_tf)
-                perm = sorting_network_matrix(x_tf, 1e30, network, sigmoid)
+                perm = sorting_network_permutation_matrix(x_tf, 1e30, network, sigmoid)
                 total = tf.reduce_sum(perm * np.arange(5.0, dtype=np.float32))
             grad = tape.gradient(total, x_tf).numpy()
             assert np.all(np.isfinite(perm.numpy())) and np.all(np.isfinite(grad)), sigmoid
@@ -360,21 +363,21 @@ def test_extreme_values_stay_finite():
 ])
 def test_bad_arguments_raise_value_errors_naming_them(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        sorting_network_matrix([[1.0, 2.0]], **kwargs)
+        sorting_network_permutation_matrix([[1.0, 2.0]], **kwargs)
     with pytest.raises(ValueError, match=name):
         sorting_network_sort([[1.0, 2.0]], **kwargs)
 
 
 def test_registered_as_a_permutation_operator_and_soft_method():
-    op = ss.get_permutation_operator("diffsort")
+    op = ss.get_family("sorting_network")
     assert op.temperature == "steepness" and op.doubly_stochastic
     x = np.array([[0.2, 1.5, -0.3, 0.9]])
     np.testing.assert_allclose(
-        ss.permutation_matrix(x, "diffsort", steepness=3.0, network="bitonic").numpy(),
-        sorting_network_matrix(x, 3.0, "bitonic").numpy(), atol=1e-12)
-    np.testing.assert_array_equal(ss.permutation_matrix(x, "diffsort", hard=True).numpy(),
+        ss.permutation_matrix(x, "sorting_network", steepness=3.0, network="bitonic").numpy(),
+        sorting_network_permutation_matrix(x, 3.0, "bitonic").numpy(), atol=1e-12)
+    np.testing.assert_array_equal(ss.permutation_matrix(x, "sorting_network", hard=True).numpy(),
                                   _exact(x))
-    ranks = ss.soft_rank(x, "diffsort", "ASCENDING", temperature=1e6).numpy()
+    ranks = ss.soft_rank(x, "sorting_network", "ASCENDING", temperature=1e6).numpy()
     np.testing.assert_allclose(ranks, [[2.0, 4.0, 1.0, 3.0]], atol=1e-4)
-    np.testing.assert_allclose(ss.soft_sort(x, "diffsort", temperature=1e6).numpy(),
+    np.testing.assert_allclose(ss.soft_sort(x, "sorting_network", temperature=1e6).numpy(),
                                np.sort(x, -1), atol=1e-4)

@@ -83,7 +83,7 @@ def test_graph_and_xla_calls_neither_warn_nor_sync(jit_compile):
 
 
 @pytest.mark.parametrize("op", [ss.sinkhorn_sort, ss.sinkhorn_rank,
-                                lambda v, **kw: ss.sinkhorn_topk_mask(v, 2, **kw)])
+                                lambda v, **kw: ss.sinkhorn_topk(v, 2, **kw)])
 def test_epsilon_below_what_the_dtype_resolves_is_rejected(op):
     """float32 sorts exploded to 1e9 at ε = 1e-10 and inf from 1e-11 (issue 15, item 3)."""
     x = np.random.RandomState(14).randn(3, 8)

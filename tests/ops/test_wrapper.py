@@ -27,33 +27,34 @@ def _descending_order(s):
 
 # name: f(scores, mask) → a tensor (mask None or a bool [batch, n]).
 OPERATORS = {
-    "softsort": lambda s, m: ss.soft_sort_matrix(s, tau=0.3, mask=m),
-    "softsort_p2_hard": lambda s, m: ss.soft_sort_matrix(s, tau=0.3, distance_power=2.0,
+    "softsort": lambda s, m: ss.softsort_permutation_matrix(s, tau=0.3, mask=m),
+    "softsort_p2_hard": lambda s, m: ss.softsort_permutation_matrix(s, tau=0.3, distance_power=2.0,
                                                          hard=True, mask=m),
-    "neuralsort": lambda s, m: ss.neural_sort_matrix(s, tau=0.3, mask=m),
-    "neuralsort_hard_ascending": lambda s, m: ss.neural_sort_matrix(
+    "neuralsort": lambda s, m: ss.neuralsort_permutation_matrix(s, tau=0.3, mask=m),
+    "neuralsort_hard_ascending": lambda s, m: ss.neuralsort_permutation_matrix(
         s, tau=0.3, hard=True, direction="ASCENDING", mask=m),
     "hard": lambda s, m: ss.hard_permutation_matrix(s, mask=m),
-    "stochastic_softsort": lambda s, m: ss.stochastic_soft_sort_matrix(s, 2, seed=3, tau=0.3,
+    "stochastic_softsort": lambda s, m: ss.stochastic_softsort_permutation_matrix(
+        s, 2, seed=3, tau=0.3,
                                                                        mask=m),
-    "stochastic_neuralsort_hard": lambda s, m: ss.stochastic_neural_sort_matrix(
+    "stochastic_neuralsort_hard": lambda s, m: ss.stochastic_neuralsort_permutation_matrix(
         s, 2, seed=[1, 2], tau=0.3, hard=True, mask=m),
     "gumbel_perturb": lambda s, m: ss.gumbel_perturb(s, 2, 5, mask=m),
     "permute_values": lambda s, m: ss.permute_values(
-        ss.soft_sort_matrix(s, tau=0.3, mask=m), 2.0 * s, mask=m),
+        ss.softsort_permutation_matrix(s, tau=0.3, mask=m), 2.0 * s, mask=m),
     "ranks_from_permutation": lambda s, m: ss.ranks_from_permutation(
-        ss.neural_sort_matrix(s, tau=0.3, mask=m), mask=m),
+        ss.neuralsort_permutation_matrix(s, tau=0.3, mask=m), mask=m),
     "rankdata": lambda s, m: ss.rankdata(s, mask=m),
     "weighted_quantile": lambda s, m: hard_stats.weighted_quantile(s, 0.3, mask=m),
     "interval_mean": lambda s, m: hard_stats.interval_mean(s, 0.1, 0.7, mask=m),
     "cross_entropy": lambda s, m: ss.permutation_cross_entropy(
-        _descending_order(s), ss.soft_sort_matrix(s * 1.5, tau=0.3), mask=m),
+        _descending_order(s), ss.softsort_permutation_matrix(s * 1.5, tau=0.3), mask=m),
     "cross_entropy_float_orderings": lambda s, m: ss.permutation_cross_entropy(
-        tf.cast(_descending_order(s), tf.float32), ss.neural_sort_matrix(s, tau=0.3)),
+        tf.cast(_descending_order(s), tf.float32), ss.neuralsort_permutation_matrix(s, tau=0.3)),
     "exact_accuracy": lambda s, m: ss.exact_permutation_accuracy(
-        _descending_order(s), ss.soft_sort_matrix(s * 0.5, tau=0.3), mask=m),
+        _descending_order(s), ss.softsort_permutation_matrix(s * 0.5, tau=0.3), mask=m),
     "elementwise_accuracy": lambda s, m: ss.elementwise_permutation_accuracy(
-        _descending_order(s), ss.soft_sort_matrix(-s, tau=0.3), mask=m),
+        _descending_order(s), ss.softsort_permutation_matrix(-s, tau=0.3), mask=m),
 }
 
 

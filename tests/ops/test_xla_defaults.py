@@ -33,7 +33,7 @@ weight = 0.7  # loss = weight · Σ sin(ranks)
 
 def values_and_gradients(v):
     out = {}
-    for method in ss.METHODS:
+    for method in ss.FAMILIES:
         with tf.GradientTape() as tape:
             tape.watch(v)
             y = ss.soft_rank(v, method=method)
@@ -79,7 +79,7 @@ def test_every_family_under_xla_with_the_default_flags_equals_eager():
     report = json.loads(line[len("REPORT "):])
     methods = set(report)
     assert {"sinkhorn", "lapsum", "permutahedron", "softsort", "neuralsort",
-            "diffsort"} <= methods, sorted(methods)
+            "sorting_network"} <= methods, sorted(methods)
     assert len(report) == len(methods), sorted(report)
     for name, r in report.items():
         assert r["finite"], name

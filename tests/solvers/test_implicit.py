@@ -54,7 +54,7 @@ def test_float32_gradients_in_the_hard_regime_match_float64_in_every_mode():
     x, w = rng.randn(3, 10), rng.randn(3, 10)
     fns = {
         "rank": lambda v, e: ss.sinkhorn_rank(v, epsilon=e),
-        "topk": lambda v, e: ss.sinkhorn_topk_mask(v, 3, epsilon=e),
+        "topk": lambda v, e: ss.sinkhorn_topk(v, 3, epsilon=e),
     }
 
     def grad(op, v, eps):

@@ -288,7 +288,7 @@ def test_two_bin_masks_converge_at_the_smallest_epsilon(dtype, targets):
     for k in (1, 2, 5):
         hard = np.zeros(x.shape)
         np.put_along_axis(hard, np.argsort(-x, axis=1)[:, :k], 1.0, axis=1)
-        mask, info = ss.sinkhorn_topk_mask(x, k, epsilon=eps, targets=targets,
+        mask, info = ss.sinkhorn_topk(x, k, epsilon=eps, targets=targets,
                                            return_info=True)
         assert np.all(info.num_iterations.numpy() <= 3)
         assert np.all(info.error.numpy() < 1e-3)

@@ -36,7 +36,7 @@ def test_gradients_match_finite_differences(op, implicit):
         "qnorm": lambda v: ss.sinkhorn_quantile_normalization(
             v, [0.0, 1.0, 5.0], implicit_diff=diff, power=1.5, **GRAD_KW),
         # Two target bins converge slowly at ε = 0.05: a larger ε reaches the threshold.
-        "topk": lambda v: ss.sinkhorn_topk_mask(v, 2, implicit_diff=diff,
+        "topk": lambda v: ss.sinkhorn_topk(v, 2, implicit_diff=diff,
                                                 **{**GRAD_KW, "epsilon": 0.3}),
     }
     _assert_jacobians_match(*batched_jacobians(fns[op], [x], delta=1e-5), op)

@@ -42,7 +42,7 @@ def test_values_near_the_largest_float_give_every_operator_finite_exact_limits(r
     np.testing.assert_allclose(s, [np.sort(x[0])], rtol=1e-3, atol=1e-3 * np.abs(x).max())
     q = ss.sinkhorn_quantile(x, 0.5, **SMALL).numpy()
     assert np.isfinite(q).all() and x.min() <= q[0] <= x.max()
-    mask = ss.sinkhorn_topk_mask(x, 2, **SMALL).numpy()
+    mask = ss.sinkhorn_topk(x, 2, **SMALL).numpy()
     np.testing.assert_allclose(mask, [(expected > len(row) - 2).astype(float)], atol=1e-3)
     t = ss.sinkhorn_quantile_normalization(x, np.arange(len(row), dtype=dtype),
                                            **SMALL).numpy()
@@ -54,7 +54,7 @@ def test_values_near_the_largest_float_give_every_operator_finite_exact_limits(r
 def test_subnormal_float32_inputs_keep_their_order():
     row = np.array([[6e-40, 1e-40, 3e-40, 2e-40, 5e-40, 4e-40, 0.0]], np.float32)
     np.testing.assert_allclose(_ranks(row), [scipy.stats.rankdata(row[0])], atol=1e-3)
-    np.testing.assert_allclose(ss.sinkhorn_topk_mask(row, 3, **SMALL).numpy(),
+    np.testing.assert_allclose(ss.sinkhorn_topk(row, 3, **SMALL).numpy(),
                                [[1, 0, 0, 0, 1, 1, 0]], atol=1e-3)
     # Sorted values are themselves subnormal, which TensorFlow's CPU kernels flush to
     # zero (documented limit); they stay finite and in [min, max] of what TF reads.
@@ -128,7 +128,7 @@ def test_extreme_magnitudes_are_finite(dtype):
     with tf.GradientTape() as tape:
         tape.watch(x)
         outs = [ss.sinkhorn_rank(x), ss.sinkhorn_sort(x), ss.sinkhorn_quantile(x, 0.5),
-                ss.sinkhorn_cdf(x), ss.sinkhorn_topk_mask(x, 2)]
+                ss.sinkhorn_cdf(x), ss.sinkhorn_topk(x, 2)]
         loss = tf.add_n([tf.reduce_sum(o) for o in outs[::2]])
     grad = tape.gradient(loss, x).numpy()
     r = outs[0].numpy()

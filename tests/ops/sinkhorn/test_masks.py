@@ -60,7 +60,7 @@ OPERATORS = {
     "quantile_normalization": (
         lambda x, **kw: ss.sinkhorn_quantile_normalization(x, [-1.0, 0.5, 2.0], **kw),
         "elementwise", None),
-    "topk_mask": (lambda x, **kw: ss.sinkhorn_topk_mask(x, K, **kw), "topk_mask", None),
+    "topk_mask": (lambda x, **kw: ss.sinkhorn_topk(x, K, **kw), "topk_mask", None),
     "permutation_matrix": (lambda x, **kw: ss.sinkhorn_permutation_matrix(x, **kw),
                            "matrix", None),
 }
@@ -243,7 +243,7 @@ def test_topk_longer_than_some_lists():
     hard = dict(epsilon=1e-4, threshold=1e-8, max_iterations=20_000)
     s = ss.sinkhorn_sort(x, topk=3, direction="DESCENDING", mask=mask, **hard).numpy()
     np.testing.assert_allclose(s, [[3.0, 1.0, 0.0], [4.0, 2.5, 0.5]], atol=1e-3)
-    m = ss.sinkhorn_topk_mask(x, 3, mask=mask, **hard).numpy()
+    m = ss.sinkhorn_topk(x, 3, mask=mask, **hard).numpy()
     np.testing.assert_allclose(m, [[1, 1, 0, 0], [1, 1, 0, 1]], atol=1e-3)
     assert m[0, 0] == 1.0 and m[0, 1] == 1.0  # exactly: every valid entry is selected
 

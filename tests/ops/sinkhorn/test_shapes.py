@@ -28,7 +28,7 @@ OPERATORS = {
     "quantile": lambda x, **kw: ss.sinkhorn_quantile(x, [0.2, 0.5], **kw),
     "quantile_normalization": lambda x, **kw: ss.sinkhorn_quantile_normalization(
         x, [0.0, 1.0, 3.0], **kw),
-    "topk_mask": lambda x, **kw: ss.sinkhorn_topk_mask(x, 2, **kw),
+    "topk_mask": lambda x, **kw: ss.sinkhorn_topk(x, 2, **kw),
     "permutation_matrix": lambda x, **kw: ss.sinkhorn_permutation_matrix(x, **kw),
 }
 
@@ -128,7 +128,7 @@ def test_gradients_with_unknown_n():
 
 @pytest.mark.parametrize("call, name", [
     (lambda x: ss.sinkhorn_sort(x, topk=4), "topk"),
-    (lambda x: ss.sinkhorn_topk_mask(x, 4), "k"),
+    (lambda x: ss.sinkhorn_topk(x, 4), "k"),
 ])
 def test_k_below_n_is_checked_at_run_time(call, name):
     f = tf.function(call, input_signature=[SPEC])
@@ -141,7 +141,7 @@ def test_k_not_below_n_gives_nan_under_xla():
     """XLA drops run-time assertions: the rows are poisoned (NaN) instead. (Both
     operators in one compiled function: one compile per list length.)"""
     f = tf.function(lambda x: {"topk": ss.sinkhorn_sort(x, topk=4),
-                               "k": ss.sinkhorn_topk_mask(x, 4)},
+                               "k": ss.sinkhorn_topk(x, 4)},
                     input_signature=[SPEC], jit_compile=True)
     fine = f(np.arange(6.0, dtype=np.float32)[None])
     poisoned = f(np.arange(4.0, dtype=np.float32)[None])
@@ -233,7 +233,7 @@ XLA_OPERATORS = {
     "cdf": lambda v: ss.sinkhorn_cdf(v, axis=0, threshold=1e-5),
     "quantile": lambda v: ss.sinkhorn_quantile(v, [0.25, 0.5]),
     "qnorm": lambda v: ss.sinkhorn_quantile_normalization(v, [1.0, 2.0, 4.0]),
-    "topk": lambda v: ss.sinkhorn_topk_mask(v, 3, implicit_diff=None),
+    "topk": lambda v: ss.sinkhorn_topk(v, 3, implicit_diff=None),
     "perm": lambda v: ss.sinkhorn_permutation_matrix(v),
 }
 
@@ -294,7 +294,7 @@ def test_large_integers_stay_distinct(dtype, out_dtype):
     assert s.dtype == out_dtype
     if out_dtype == tf.float64:
         np.testing.assert_allclose(s.numpy(), np.sort(big), rtol=0, atol=1e-3)
-    np.testing.assert_allclose(ss.soft_sort_matrix(x, tau=0.01).numpy()[0],
+    np.testing.assert_allclose(ss.softsort_permutation_matrix(x, tau=0.01).numpy()[0],
                                np.eye(4)[[3, 2, 0, 1]], atol=1e-6)
     assert ss.hard_permutation_matrix(x).dtype == out_dtype
 
@@ -306,7 +306,7 @@ ONE_ITEM_OPS = {
     "quantile": lambda v: ss.sinkhorn_quantile(v, [0.25, 0.5]),
     "normalization": lambda v: ss.sinkhorn_quantile_normalization(v, [3.0]),
     "matrix": lambda v: ss.sinkhorn_permutation_matrix(v),
-    "topk_masked": lambda v: ss.sinkhorn_topk_mask(v, 1, mask=tf.ones_like(v) > 0),
+    "topk_masked": lambda v: ss.sinkhorn_topk(v, 1, mask=tf.ones_like(v) > 0),
 }
 
 
@@ -352,7 +352,7 @@ def test_topk_of_unknown_n_in_float64():
     spec = [tf.TensorSpec([None, None], tf.float64)]
     x = np.random.RandomState(3).randn(2, 6)
     calls = {"front_door": lambda v: ss.soft_topk(v, 2, method="sinkhorn", **KW),
-             "topk_mask": lambda v: ss.sinkhorn_topk_mask(v, 2, **KW),
+             "topk_mask": lambda v: ss.sinkhorn_topk(v, 2, **KW),
              "sort_topk": lambda v: ss.sinkhorn_sort(v, topk=2, **KW)}
     for name, call in calls.items():
         got = tf.function(call, input_signature=spec)(x)

@@ -77,7 +77,7 @@ def test_sort_and_topk_hard_limit(shape_axis, direction, seed):
     k = max(1, n // 2)
     top = ss.sinkhorn_sort(x, axis=axis, direction=direction, topk=k, **HARD).numpy()
     np.testing.assert_allclose(top, np.take(expected, np.arange(k), axis=axis), atol=1e-4)
-    mask = ss.sinkhorn_topk_mask(x, k, axis=axis, direction=direction, **HARD).numpy()
+    mask = ss.sinkhorn_topk(x, k, axis=axis, direction=direction, **HARD).numpy()
     np.testing.assert_allclose(mask, (np_rank(x, axis, direction) <= k).astype(float),
                                atol=1e-3)
 
