@@ -255,9 +255,9 @@ def _length_scaled_soft_ndcg(family, temperature, power, padding):
 
 
 # Left out of the 'ltr' task by default: the permutahedron takes no padding, and the
-# odd-even sorting network of 'sorting_network' has n layers of O(n²) (lists of 200: more than
-# 13 minutes for 8 epochs, stopped).
-LTR_LEFT_OUT = ("soft_ndcg_permutahedron", "soft_ndcg_diffsort")
+# odd-even sorting network has n layers of O(n²) (lists of 200: more than 13 minutes
+# for 8 epochs, stopped).
+LTR_LEFT_OUT = ("soft_ndcg_permutahedron", "soft_ndcg_sorting_network")
 DEFAULT_LOSSES = ("mse", "pairwise_hinge", "pairwise_logistic", "softmax_ce",
                   "listmle", "approx_ndcg", *(f"soft_ndcg_{f}" for f in FAMILIES),
                   "listwise_neuralsort", "spearman")
