@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-quick test-oldest lint bench bench-speed install clean
+.PHONY: demo test test-quick test-oldest lint bench bench-speed install dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,19 @@ bench: $(STAMP)
 
 bench-speed: $(STAMP)
 	$(BIN)/python scripts/bench_speed.py --output_dir=docs/speed
+
+# The wheel and the source distribution, into DIST_DIR (`pip install dist/softsort_tf-*.whl`,
+# or upload the wheel to a Colab runtime: the notebooks' first cell installs it). `build`
+# makes the sdist, then the wheel from the unpacked sdist, in an isolated environment with
+# pyproject.toml's build requirements (fetched from the package index); BUILD_OPTIONS passes
+# more, e.g. "--no-isolation --skip-dependency-check" to build offline with the set-up
+# environment's setuptools (as tests/colabs/test_notebooks.py does).
+DIST_DIR ?= dist
+BUILD_OPTIONS ?=
+
+dist: $(STAMP)
+	rm -rf $(DIST_DIR)
+	$(BIN)/python -m build --outdir $(DIST_DIR) $(BUILD_OPTIONS) .
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) build dist *.egg-info
