@@ -50,7 +50,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
+from softsort_tf import _checks, _masking, _shapes, _special
 from softsort_tf import _lists as ranking
 
 PAIRWISE_MAX_N = 32
@@ -182,7 +182,7 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
         phi = less - tf.cast(xj < xi, x2d.dtype) if signed else less
     else:
         z = (xj - xi) / (2.0 * smooth_scale)
-        phi = tf.math.erf(z) if signed else 0.5 * tf.math.erfc(-z)
+        phi = _special.erf(z) if signed else 0.5 * _special.erfc(-z)
     if valid is not None:
         pair_valid = tf.logical_and(tf.gather(valid, i, axis=1), tf.gather(valid, j, axis=1))
         phi = tf.where(pair_valid, phi, tf.zeros_like(phi))

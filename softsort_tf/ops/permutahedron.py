@@ -223,16 +223,18 @@ def _poisoned(values, rows):
     return tf.where(rows[:, None], tf.constant(float("nan"), values.dtype), values)
 
 
-def _rho_block_mean(block):
-    """mean_B(ρ) at every sorted position `[b, n]`, ρ_i = n − i (0-based i): the blocks
-    are runs of positions [first, last], so the mean is n − (first + last)/2, exact
-    (a float32 sum of ρ over a long block rounds to a fraction of a rank)."""
+def _rho_block_mean(block, dtype):
+    """mean_B(ρ) at every sorted position `[b, n]` in `dtype`, ρ_i = n − i (0-based i):
+    the blocks are runs of positions [first, last], so the mean is n − (first + last)/2,
+    exact (a float32 sum of ρ over a long block rounds to a fraction of a rank). The
+    integer 2n − first − last is cast to `dtype` and halved: that is the exact mean
+    rounded once (halving is exact), float32 included, with no float64 in the graph."""
     b, n = tf.shape(block)[0], tf.shape(block)[1]
     ids = tf.reshape(block + tf.range(b)[:, None] * n, [-1])
     position = tf.reshape(tf.broadcast_to(tf.range(n)[None, :], tf.stack([b, n])), [-1])
     first = tf.gather(tf.math.unsorted_segment_min(position, ids, b * n), ids)
     last = tf.gather(tf.math.unsorted_segment_max(position, ids, b * n), ids)
-    return tf.reshape(tf.cast(2 * n - first - last, tf.float64) / 2.0, tf.stack([b, n]))
+    return tf.reshape(tf.cast(2 * n - first - last, dtype) * 0.5, tf.stack([b, n]))
 
 
 def _centre(x2d, finite):
@@ -319,13 +321,13 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
                                -tf.math.log(tf.cast(_block_size(block), s.dtype)))
             # w − LSE_B(w) = log ρ − log(|B|·mean_B ρ), in closed form.
             log_sum = tf.math.log(tf.cast(_block_size(block), s.dtype)
-                                  * tf.cast(_rho_block_mean(block), s.dtype))
+                                  * _rho_block_mean(block, s.dtype))
             primal_sorted = centred + log_sum
         else:
             safe_s = tf.where(finite_s, s, tf.zeros_like(s))
             primal_sorted = (tf.where(finite_s, safe_s - _per_block(safe_s, block, "mean"),
                                       tf.zeros_like(s))
-                             + tf.cast(_rho_block_mean(block), s.dtype))
+                             + _rho_block_mean(block, s.dtype))
         inv = tf.argsort(order, axis=-1, stable=True)
         primal = tf.gather(primal_sorted, inv, batch_dims=1)
         out = tf.exp(primal) if kl else primal
@@ -399,7 +401,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
             out = -_per_block(rho_raw, block, "centred", strength) - lse_w
         else:
             # v − ρ/ε with v = mean_B(ρ/ε) − mean_B(w).
-            out = ((tf.cast(_rho_block_mean(block), x2d.dtype) - rho_raw) / strength
+            out = ((_rho_block_mean(block, x2d.dtype) - rho_raw) / strength
                    - _per_block(sw, block, "mean"))
 
         def grad(dy):

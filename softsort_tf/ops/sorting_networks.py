@@ -72,7 +72,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking
+from softsort_tf import _checks, _masking, _special
 from softsort_tf.ops.family import Family
 from softsort_tf.ops.permutation import (
     _exact_permutation_2d,
@@ -158,9 +158,11 @@ def relaxed_step(v, steepness: float, sigmoid: str = DEFAULT_SIGMOID,
         return tf.sigmoid(beta * scaled)
     u = beta * v
     if sigmoid == "gaussian":
-        return half + half * tf.math.erf(u * tf.constant(1.0 / math.sqrt(2.0), dtype))
+        return half + half * _special.erf(u * tf.constant(1.0 / math.sqrt(2.0), dtype))
     if sigmoid == "cauchy":
-        return tf.atan(u) * tf.constant(1.0 / math.pi, dtype) + half
+        # arctan as atan2(u, 1): the same values (bit for bit on CPU, float32 and
+        # float64), and a TFLite builtin where Atan is not.
+        return tf.math.atan2(u, tf.ones_like(u)) * tf.constant(1.0 / math.pi, dtype) + half
     if sigmoid == "reciprocal":
         # ½·u/(2 + |u|) + ½, written as ½·sign(u)/(1 + 2/|u|) + ½ for |u| >= 1 so that
         # u = ±inf gives 0 or 1 (not inf/inf).

@@ -183,6 +183,12 @@ def robust_zscore(x, axis: int = -1, weights=None):
     return tf.cast(tf.math.asinh(u / _safe_positive(scale)), x.dtype)
 
 
+def _arctan(z):
+    """arctan(z) as atan2(z, 1): the values of `tf.atan` (bit for bit on CPU), and a
+    TFLite builtin where Atan is not."""
+    return tf.math.atan2(z, tf.ones_like(z))
+
+
 def squash_values(x, squash="logistic", axis: int = -1, weights=None):
     """Applies the squashing `squash` ('logistic', 'atan', 'robust' or None) along `axis`.
 
@@ -214,11 +220,11 @@ def squash_values(x, squash="logistic", axis: int = -1, weights=None):
     if squash is None:
         return x
     if squash == "robust":
-        return 0.5 + tf.atan(robust_zscore(x, axis=axis, weights=weights)) / math.pi
+        return 0.5 + _arctan(robust_zscore(x, axis=axis, weights=weights)) / math.pi
     z = standardize(x, axis=axis, weights=weights)
     if squash == "logistic":
         return tf.sigmoid(z * (math.pi / math.sqrt(3.0)))
-    return 0.5 + tf.atan(z) / math.pi
+    return 0.5 + _arctan(z) / math.pi
 
 
 def _squash_lists(x: tf.RaggedTensor, squash, axis, weights):

@@ -684,3 +684,34 @@ def test_float32_long_list_with_a_wide_alpha():
     idx = np.arange(0, n, 997)
     np.testing.assert_allclose(sort[idx], L.lapsum_sort(r[None], alpha).numpy()[0][idx],
                                atol=2e-5)
+
+
+def test_float32_sums_up_to_the_threshold():
+    """Lists of a static length up to `FLOAT32_SUMS_UP_TO` keep the kernel sums in
+    float32 (no float64 op in the traced graph, so TFLite's builtins convert them):
+    at that length, with α far above the spread of the scores (the worst case
+    measured), the ranks are within 16 ulps of n of the float64-sum ones, the sorted
+    values within 5e-4·α and the top-k masses within 2e-6. Longer lists and lists of
+    an unknown length keep float64 sums (the n = 10⁵ test above)."""
+    n = L.FLOAT32_SUMS_UP_TO
+    assert L.sum_dtype(tf.float32, n) == tf.float32
+    assert L.sum_dtype(tf.float32, n + 1) == tf.float64
+    assert L.sum_dtype(tf.float32, None) == tf.float64
+    assert L.sum_dtype(tf.float64, 8) == tf.float64
+    rng = np.random.default_rng(31)
+    for x, alpha in ((rng.uniform(size=[2, n]), 10.0), (rng.normal(size=[2, n]), 3.0)):
+        x = x.astype(np.float32)
+        r32 = L.lapsum_rank(x, alpha).numpy()
+        # The reference: float64 sums of the same float32 scores (an unknown
+        # length), rounded to float32.
+        wide = tf.function(lambda v, a=alpha: L.lapsum_rank(v, a)).get_concrete_function(
+            tf.TensorSpec([2, None], tf.float32))
+        r64 = wide(tf.constant(x)).numpy()
+        assert np.all(np.isfinite(r32))
+        np.testing.assert_allclose(r32, r64, rtol=0, atol=16 * np.spacing(np.float32(n)))
+        np.testing.assert_allclose(L.lapsum_sort(x, alpha).numpy(),
+                                   L.lapsum_sort(x.astype(np.float64), alpha).numpy(),
+                                   rtol=0, atol=5e-4 * alpha)
+        np.testing.assert_allclose(L.lapsum_topk(x, n // 3, alpha).numpy(),
+                                   L.lapsum_topk(x.astype(np.float64), n // 3, alpha).numpy(),
+                                   rtol=0, atol=2e-6)
