@@ -15,7 +15,7 @@ imports them); a family defined elsewhere is added with one call, `register_fami
 
 Example:
 >>> sorted(FAMILIES)[:3]
-['sorting_network', 'lapsum', 'neuralsort']
+['lapsum', 'neuralsort', 'permutahedron']
 >>> get_family("lapsum").temperature
 'alpha'
 """
@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permutation
+from softsort_tf.ops.wrapper import ListResult, list_operator
 
 OPERATIONS = ("rank", "sort", "topk", "quantile")
 # What a family's temperature is measured in (`Family.temperature_units`): the units of
@@ -229,9 +230,12 @@ class Family:
       meaning: what the temperature means for a user.
       reference: where the family comes from.
       operations: `{operation: fn}` for the operations of `OPERATIONS` it computes
-        itself, each `fn(x, *args, direction, mask, **kwargs)` along the last axis
-        (`topk`: `fn(x, k, ...)`, `quantile`: `fn(x, quantiles, ...)`). Rank, sort and
-        top-k default to read-outs of `matrix_fn` when it is given.
+        itself, each `fn(x, *args, direction, mask, **kwargs)` (`topk`: `fn(x, k, ...)`,
+        `quantile`: `fn(x, quantiles, ...)`), either a `list_operator` that takes
+        `axis` or written along the last axis of `[..., n]` (then the record makes it
+        one: `along_any_axis`). Rank, sort and top-k default to read-outs of
+        `matrix_fn` when it is given. Every operation of the record takes the same
+        keyword-only `axis` and `mask`.
       matrix_fn: `matrix_fn(scores, *, direction, hard, mask, **kwargs)` → the relaxed
         permutation matrix P̂ `[..., n, n]` (row i = the entry at position i of the
         `direction` order; `hard=True`: straight-through, the exact permutation forward
@@ -279,6 +283,7 @@ class Family:
         if self.matrix_fn is not None:
             for operation, fn in _matrix_operations(self).items():
                 operations.setdefault(operation, fn)
+        operations = {name: along_any_axis(name, fn) for name, fn in operations.items()}
         if not operations:
             raise ValueError(f"Family {self.name!r} defines no operation: give `operations` "
                              f"or `matrix_fn`.")
@@ -439,8 +444,46 @@ class Family:
                 f"are {sorted(accepted - {*RESERVED, 'hard', 'log'})}.")
 
 
+# What each operation returns per list (`softsort_tf.ops.wrapper.ListResult.kind`).
+_OUTPUT_KINDS = dict(rank="elementwise", sort="sorted", topk="elementwise", quantile="per_list")
+_NO_ARGUMENT = object()
+
+
+def _parameters(fn: Callable) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)
+
+
+def along_any_axis(operation: str, fn: Callable) -> Callable:
+    """`fn`, an operation written along the last axis of `[..., n]`, as a `list_operator`
+    (any `axis` and rank, padding replaced before `fn` sees it, ragged lists, float16 in
+    float32); `fn` itself when it takes `axis` already. The result keeps the keywords
+    `fn` takes (`Family.keywords`)."""
+    if "axis" in _parameters(fn):
+        return fn
+    kind = _OUTPUT_KINDS[operation]
+
+    def body(x, argument=_NO_ARGUMENT, *, direction, axis=-1, mask=None, **kwargs):
+        del axis, mask  # read by `list_operator` into `x`
+        args = () if argument is _NO_ARGUMENT else (argument,)
+        values = fn(x.values, *args, direction=direction, mask=x.mask, **kwargs)
+        lengths = x.count(tf.int32) if kind == "sorted" and x.mask is not None else None
+        return ListResult(values, kind, lengths)
+
+    body.__name__ = body.__qualname__ = getattr(fn, "__name__", operation)
+    operator = list_operator(body)
+    keywords = getattr(fn, "keywords", None)
+    if keywords is None:
+        parameters = list(inspect.signature(fn).parameters.values())[1:]
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            keywords = frozenset(p.name for p in parameters
+                                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+    operator.keywords = keywords
+    return operator
+
+
 def _matrix_operations(family: Family) -> dict[str, Callable]:
-    """Rank, sort and top-k read off the relaxed permutation matrix of `family`."""
+    """Rank, sort and top-k read off the relaxed permutation matrix of `family`, along
+    the last axis (`along_any_axis` makes them list operators)."""
 
     def rank(x, *, direction, mask, **kwargs):
         return ranks_from_permutation(family.matrix(x, direction=direction, mask=mask,
@@ -452,12 +495,7 @@ def _matrix_operations(family: Family) -> dict[str, Callable]:
 
     def topk(x, k, *, direction, mask, **kwargs):
         perm = family.matrix(x, direction=direction, mask=mask, **kwargs)
-        if isinstance(perm, tf.RaggedTensor):
-            perm = perm.to_tensor()
-        membership = tf.reduce_sum(perm[..., :k, :], axis=-2)
-        if isinstance(x, tf.RaggedTensor):
-            return tf.RaggedTensor.from_tensor(membership, lengths=x.row_lengths())
-        return membership
+        return tf.reduce_sum(perm[..., :k, :], axis=-2)
 
     accepted = None
     if family.matrix_fn is not None:

@@ -111,6 +111,9 @@ def _check_mask_shape(mask, x, axis: int) -> None:
 
 
 def _call(operation: str, x, args, method, direction, axis, mask, temperature, kwargs):
+    """The front door: the family's `operation` after the one rule of every entry point
+    (`_check_arguments`); axis, mask, ragged lists and dtype are the operation's own (every
+    operation of a `Family` is a list operator)."""
     family = get_family(method)
     fn = family.operation(operation)
     if isinstance(x, tf.RaggedTensor):
@@ -122,33 +125,21 @@ def _call(operation: str, x, args, method, direction, axis, mask, temperature, k
                              f"lists padded to a common length: pass one list (or lists of "
                              f"one length) at a time, or use a method that takes masks, "
                              f"e.g. 'lapsum'.")
-        args, kwargs = _check_arguments(family, operation, x, args, mask, temperature, kwargs)
-        if operation == "topk":
-            args = (family.check_k(args[0]),)
-        return fn(x, *args, direction=direction, mask=mask, **kwargs)
-    x = tf.convert_to_tensor(x)
-    _checks.check_real_dtype("x", x.dtype)
-    if not x.dtype.is_floating:
-        x = tf.cast(x, tf.float32)
-    axis = _checks.check_axis(axis, x.shape.rank)
+        n = None
+    else:
+        x = tf.convert_to_tensor(x)
+        _checks.check_real_dtype("x", x.dtype)
+        if not x.dtype.is_floating:
+            x = tf.cast(x, tf.float32)
+        axis = _checks.check_axis(axis, x.shape.rank)
+        n = x.shape[axis]
+        if mask is not None:
+            mask = tf.convert_to_tensor(mask)
+            _check_mask_shape(mask, x, axis)
     args, kwargs = _check_arguments(family, operation, x, args, mask, temperature, kwargs)
     if operation == "topk":
-        args = (family.check_k(args[0], x.shape[axis]),)
-    if mask is not None:
-        mask = tf.convert_to_tensor(mask)
-        _check_mask_shape(mask, x, axis)
-    last = x.shape.rank - 1
-    if axis == last:
-        return fn(x, *args, direction=direction, mask=mask, **kwargs)
-    perm = [i for i in range(x.shape.rank) if i != axis] + [axis]
-    moved_mask = None
-    if mask is not None:
-        moved_mask = mask if mask.shape.rank == 1 else tf.transpose(mask, perm)
-    out = fn(tf.transpose(x, perm), *args, direction=direction, mask=moved_mask, **kwargs)
-    if operation == "quantile" and out.shape.rank == x.shape.rank - 1:
-        return out  # a scalar level: the axis is gone
-    inverse = [perm.index(i) for i in range(x.shape.rank)]
-    return tf.transpose(out, inverse)
+        args = (family.check_k(args[0], n),)
+    return fn(x, *args, direction=direction, axis=axis, mask=mask, **kwargs)
 
 
 @tf.autograph.experimental.do_not_convert
