@@ -8,6 +8,13 @@ so the notebooks run against the checkout's installed package. Each kernel is a 
 process forked from a warm parent that has imported TensorFlow & co. once, without
 starting TensorFlow's runtime (`warm_kernels.py`).
 
+Every notebook opens with the same install cell (INSTALL_CELL_START): in the runs, it
+finds the wheel that `make dist` built (once per session, offline) in its working
+directory, as on a Colab runtime the wheel was uploaded to, and installs it with pip into
+a throwaway folder (PIP_TARGET, without dependencies or index): the files installed are
+those of the wheel. The notebook itself runs against the checkout's package, which the
+warm parent imported.
+
 `make demo` (scripts/demo.py) is tested here too, forked from the same warm parent: the
 operator tour and the scorer fit run without a retracing warning, and the scorer trained
 through `SinkhornRank` recovers the hidden ranking (the large-MNIST part is
@@ -16,13 +23,18 @@ through `SinkhornRank` recovers the hidden ranking (the large-MNIST part is
 
 from __future__ import annotations
 
+import configparser
+import importlib.util
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import types
+import zipfile
 
 import nbclient
 import nbformat
@@ -110,22 +122,30 @@ def test_every_notebook_is_listed():
     assert sorted(n for n in os.listdir(COLABS) if n.endswith(".ipynb")) == sorted(NOTEBOOKS)
 
 
+INSTALL_CELL_START = "# Installs softsort_tf with its \"experiments\" extra."
+
+
+def _install_cell() -> str:
+    return next(c for c in _read("01_operators_tour.ipynb").cells if c.cell_type == "code").source
+
+
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
 def test_notebook_structure(name):
-    """First cell installs the package when missing and reports the device; one cell is
-    tagged `parameters` and holds the budget switch; everything else is fixed."""
+    """The first code cell is the install cell, the same in every notebook; the second
+    reports the device; the third, tagged `parameters`, holds the budget switch ("colab"
+    on a GPU, "medium" without one); everything else is fixed."""
     nb = _read(name)
     code = [c for c in nb.cells if c.cell_type == "code"]
     first = code[0].source
-    # Installs from a clone of the repository (there is no public URL): no placeholder.
-    assert re.search(r'^SOFTSORT_TF_REPO = "', first, re.M) and "YOUR_GITHUB_ORG" not in first
-    assert "except ImportError:" in first and "pip" in first and "SOFTSORT_TF_REPO" in first
-    assert "tf.__version__" in first and "No GPU" in first and "Change runtime type" in first
+    assert first.startswith(INSTALL_CELL_START) and first == _install_cell()
+    assert re.search(r'^SOFTSORT_SOURCE = ""$', first, re.M) and "pip" in first
+    assert "tf.__version__" in code[1].source and "No GPU" in code[1].source
+    assert "Change runtime type" in code[1].source
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
-    assert re.search(r'^BUDGET = os\.environ\.get\("SOFTSORT_TF_BUDGET", "colab"\)$',
-                     params[0].source, re.M)
-    assert code.index(params[0]) == 1
+    assert re.search(r'^BUDGET = os\.environ\.get\("SOFTSORT_TF_BUDGET", '
+                     r'"colab" if ON_GPU else "medium"\)$', params[0].source, re.M)
+    assert code.index(params[0]) == 2
     # No library code copied in: the notebooks import softsort_tf, they define no
     # operators, layers, losses or models of their own.
     assert not re.search(r"^class ", "\n".join(c.source for c in code), re.M)
@@ -149,6 +169,143 @@ def test_committed_outputs(name):
                    for c in nb.cells for o in c.get("outputs", []))
     intro = nb.cells[0].source
     assert "CPU" in intro and "medium" in intro
+
+
+class _Dist(types.SimpleNamespace):
+    """What `make dist` built: `wheel` and `sdist` (paths), `version`, and
+    `wheel_modules` (the .py files of the wheel, relative to its root)."""
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    """`make dist` into a temporary folder, once for the module: offline (the build
+    backend of this environment, `BUILD_OPTIONS="--no-isolation --skip-dependency-check"`)
+    and without re-installing the environment (`-o` its stamp)."""
+    out = tmp_path_factory.mktemp("dist")
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "-o", os.path.join(venv, ".installed-stamp"), "dist",
+         f"VENV={venv}", f"DIST_DIR={out}", "BUILD_OPTIONS=--no-isolation --skip-dependency-check"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (wheel,) = out.glob("softsort_tf-*-py3-none-any.whl")
+    (sdist,) = out.glob("softsort_tf-*.tar.gz")
+    version = wheel.name.split("-")[1]
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(f"softsort_tf-{version}.dist-info/METADATA").decode()
+    return _Dist(wheel=wheel, sdist=sdist, version=version, metadata=metadata,
+                 wheel_modules={n for n in names if n.endswith(".py")})
+
+
+def test_make_dist_builds_the_wheel_and_the_sdist(dist):
+    """The wheel holds every module of the package (and nothing else: no tests, scripts or
+    notebooks), at the package's version, and declares setup.cfg's requirements; the sdist
+    is of the same version."""
+    package = pathlib.Path(ROOT, "softsort_tf")
+    modules = {str(p.relative_to(ROOT)) for p in package.rglob("*.py")}
+    assert dist.wheel_modules == modules
+    spec = importlib.util.spec_from_file_location("_version", package / "_version.py")
+    version_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(version_module)
+    assert dist.version == version_module.__version__
+    assert dist.sdist.name == f"softsort_tf-{dist.version}.tar.gz"
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    declared = [line.split("#")[0].strip().replace(" ", "")
+                for line in config["options"]["install_requires"].splitlines()]
+    requires = {line.split(": ", 1)[1].split(";")[0] for line in dist.metadata.splitlines()
+                if line.startswith("Requires-Dist: ") and "extra ==" not in line}
+    # Requires-Dist lists a requirement's bounds in its own order: compare them as sets.
+    def bounds(requirement):
+        name = re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)
+        return name, frozenset(requirement[len(name):].split(","))
+    assert {bounds(r) for r in requires} == {bounds(r) for r in declared if r}
+    assert "Provides-Extra: experiments" in dist.metadata
+
+
+def _run_install_cell(source, monkeypatch, installed=True):
+    """Runs the notebooks' install cell with SOFTSORT_SOURCE = `source` in the current
+    directory, pip replaced by a recorder and softsort_tf by a stand-in (installed or
+    not); returns (the pip commands, what it printed)."""
+    cell = _install_cell()
+    assert cell.count('SOFTSORT_SOURCE = ""\n') == 1
+    cell = cell.replace('SOFTSORT_SOURCE = ""\n', f"SOFTSORT_SOURCE = {source!r}\n")
+    calls, printed = [], []
+    monkeypatch.setattr(subprocess, "check_call", lambda args: calls.append(args))
+    stand_in = types.ModuleType("softsort_tf")
+    stand_in.__version__, stand_in.__file__ = "0.0", os.path.join("somewhere", "__init__.py")
+    monkeypatch.setitem(sys.modules, "softsort_tf", stand_in)
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "softsort_tf":
+            return object() if installed else None
+        return real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    namespace = {"print": lambda *args: printed.append(" ".join(args))}
+    exec(compile(cell, "install cell", "exec"), namespace)  # noqa: S102
+    return calls, "\n".join(printed)
+
+
+def _pip(requirement):
+    return [sys.executable, "-m", "pip", "install", "-q", requirement]
+
+
+def test_install_cell_takes_the_wheel_uploaded_last(tmp_path, monkeypatch):
+    """A wheel in the working directory is installed even when softsort_tf is: the one
+    modified last (here the older version)."""
+    monkeypatch.chdir(tmp_path)
+    old = tmp_path / "softsort_tf-0.1-py3-none-any.whl"
+    new = tmp_path / "softsort_tf-0.2-py3-none-any.whl"
+    old.write_bytes(b"")
+    new.write_bytes(b"")
+    os.utime(old, (2e9, 2e9))
+    calls, printed = _run_install_cell("", monkeypatch)
+    assert calls == [_pip(f"softsort_tf[experiments] @ {old.as_uri()}")]
+    assert f"softsort_tf: installing the wheel {old}" in printed
+    assert "restart it" in printed  # softsort_tf was imported before the install
+
+
+def test_install_cell_installs_nothing_when_installed_and_no_wheel(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls, printed = _run_install_cell("", monkeypatch)
+    assert calls == []
+    assert "using the softsort_tf already installed (nothing installed)" in printed
+    assert "softsort_tf 0.0 imported from somewhere" in printed
+
+
+def test_install_cell_finds_the_repository_around_the_notebook(tmp_path, monkeypatch):
+    (tmp_path / "setup.cfg").write_text("")
+    (tmp_path / "softsort_tf").mkdir()
+    (tmp_path / "colabs").mkdir()
+    monkeypatch.chdir(tmp_path / "colabs")
+    calls, printed = _run_install_cell("", monkeypatch, installed=False)
+    assert calls == [_pip(f"softsort_tf[experiments] @ {tmp_path.as_uri()}")]
+    assert f"installing the folder {tmp_path}" in printed
+    monkeypatch.chdir(tmp_path / "softsort_tf")  # neither here nor one folder up
+    (tmp_path / "setup.cfg").unlink()
+    with pytest.raises(ImportError, match="SOFTSORT_SOURCE"):
+        _run_install_cell("", monkeypatch, installed=False)
+
+
+@pytest.mark.parametrize("source, requirement", [
+    ("https://example.org/me/softsort_tf.git", "git+https://example.org/me/softsort_tf.git"),
+    ("git+ssh://git@example.org/me/softsort_tf.git@v0.2", "git+ssh://git@example.org/me/softsort_tf.git@v0.2"),
+    ("https://example.org/softsort_tf-0.2-py3-none-any.whl", "https://example.org/softsort_tf-0.2-py3-none-any.whl"),
+])
+def test_install_cell_installs_a_given_url(source, requirement, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "softsort_tf-0.1-py3-none-any.whl").write_bytes(b"")  # a given source wins
+    calls, _ = _run_install_cell(source, monkeypatch)
+    assert calls == [_pip(f"softsort_tf[experiments] @ {requirement}")]
+
+
+def test_install_cell_refuses_a_source_it_cannot_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="SOFTSORT_SOURCE='missing.whl'"):
+        _run_install_cell("missing.whl", monkeypatch)
 
 
 KERNEL_ENV = {"SOFTSORT_TF_BUDGET": "small", "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -196,7 +353,7 @@ def venv_kernel(tmp_path, monkeypatch, warm_parent):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_notebook_runs_at_small_budget(name, venv_kernel, tmp_path):
+def test_notebook_runs_at_small_budget(name, venv_kernel, tmp_path, monkeypatch, dist):
     nb = _read(name)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -205,11 +362,22 @@ def test_notebook_runs_at_small_budget(name, venv_kernel, tmp_path):
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys\nprint('KERNEL', sys.executable)"))
     workdir = tmp_path / "run"
     workdir.mkdir()
+    # The wheel in the working directory, as uploaded to a Colab runtime; the install cell
+    # installs it, here into a throwaway folder without dependencies or package index.
+    wheel = shutil.copy(dist.wheel, workdir)
+    site = tmp_path / "site"
+    for variable, value in {"PIP_TARGET": str(site), "PIP_NO_DEPS": "1", "PIP_NO_INDEX": "1",
+                            "PIP_NO_COMPILE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}.items():
+        monkeypatch.setenv(variable, value)
     client = nbclient.NotebookClient(nb, kernel_name=venv_kernel, timeout=240,
                                      resources={"metadata": {"path": str(workdir)}})
     client.execute()  # raises CellExecutionError if a cell fails
     text = _text_outputs(nb)
     assert f"KERNEL {sys.executable}\n" in text
+    assert f"softsort_tf: installing the wheel {wheel}\n" in text
+    installed = {str(p.relative_to(site)) for p in site.rglob("*.py")}
+    assert installed == dist.wheel_modules
+    assert (site / f"softsort_tf-{dist.version}.dist-info" / "METADATA").is_file()
     assert "budget 'small'" in text
     min_figures, patterns = NOTEBOOKS[name]
     assert _num_figures(nb) >= min_figures
