@@ -162,6 +162,18 @@ def test_autograph_leaves_the_core_alone_and_converts_the_harness():
                                             method="softsort").numpy(), atol=1e-6)
 
 
+def test_one_autograph_mechanism():
+    """The package is kept from autograph in one place (`softsort_tf._autograph.register`),
+    not function by function: no `do_not_convert` in the core package."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if {"experiments", "datasets"} & set(path.relative_to(PACKAGE).parts):
+            continue
+        if "do_not_convert" in path.read_text():
+            offenders.append(str(path.relative_to(PACKAGE)))
+    assert offenders == []
+
+
 def _family_modules() -> dict[str, str]:
     """Family name -> the module whose top level holds its `Family` record."""
     import sys

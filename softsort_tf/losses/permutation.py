@@ -13,7 +13,6 @@ _PACKAGE = "softsort_tf"
 DEFAULT_PROBABILITY_FLOOR = 1e-7
 
 
-@tf.autograph.experimental.do_not_convert
 def permutation_cross_entropy(y_true, y_pred,
                               probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
                               y_true_format: str = "auto", *, mask=None,

@@ -10,7 +10,6 @@ from softsort_tf._permutation_targets import check_format, hard_orders, per_exam
 _PACKAGE = "softsort_tf"
 
 
-@tf.autograph.experimental.do_not_convert
 def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, mask=None):
     """1.0 where the row-wise argmax of P̂ recovers the whole true permutation, else 0.0.
 
@@ -43,7 +42,6 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, m
     return tf.reduce_mean(whole[..., None], axis=list(range(-1 - num_sample_axes, 0)))
 
 
-@tf.autograph.experimental.do_not_convert
 def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *,
                                      mask=None):
     """Fraction of positions whose row-wise argmax of P̂ is the true item.

@@ -64,8 +64,6 @@ when n is unknown at trace time."""
 
 ALGORITHMS = ("auto", "pairwise", "merge")
 
-# Helpers without Python control flow on tensors: tracing them as they are is faster.
-_no_autograph = tf.autograph.experimental.do_not_convert
 COMBINATIONS = ("additive", "multiplicative")
 
 
@@ -96,7 +94,6 @@ def _resolve_algorithm(algorithm: str, static_n, limit: int = PAIRWISE_MAX_N) ->
 # ------------------------------------------------------------------------ embedding
 
 
-@_no_autograph
 def pair_indices(n):
     """The pairs (i, j), i < j, of n items in row-major order (`numpy.triu_indices(n, 1)`).
 
@@ -210,7 +207,6 @@ def _inverse_permutation(order):
     return inverse
 
 
-@_no_autograph
 def _cummax(a):
     """Running maximum along the last axis of an int `[batch, n]` tensor: ⌈log₂ n⌉
     doubling steps (a Hillis–Steele scan)."""
@@ -225,7 +221,6 @@ def _cummax(a):
     return out
 
 
-@_no_autograph
 def _tied_pairs(same_as_previous):
     """Σ over runs of t(t − 1)/2, the runs being the maximal blocks of consecutive
     entries with `same_as_previous` True after their first (bool `[batch, n]`)."""
@@ -235,7 +230,6 @@ def _tied_pairs(same_as_previous):
     return tf.reduce_sum(tf.cast(positions - starts, tf.int64), axis=1)
 
 
-@_no_autograph
 def _inversions(z):
     """Number of pairs j < i with z_j > z_i in each row of an int32 `[batch, n]` tensor
     whose rows are permutations of 0..n − 1.
@@ -277,7 +271,6 @@ def _inversions(z):
     return count
 
 
-@_no_autograph
 def _counts_merge(x, y, valid):
     """Pair counts of rows of x and y by sorting: `(n0, n1, n2, n3, nd)` (int64 `[batch]`):
     valid pairs, pairs tied in x, in y, in both, and discordant pairs (Knight's
@@ -313,7 +306,6 @@ def _signs(x):
     return tf.cast(xi < xj, tf.float64) - tf.cast(xj < xi, tf.float64)
 
 
-@_no_autograph
 def _counts_pairwise(x, y, valid):
     """As `_counts_merge`, from the n² pairs (O(n²) time and memory per row)."""
     sx, sy = _signs(x), _signs(y)
@@ -348,7 +340,6 @@ def _tau_b(n0, n1, n2, n3, nd):
 # ------------------------------------------------------------------------ τ (lists)
 
 
-@_no_autograph
 def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B], exact_scores)`:
     NaN-free values in the compute dtype (integer labels as int64), padding from the
@@ -535,7 +526,6 @@ def _row_mask(mask, x, name: str):
     return tf.broadcast_to(mask, tf.shape(x))
 
 
-@_no_autograph
 def _prepare_rows(x, y, x_mask, y_mask):
     """Checked rows x `[..., p, n]`, y `[..., q, n]` (y = x when None) in the compute
     dtype with their NaN replaced by 0, their boolean masks (NaN entries of valid
@@ -564,7 +554,6 @@ def _gram_shapes(x, y):
     return x4, y4, shape, static
 
 
-@_no_autograph
 def _merge_gram(x, y, xm, ym):
     """`(τ-b, discordances with half ties)` float64 `[..., p, q]` by sorting: every pair
     of rows is a `[n]` problem, O(n log n) time and O(n) memory each."""
@@ -606,7 +595,6 @@ def _pair_embeddings(x, m):
     return tuple(tf.reshape(t, flat) for t in (less, signed, valid))
 
 
-@_no_autograph
 def _pairwise_gram(x, y, xm, ym):
     """As `_merge_gram` by products of the `[rows, n²]` embeddings of the rows."""
     less_x, sign_x, valid_x = _pair_embeddings(x, xm)

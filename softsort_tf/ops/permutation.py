@@ -148,7 +148,6 @@ def _masked_normalise(weights, valid):
     return weights * factor
 
 
-@tf.autograph.experimental.do_not_convert
 def straight_through(hard, soft):
     """Straight-through estimator: the value of `hard`, the gradient of `soft`.
 

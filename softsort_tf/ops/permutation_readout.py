@@ -71,7 +71,6 @@ def _values_per_matrix(perm: tf.RaggedTensor, values: tf.RaggedTensor) -> tf.Rag
         lists.flat_values, tuple(splits[:-2]) + tuple(lists.nested_row_splits), validate=False)
 
 
-@tf.autograph.experimental.do_not_convert
 def permute_values(perm, values, *, mask=None):
     """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂.
 
@@ -126,7 +125,6 @@ def permute_values(perm, values, *, mask=None):
     return tf.cast(tf.linalg.matvec(perm, values), out_dtype)
 
 
-@tf.autograph.experimental.do_not_convert
 def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
     """Soft ranks P̂ᵀ @ (1, …, n) for any relaxed permutation matrix P̂.
 

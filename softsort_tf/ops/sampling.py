@@ -51,7 +51,6 @@ def _mix64(z):
     return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(31, tf.uint64)))
 
 
-@tf.autograph.experimental.do_not_convert
 def stateless_uniform(shape, seed, dtype=tf.float32):
     """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
 
@@ -86,7 +85,6 @@ def stateless_uniform(shape, seed, dtype=tf.float32):
     return tf.reshape(uniform, shape)
 
 
-@tf.autograph.experimental.do_not_convert
 def gumbel_noise(shape, seed, dtype=tf.float32):
     """Standard Gumbel noise g = −log(−log u), u from `stateless_uniform`.
 
@@ -111,7 +109,6 @@ def gumbel_noise(shape, seed, dtype=tf.float32):
     return tf.cast(-tf.math.log(-tf.math.log(u)), dtype)
 
 
-@tf.autograph.experimental.do_not_convert
 def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     """Plackett–Luce samples of log-scores: s̃ = s + g, g i.i.d. standard Gumbel.
 
@@ -189,7 +186,6 @@ def ragged_samples(lists, dense_out, num_samples: int):
     return lists.to_per_list(tf.RaggedTensor.from_uniform_row_length(square, num_samples))
 
 
-@tf.autograph.experimental.do_not_convert
 def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = "softsort",
                                   direction: str = "DESCENDING", hard: bool = False, *,
                                   mask=None, **kwargs):
@@ -245,7 +241,6 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
     return tf.cast(perm, scores.dtype) if scores.dtype.is_floating else perm
 
 
-@tf.autograph.experimental.do_not_convert
 def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
                                 distance_power: float = DEFAULT_DISTANCE_POWER,
                                 direction: str = "DESCENDING", hard: bool = False, *,
@@ -272,7 +267,6 @@ def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed, tau: 
                                          distance_power=distance_power)
 
 
-@tf.autograph.experimental.do_not_convert
 def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
                                              tau: float = DEFAULT_TAU,
                                   direction: str = "DESCENDING", hard: bool = False, *,
@@ -294,7 +288,6 @@ def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
                                          direction=direction, hard=hard, mask=mask, tau=tau)
 
 
-@tf.autograph.experimental.do_not_convert
 def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
                                            direction: str = "DESCENDING", hard: bool = False,
                                            **sinkhorn_kwargs):

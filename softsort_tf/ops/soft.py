@@ -142,7 +142,6 @@ def _call(operation: str, x, args, method, direction, axis, mask, temperature, k
     return fn(x, *args, direction=direction, axis=axis, mask=mask, **kwargs)
 
 
-@tf.autograph.experimental.do_not_convert
 def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
                        hard: bool = False, *, mask=None, temperature=None, **kwargs):
     """The relaxed permutation matrix P̂ of any family that has one, chosen by name.

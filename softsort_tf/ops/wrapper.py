@@ -207,4 +207,4 @@ def list_operator(body):
             return out, _info_output(result.info, lists.view)
         return out
 
-    return tf.autograph.experimental.do_not_convert(operator)
+    return operator
