@@ -39,8 +39,8 @@ def exact_target_potential(x, a, y, b, power: float):
     tol = tf.constant(1e-12 if x.dtype == tf.float64 else 1e-6, tf.float64)
     last = tf.shape(x)[-1] - 1
 
-    def first_reaching(level):  # index of the first i with cum_a[i] >= level, O(m log n)
-        return tf.minimum(tf.searchsorted(cum_a, level, side="left"), last)
+    def first_reaching(level):  # index of the first i with cum_a[i] >= level
+        return tf.minimum(_count_below(cum_a, level), last)
 
     k_lo = first_reaching(bounds - tol)
     k_hi = first_reaching(bounds + tol)
@@ -49,3 +49,17 @@ def exact_target_potential(x, a, y, b, power: float):
     # The first potential is 0 (read off y, not the increments: m may be 1 at run time).
     g = tf.concat([tf.zeros_like(y[:, :1]), tf.cumsum(increments, axis=-1)], axis=-1)
     return g - tf.reduce_mean(g, axis=-1, keepdims=True)
+
+
+def _count_below(values, levels):
+    """#{i : values[b, i] < levels[b, j]} `[batch, k]` for rows of `values` `[batch, n]`
+    and of `levels` `[batch, k]`, both sorted increasingly (`tf.searchsorted(values,
+    levels, side='left')`). By one stable sort of the levels followed by the values: a
+    level's position in the merged order counts the values strictly below it (equal
+    values come after it) plus the j levels before it. O((n + k) log(n + k)); unlike
+    searchsorted (LowerBound), it has a TFLite kernel (a flex op for float64)."""
+    k = tf.shape(levels)[-1]
+    merged = tf.concat([levels, values], axis=-1)
+    order = tf.argsort(merged, axis=-1, stable=True)
+    position = tf.argsort(order, axis=-1, stable=True)  # the inverse permutation
+    return position[:, :k] - tf.range(k)[None, :]

@@ -49,3 +49,19 @@ def test_warm_start_is_the_exact_potential_in_float32_and_under_xla(jit_compile)
                                err_msg="float32")
     np.testing.assert_allclose(g64.numpy(), np_exact_target_potential(x, y), atol=1e-12,
                                err_msg="float64")
+
+
+def test_count_below_is_searchsorted_left():
+    """The warm start finds the boundaries by one merged sort (a TFLite kernel exists
+    for it; LowerBound has none, not even a flex one): the same indices as
+    `tf.searchsorted(side='left')`, ties with the values included."""
+    from softsort_tf.solvers.warm_start import _count_below
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n, k = rng.integers(1, 30), rng.integers(1, 10)
+        values = np.sort(np.round(rng.uniform(size=(3, n)) * 8) / 8, -1)
+        levels = np.sort(np.round(rng.uniform(-0.2, 1.2, size=(3, k)) * 8) / 8, -1)
+        want = tf.searchsorted(tf.constant(values), tf.constant(levels), side="left")
+        np.testing.assert_array_equal(_count_below(tf.constant(values), tf.constant(levels)),
+                                      want)
