@@ -458,7 +458,7 @@ def along_any_axis(operation: str, fn: Callable) -> Callable:
     (any `axis` and rank, padding replaced before `fn` sees it, ragged lists, float16 in
     float32); `fn` itself when it takes `axis` already. The result keeps the keywords
     `fn` takes (`Family.keywords`)."""
-    if "axis" in _parameters(fn):
+    if "axis" in _parameters(fn) | frozenset(getattr(fn, "keywords", None) or ()):
         return fn
     kind = _OUTPUT_KINDS[operation]
 

@@ -1047,17 +1047,13 @@ def _quantile_from(x, quantiles, *, direction, mask, **kwargs):
 _quantile_from.keywords = frozenset({"alpha", "axis", "mask", "direction"})
 
 
-def _lapsum_family():
-    return family.Family(
-        "lapsum", "alpha", DEFAULT_ALPHA,
-        "scale α of the Laplace kernel, in the units of the scores: values closer than α "
-        "are blurred together", "Struski, Bednarczyk, Podolak & Tabor (2025)",
-        operations=dict(rank=family.family_operation(lapsum_rank),
-                        sort=family.family_operation(lapsum_sort),
-                        topk=family.family_operation(lapsum_topk),
-                        quantile=_quantile_from),
-        matrix_fn=with_straight_through(lapsum_permutation_matrix), doubly_stochastic=True,
-        real_k=True, tensor_temperature=True, temperature_range=temperature_range)
-
-
-LAPSUM = _lapsum_family()
+LAPSUM = family.Family(
+    "lapsum", "alpha", DEFAULT_ALPHA,
+    "scale α of the Laplace kernel, in the units of the scores: values closer than α "
+    "are blurred together", "Struski, Bednarczyk, Podolak & Tabor (2025)",
+    operations=dict(rank=family.family_operation(lapsum_rank),
+                    sort=family.family_operation(lapsum_sort),
+                    topk=family.family_operation(lapsum_topk),
+                    quantile=_quantile_from),
+    matrix_fn=with_straight_through(lapsum_permutation_matrix), doubly_stochastic=True,
+    real_k=True, tensor_temperature=True, temperature_range=temperature_range)

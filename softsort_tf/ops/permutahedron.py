@@ -424,14 +424,10 @@ def direction_is_descending(direction: str) -> bool:
 
 
 # The permutahedron family (`softsort_tf.ops.family`).
-def _permutahedron_family():
-    return family.Family(
-        "permutahedron", "regularization_strength", 1.0,
-        "strength of the quadratic ('l2') or entropic ('kl') regularisation of the "
-        "projection, in the units of the scores",
-        "Blondel, Teboul, Berthet & Djolonga (2020)",
-        operations=dict(rank=family.family_operation(permutahedron_rank),
-                        sort=family.family_operation(permutahedron_sort)), masks=False)
-
-
-PERMUTAHEDRON = _permutahedron_family()
+PERMUTAHEDRON = family.Family(
+    "permutahedron", "regularization_strength", 1.0,
+    "strength of the quadratic ('l2') or entropic ('kl') regularisation of the "
+    "projection, in the units of the scores",
+    "Blondel, Teboul, Berthet & Djolonga (2020)",
+    operations=dict(rank=family.family_operation(permutahedron_rank),
+                    sort=family.family_operation(permutahedron_sort)), masks=False)

@@ -77,22 +77,24 @@ def _compute_dtype(dtype: tf.DType) -> tf.DType:
     return dtype if dtype in (tf.float32, tf.float64) else tf.float32
 
 
-def _check_arguments(family: Family, operation: str, x, args, mask, temperature, kwargs):
-    """The one rule of every entry point (see the module docstring), applied before any
-    computation: keywords the family takes, the temperature (a real number or a tensor
-    where the family learns it, in the range the compute dtype resolves), k in the range
-    of the family, a mask that broadcasts to `x`. Returns `(args, kwargs)` with the
-    temperature under the family's own name."""
+def _check_arguments(family: Family, operation: str, dtype: tf.DType, temperature,
+                     kwargs: dict) -> dict:
+    """The keyword part of the one rule of every entry point (see the module docstring),
+    applied before any computation: the keywords the family's `operation` takes, and the
+    temperature (a real number, or a tensor where the family learns it, in the range
+    that the compute dtype of inputs of `dtype` resolves). Returns `kwargs` with the
+    temperature under the family's own name. (k and the mask's shape are checked by
+    `_call`, which knows the list length.)"""
     family.check_keywords(kwargs, operation)
     if temperature is not None and family.temperature in kwargs:
         raise ValueError(f"`temperature` and `{family.temperature}` set the same argument of "
                          f"method={family.name!r}: pass one of them.")
-    dtype = _compute_dtype(x.dtype)
+    dtype = _compute_dtype(dtype)
     if temperature is not None:
         kwargs = {**kwargs, family.temperature: family.check_temperature(temperature, dtype)}
     elif kwargs.get(family.temperature) is not None:
         family.check_temperature(kwargs[family.temperature], dtype, name=family.temperature)
-    return args, kwargs
+    return kwargs
 
 
 def _check_mask_shape(mask, x, axis: int) -> None:
@@ -136,7 +138,7 @@ def _call(operation: str, x, args, method, direction, axis, mask, temperature, k
         if mask is not None:
             mask = tf.convert_to_tensor(mask)
             _check_mask_shape(mask, x, axis)
-    args, kwargs = _check_arguments(family, operation, x, args, mask, temperature, kwargs)
+    kwargs = _check_arguments(family, operation, x.dtype, temperature, kwargs)
     if operation == "topk":
         args = (family.check_k(args[0], n),)
     return fn(x, *args, direction=direction, axis=axis, mask=mask, **kwargs)
@@ -183,8 +185,8 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
         scores = tf.convert_to_tensor(scores)
     log = kwargs.pop("log", None)
     family_kwargs = {k: v for k, v in kwargs.items() if k not in ("axis", "return_info")}
-    _, family_kwargs = _check_arguments(family, "rank", scores, (), mask, temperature,
-                                        family_kwargs)
+    family_kwargs = _check_arguments(family, "rank", scores.dtype, temperature,
+                                     family_kwargs)
     extra = {k: kwargs[k] for k in ("axis", "return_info") if k in kwargs}
     if log is not None:
         extra["log"] = log
