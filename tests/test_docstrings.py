@@ -40,3 +40,36 @@ def test_every_public_layer_has_an_example():
                and issubclass(getattr(softsort_tf, name), keras.layers.Layer)
                and ">>>" not in (getattr(softsort_tf, name).__doc__ or "")]
     assert not missing, f"public layers without a docstring example: {missing}"
+
+
+def test_each_convention_is_written_once_and_filled_everywhere():
+    """The shared argument conventions come from `softsort_tf._docs` (one text each):
+    every public docstring has its placeholders filled, and the entry points that take
+    `method=` state the method, temperature, direction, axis and mask the same way."""
+    import re
+
+    from softsort_tf import _docs
+
+    placeholder = re.compile(r"^\s*\{[a-z_]+\}\s*$", re.MULTILINE)
+    for name in softsort_tf.__all__:
+        doc = getattr(getattr(softsort_tf, name), "__doc__", None) or ""
+        assert not placeholder.search(doc), f"{name}: unfilled docstring fragment"
+
+    def normalized(text):
+        return " ".join(text.split())
+
+    expected = {
+        "soft_rank": ("method", "direction", "axis", "mask", "temperature"),
+        "soft_sort": ("method", "direction", "axis", "mask", "temperature"),
+        "soft_topk": ("method", "direction", "axis", "mask", "temperature"),
+        "soft_quantile": ("method", "direction", "axis", "mask", "temperature"),
+        "SpearmanLoss": ("method", "method_kwargs"),
+        "SoftTopKLoss": ("method", "method_kwargs"),
+    }
+    for name, fragments in expected.items():
+        doc = normalized(getattr(softsort_tf, name).__doc__)
+        for fragment in fragments:
+            assert normalized(_docs.FRAGMENTS[fragment]) in doc, (name, fragment)
+    layer_doc = normalized(softsort_tf.layers.soft._SoftLayer.__doc__)
+    for fragment in ("method", "temperature", "direction", "axis", "method_kwargs"):
+        assert normalized(_docs.FRAGMENTS[fragment]) in layer_doc, fragment

@@ -33,24 +33,25 @@ from __future__ import annotations
 
 import keras
 
-from softsort_tf import _checks, _methods
+from softsort_tf import _checks, _docs, _methods
 from softsort_tf._keras import broadcast_keras_mask, full_precision_dtype, sorted_mask
 from softsort_tf.ops import soft
 
 _PACKAGE = "softsort_tf"
 
 
+@_docs.fill
 class _SoftLayer(keras.layers.Layer):
     """Common arguments, call and config of the front-door layers.
 
     Args:
-      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
-      temperature: the method's temperature (None: its default; for 'sinkhorn', ε); a
-        real number, or a scalar variable for the families that learn it.
-      direction: 'ASCENDING' or 'DESCENDING' (default: that of the operation).
-      axis: the axis to operate along (of the full input, batch axis included).
-      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
-        'permutahedron' or `{"distance_power": 2.0}` for 'softsort'.
+      {method}
+      {temperature}
+      {direction}
+        Default: that of the operation.
+      {axis}
+        The axis of the full input, batch axis included.
+      {method_kwargs}
       **kwargs: the family's settings when they are arguments of their own (Sinkhorn:
         `options`, `squash`, `targets` and the fields of `SinkhornOptions` such as
         `epsilon`) and the base `keras.layers.Layer` arguments (name, dtype, ...).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from softsort_tf import _checks, _methods
+from softsort_tf import _checks, _docs, _methods
 from softsort_tf._lists import per_list_over_groups, rank_correlation
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.ranking import resolve_scale_free, standardized_scores
@@ -88,6 +88,7 @@ def spearman_loss(y_true, y_pred, axis: int = -1, **kwargs):
     return 1.0 - soft_spearman_correlation(y_true, y_pred, axis, **kwargs)
 
 
+@_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SpearmanLoss(MethodLoss):
     """1 − soft Spearman correlation along `axis`, for learning to rank.
@@ -110,12 +111,11 @@ class SpearmanLoss(MethodLoss):
 
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).
-      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
+      {method}
       temperature: the method's temperature (for 'sinkhorn', ε). None: the
         scale-free default (one standard deviation of each list's predictions; ε =
         1e-2 for 'sinkhorn').
-      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
-        'permutahedron' (the rule of `softsort_tf._methods`).
+      {method_kwargs}
       scale_free: standardise each list's predictions before ranking them (None: True
         when no temperature is given; the config holds the resolved value).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _docs
 from softsort_tf._permutation_targets import check_at_run_time
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.ops.family import get_family
@@ -161,6 +161,7 @@ def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     return tf.reduce_sum(labels * per_class, axis=-1)
 
 
+@_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SoftTopKLoss(MethodLoss):
     """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
@@ -204,11 +205,10 @@ class SoftTopKLoss(MethodLoss):
       from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
         one-hot (or soft) labels `[batch, L]` (default False, like
         `keras.losses.CategoricalCrossentropy`).
-      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
+      {method}
       temperature: the method's temperature (None: its default; for 'sinkhorn', ε,
         whose default is 0.3/L², see above).
-      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
-        'permutahedron' (the rule of `softsort_tf._methods`).
+      {method_kwargs}
       options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`);
         only with method='sinkhorn'. Without `epsilon` (or with `epsilon=None`),
         ε = 0.3/L² (see above); the other fields keep the defaults of

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _docs
 from softsort_tf.ops.family import (
     Family,
     get_family,
@@ -194,32 +194,22 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
                          **family_kwargs, **extra)
 
 
-_COMMON = """
-      method: a key of `FAMILIES` (see the table in `softsort_tf.ops.soft`).
-      direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
-      axis: the axis to operate along (the last one for a ragged x).
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry (the package's
-        padding convention, `softsort_tf._masking`); not supported by 'permutahedron'.
-      temperature: the method's temperature (`FAMILIES[method].temperature`: ε, α, τ or
-        the regularisation strength); default `FAMILIES[method].default_temperature`.
-      **kwargs: further arguments of the method's operator (e.g. `options`, `squash`
-        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
-        'permutahedron', `distance_power` for 'softsort')."""
-
-
-def _documented(fn):
-    fn.__doc__ = fn.__doc__.replace("{common}", _COMMON.strip("\n"))
-    return fn
-
-
-@_documented
+@_docs.fill
 def soft_rank(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis: int = -1,
               mask=None, temperature: float | None = None, **kwargs):
     """Differentiable 1-based ranks.
 
     Args:
       x: `[..., n, ...]` real scores, or a `tf.RaggedTensor` ragged along its last axis.
-{common}
+      {method}
+      {direction}
+      {axis}
+      {mask}
+        Not taken by 'permutahedron' (a `ValueError`).
+      {temperature}
+      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
+        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
+        'permutahedron', `distance_power` for 'softsort').
 
     Returns:
       Ranks with the shape of x (0 at padded entries), in its floating dtype.
@@ -233,14 +223,22 @@ def soft_rank(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis
     return _call("rank", x, (), method, direction, axis, mask, temperature, kwargs)
 
 
-@_documented
+@_docs.fill
 def soft_sort(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis: int = -1,
               mask=None, temperature: float | None = None, **kwargs):
     """Differentiable sorted values.
 
     Args:
       x: `[..., n, ...]` real values, or a `tf.RaggedTensor` ragged along its last axis.
-{common}
+      {method}
+      {direction}
+      {axis}
+      {mask}
+        Not taken by 'permutahedron' (a `ValueError`).
+      {temperature}
+      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
+        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
+        'permutahedron', `distance_power` for 'softsort').
 
     Returns:
       Sorted values with the shape of x (with a mask: the n_valid sorted values first,
@@ -254,7 +252,7 @@ def soft_sort(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis
     return _call("sort", x, (), method, direction, axis, mask, temperature, kwargs)
 
 
-@_documented
+@_docs.fill
 def soft_topk(x, k, method: str = "sinkhorn", direction: str = "DESCENDING", *,
               axis: int = -1, mask=None, temperature: float | None = None, **kwargs):
     """Differentiable membership in the first k entries in `direction` order.
@@ -266,7 +264,15 @@ def soft_topk(x, k, method: str = "sinkhorn", direction: str = "DESCENDING", *,
     Args:
       x: `[..., n, ...]` real scores, or a `tf.RaggedTensor` ragged along its last axis.
       k: the number of entries selected, in [1, n).
-{common}
+      {method}
+      {direction}
+      {axis}
+      {mask}
+        Not taken by 'permutahedron' (a `ValueError`).
+      {temperature}
+      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
+        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
+        'permutahedron', `distance_power` for 'softsort').
 
     Returns:
       The membership, with the shape of x.
@@ -279,7 +285,7 @@ def soft_topk(x, k, method: str = "sinkhorn", direction: str = "DESCENDING", *,
     return _call("topk", x, (k,), method, direction, axis, mask, temperature, kwargs)
 
 
-@_documented
+@_docs.fill
 def soft_quantile(x, quantiles, method: str = "sinkhorn", direction: str = "ASCENDING", *,
                   axis: int = -1, mask=None, temperature: float | None = None, **kwargs):
     """Differentiable quantiles.
@@ -290,7 +296,15 @@ def soft_quantile(x, quantiles, method: str = "sinkhorn", direction: str = "ASCE
     Args:
       x: `[..., n, ...]` real values, or a `tf.RaggedTensor` ragged along its last axis.
       quantiles: a level or an increasing sequence of levels in (0, 1).
-{common}
+      {method}
+      {direction}
+      {axis}
+      {mask}
+        Not taken by 'permutahedron' (a `ValueError`).
+      {temperature}
+      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
+        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
+        'permutahedron', `distance_power` for 'softsort').
 
     Returns:
       The axis of x replaced by the q levels; removed for a scalar level.
