@@ -54,6 +54,12 @@ def compute_dtype(dtype=None) -> str:
     return keras.dtype_policies.get(dtype or keras.config.floatx()).compute_dtype
 
 
+def layer_compute_dtype(layer_or_loss) -> str:
+    """The dtype a Keras layer or loss computes its operators in: that of its dtype
+    policy, float32 for a float16/bfloat16 one (`compute_dtype`)."""
+    return compute_dtype(getattr(layer_or_loss, "dtype_policy", None) or layer_or_loss.dtype)
+
+
 def get_keras_mask(x):
     """The Keras mask attached to `x` (a boolean tensor), or None without one."""
     return _keras_get_mask(x)

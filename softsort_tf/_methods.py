@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from softsort_tf import _keras
 from softsort_tf.ops.family import Family, Settings, get_family
 
 
@@ -45,13 +44,6 @@ def check_temperature(method: str, temperature, dtype=None, *, name: str = "temp
     """`temperature` validated for `method` (`Family.check_temperature`): None stays
     None, a number becomes a float, a tensor of a family that learns it stays a tensor."""
     return get_family(method).check_temperature(temperature, dtype, name=name)
-
-
-def compute_dtype(layer_or_loss) -> str:
-    """The dtype a Keras layer or loss computes its operators in: that of its dtype
-    policy, float32 for a float16/bfloat16 one (`_keras.compute_dtype`)."""
-    return _keras.compute_dtype(getattr(layer_or_loss, "dtype_policy", None)
-                                or layer_or_loss.dtype)
 
 
 def check_padding(method: str, padded: bool, what: str) -> None:

@@ -53,8 +53,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _methods
-from softsort_tf._keras import full_precision_dtype
+from softsort_tf import _checks, _masking
+from softsort_tf._keras import full_precision_dtype, layer_compute_dtype
 from softsort_tf.layers.sinkhorn import sinkhorn_settings
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, sampling
@@ -125,7 +125,7 @@ class _PermutationLayer(keras.layers.Layer):
     def _checked_temperature(self, value, name: str = "temperature") -> float | None:
         """`value` (τ; None: the temperature its settings hold, Sinkhorn's ε) checked > 0
         and in the range the layer's compute dtype holds (`Family.check_temperature`)."""
-        dtype = _methods.compute_dtype(self)
+        dtype = layer_compute_dtype(self)
         if value is None:
             return self._settings.check_temperature(None, dtype)
         return get_family(self.method).check_temperature(_checks.check_positive(name, value),

@@ -25,8 +25,13 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks, _methods
-from softsort_tf._keras import broadcast_keras_mask, full_precision_dtype, sorted_mask
+from softsort_tf import _checks
+from softsort_tf._keras import (
+    broadcast_keras_mask,
+    full_precision_dtype,
+    layer_compute_dtype,
+    sorted_mask,
+)
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
@@ -62,7 +67,7 @@ class _SinkhornLayer(keras.layers.Layer):
 
     The settings are validated once, at construction, and are part of `get_config()`
     (one key per field of the options, `squash` and `targets`); ε must be one the
-    layer's compute dtype holds (`_methods.check_temperatures`: at least 3.8e-6 in
+    layer's compute dtype holds (`Family.temperature_range`: at least 3.8e-6 in
     float32, float32 under a float16/bfloat16 policy).
     """
 
@@ -75,7 +80,7 @@ class _SinkhornLayer(keras.layers.Layer):
         super().__init__(**layer_kwargs)
         for name, value in self._settings.attributes().items():
             setattr(self, name, value)
-        self._settings.check_temperature(None, _methods.compute_dtype(self))
+        self._settings.check_temperature(None, layer_compute_dtype(self))
         self.axis = _checks.check_int("axis", axis)
         self.direction = _checks.check_direction(direction)
         self.supports_masking = True

@@ -11,7 +11,7 @@ in `method_kwargs`; all are validated at construction and are part of `get_confi
 k of `TopKLayer` is checked against the list length at the call (an integer in
 [1, n), a real in (0, n) for 'lapsum').
 The temperature (Sinkhorn's ε, however given) must be one the layer's compute dtype
-holds (`_methods.temperature_range`: at least 3.8e-6 for Sinkhorn in float32, a
+holds (`Family.temperature_range`: at least 3.8e-6 for Sinkhorn in float32, a
 normal number for the other families), checked at construction.
 `direction` defaults to that of the operation ('ASCENDING' for ranks, sorts and
 quantiles, 'DESCENDING' for top-k; the rule of `softsort_tf.ops.soft`).
@@ -34,7 +34,12 @@ from __future__ import annotations
 import keras
 
 from softsort_tf import _checks, _docs, _methods
-from softsort_tf._keras import broadcast_keras_mask, full_precision_dtype, sorted_mask
+from softsort_tf._keras import (
+    broadcast_keras_mask,
+    full_precision_dtype,
+    layer_compute_dtype,
+    sorted_mask,
+)
 from softsort_tf.ops import soft
 
 _PACKAGE = "softsort_tf"
@@ -68,7 +73,7 @@ class _SoftLayer(keras.layers.Layer):
             layer_kwargs["dtype"] = full_precision_dtype(layer_kwargs.get("dtype"))
         super().__init__(**layer_kwargs)
         # In the range of the compute dtype, known now (the rule of `_methods`).
-        arguments.check_dtype(_methods.compute_dtype(self))
+        arguments.check_dtype(layer_compute_dtype(self))
         self._arguments = arguments
         for name, value in arguments.settings.attributes().items():
             setattr(self, name, value)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _checks, _docs
+from softsort_tf import _checks, _docs, _shapes
 from softsort_tf.ops.family import (
     Family,
     get_family,
@@ -72,11 +72,6 @@ def temperature_kwargs(method: str, temperature) -> dict:
     return {} if temperature is None else {family.temperature: temperature}
 
 
-def _compute_dtype(dtype: tf.DType) -> tf.DType:
-    """The dtype the operators compute in for inputs of `dtype`."""
-    return dtype if dtype in (tf.float32, tf.float64) else tf.float32
-
-
 def _check_arguments(family: Family, operation: str, dtype: tf.DType, temperature,
                      kwargs: dict) -> dict:
     """The keyword part of the one rule of every entry point (see the module docstring),
@@ -89,7 +84,7 @@ def _check_arguments(family: Family, operation: str, dtype: tf.DType, temperatur
     if temperature is not None and family.temperature in kwargs:
         raise ValueError(f"`temperature` and `{family.temperature}` set the same argument of "
                          f"method={family.name!r}: pass one of them.")
-    dtype = _compute_dtype(dtype)
+    dtype = _shapes.compute_dtype(dtype)
     if temperature is not None:
         kwargs = {**kwargs, family.temperature: family.check_temperature(temperature, dtype)}
     elif kwargs.get(family.temperature) is not None:
