@@ -357,7 +357,10 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     Args:
       x: `[..., n]` real tensor.
       regularization: 'l2' or 'kl'.
-      regularization_strength: ε > 0, in the units of x.
+      regularization_strength: ε > 0; for 'l2' in inverse units of x: ρ/ε is
+        projected onto the permutahedron of x, so scaling x by c is undone by ε·c
+        (`permutahedron_sort(c·x, ε) = c·permutahedron_sort(x, c·ε)`), unlike the
+        ranks, whose ε is in the units of x.
       direction: 'ASCENDING' or 'DESCENDING', as in `tf.sort`.
       mask: not supported (ValueError).
 
@@ -427,7 +430,7 @@ def direction_is_descending(direction: str) -> bool:
 PERMUTAHEDRON = family.Family(
     "permutahedron", "regularization_strength", 1.0,
     "strength of the quadratic ('l2') or entropic ('kl') regularisation of the "
-    "projection, in the units of the scores",
+    "projection: in the units of the scores for ranks, in inverse units for 'l2' sorts",
     "Blondel, Teboul, Berthet & Djolonga (2020)",
     operations=dict(rank=family.family_operation(permutahedron_rank),
                     sort=family.family_operation(permutahedron_sort)), masks=False)

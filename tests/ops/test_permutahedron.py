@@ -253,3 +253,24 @@ def test_non_finite_scores(reg):
         g = tape.gradient(loss, xt).numpy()
         assert np.all(np.isfinite(g))
         assert np.all(g[~np.isfinite(x)] == 0) and np.all(g[0] == 0)
+
+
+@pytest.mark.parametrize("regularization", ["l2", "kl"])
+def test_regularization_strength_units_of_ranks_and_sorts(regularization):
+    # What the family record says ε means: scores scaled by c are ranked as the scores
+    # with ε / c (ε in the units of the scores, both regularisations) and, with 'l2',
+    # sorted as c × the sort with c · ε (inverse units: ρ/ε is projected onto the
+    # permutahedron of the values).
+    x = np.array([[0.3, -1.2, 2.0, 0.7, 0.1], [1.5, 1.4, -0.2, 0.0, 3.1]])
+    for c, eps in [(10.0, 0.5), (0.25, 2.0)]:
+        rank = P.permutahedron_rank(c * x, regularization, eps).numpy()
+        np.testing.assert_allclose(rank, P.permutahedron_rank(x, regularization, eps / c),
+                                   rtol=1e-12, atol=1e-12)
+        assert np.all(np.isfinite(rank))
+        if regularization == "l2":
+            sort = P.permutahedron_sort(c * x, "l2", eps).numpy()
+            np.testing.assert_allclose(sort, c * P.permutahedron_sort(x, "l2", c * eps),
+                                       rtol=1e-12, atol=1e-12)
+            assert np.all(np.isfinite(sort))
+            # and not the other way round: the test tells the two units apart
+            assert np.abs(sort - c * P.permutahedron_sort(x, "l2", eps / c)).max() > 1e-3
