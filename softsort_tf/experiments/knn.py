@@ -38,7 +38,7 @@ from sklearn.neighbors import KNeighborsClassifier
 
 import softsort_tf as ss
 from softsort_tf.datasets import arrays, images
-from softsort_tf.experiments import training
+from softsort_tf.experiments import models, training
 
 __all__ = ["KNN_METHODS", "KnnConfig", "KnnEmbedder", "build_embedding_cnn", "knn_classifier",
            "plain_knn_accuracy", "run"]
@@ -97,6 +97,8 @@ class KnnEmbedder(keras.Model):
       tau: temperature (on squared embedding distances).
       stochastic, num_samples: Gumbel-perturbed scores in training.
       seed: seed of the noise (with the step).
+      method_kwargs: the family's own settings (e.g. `{"distance_power": 2.0}` for
+        'softsort'), passed to its relaxed matrix.
 
     Example:
     >>> model = KnnEmbedder((28, 28, 1), num_classes=10, k=3)
@@ -107,7 +109,8 @@ class KnnEmbedder(keras.Model):
     """
 
     def __init__(self, image_shape=(28, 28, 1), num_classes=10, k=9, method="softsort",
-                 tau=16.0, stochastic=False, num_samples=5, seed=0, **kwargs):
+                 tau=16.0, stochastic=False, num_samples=5, seed=0, method_kwargs=None,
+                 **kwargs):
         super().__init__(**kwargs)
         if method not in KNN_METHODS:
             raise ValueError(f"method must be one of {KNN_METHODS}, got {method!r}.")
@@ -116,6 +119,7 @@ class KnnEmbedder(keras.Model):
         self.image_shape, self.num_classes, self.k = tuple(image_shape), int(num_classes), int(k)
         self.method, self.tau, self.stochastic = method, float(tau), bool(stochastic)
         self.num_samples, self.seed = int(num_samples), int(seed)
+        self.method_kwargs = models.parse_method_kwargs(method, method_kwargs)
         self.embedding = build_embedding_cnn(self.image_shape)
 
     def build(self, input_shape=None):
@@ -135,17 +139,18 @@ class KnnEmbedder(keras.Model):
             seed = tf.stack([tf.constant(self.seed, tf.int64),
                              tf.cast(inputs["step"][0], tf.int64)])
             perm = ss.stochastic_permutation_matrix(-d2, self.num_samples, seed, self.method,
-                                                    tau=self.tau)
+                                                    tau=self.tau, **self.method_kwargs)
             probs = knn_class_probabilities(perm, labels, self.k, self.num_classes)
             return tf.reduce_mean(probs, axis=1)
-        perm = ss.permutation_matrix(-d2, self.method, tau=self.tau)
+        perm = ss.permutation_matrix(-d2, self.method, tau=self.tau, **self.method_kwargs)
         return knn_class_probabilities(perm, labels, self.k, self.num_classes)
 
     def get_config(self):
         return {**super().get_config(), "image_shape": self.image_shape,
                 "num_classes": self.num_classes, "k": self.k, "method": self.method,
                 "tau": self.tau, "stochastic": self.stochastic,
-                "num_samples": self.num_samples, "seed": self.seed}
+                "num_samples": self.num_samples, "seed": self.seed,
+                "method_kwargs": self.method_kwargs}
 
 
 def negative_probability(y_true, probs):
@@ -165,6 +170,7 @@ class KnnConfig(training.RunConfig):
     num_samples: int = 5
     k: int = 9
     tau: float = 0.1
+    method_kwargs: str | None = None
     num_queries: int = 100
     num_candidates: int = 100
     steps_per_epoch: int = 100
@@ -182,6 +188,7 @@ class KnnConfig(training.RunConfig):
         if self.mnist_npz and self.dataset == "embedded":
             self.dataset = "npz"
         self.check(method=KNN_METHODS, dataset=images.SOURCES)
+        models.parse_method_kwargs(self.method, self.method_kwargs)  # a clear error now
         if self.k > self.num_candidates:
             raise ValueError(f"k={self.k} must be <= num_candidates={self.num_candidates}.")
         return self
@@ -269,7 +276,9 @@ def run(config: KnnConfig) -> dict:
         with strategy.scope():
             model = KnnEmbedder(splits.image_shape, splits.num_classes, config.k,
                                 config.method, config.tau, config.stochastic,
-                                config.num_samples, config.seed)
+                                config.num_samples, config.seed,
+                                models.parse_method_kwargs(config.method,
+                                                           config.method_kwargs))
             model.build()
             # XLA cannot place distributed variables: a strategy other than 'default'
             # runs without it.

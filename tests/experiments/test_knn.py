@@ -165,3 +165,25 @@ def test_train_knn_binary_offline(binaries):
     assert res["history"]["val_accuracy"][0] == pytest.approx(
         _eager_validation_accuracy(out, "neuralsort", res["flags"]["tau"],
                                    res["flags"]["seed"]), abs=1e-6)
+
+
+def test_method_kwargs_reach_the_relaxed_matrix_and_are_checked():
+    # --method_kwargs was accepted by train_knn and silently ignored: the family's own
+    # settings now reach its matrix (SoftSort's distance power changes P̂), survive
+    # get_config, and an unknown one is refused when the config is finalized.
+    tf.keras.utils.set_random_seed(0)
+    episode = {"queries": tf.random.normal([4, 28, 28, 1]),
+               "candidates": tf.random.normal([6, 28, 28, 1]),
+               "candidate_labels": tf.range(6) % 3, "step": tf.zeros([4], tf.int64)}
+    plain = knn.KnnEmbedder((28, 28, 1), 3, 2, "softsort", 1.0)
+    squared = knn.KnnEmbedder.from_config(
+        {**plain.get_config(), "method_kwargs": {"distance_power": 2.0}})
+    squared.build()
+    plain.build()
+    squared.set_weights(plain.get_weights())
+    a, b = plain(episode).numpy(), squared(episode).numpy()
+    assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+    assert np.abs(a - b).max() > 1e-3
+    assert squared.get_config()["method_kwargs"] == {"distance_power": 2.0}
+    with pytest.raises(ValueError, match="epsilon"):
+        knn.KnnConfig(method="softsort", method_kwargs='{"epsilon": 0.1}').finalize()
