@@ -24,6 +24,7 @@ through `SinkhornRank` recovers the hidden ranking (the large-MNIST part is
 from __future__ import annotations
 
 import configparser
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -234,13 +235,14 @@ def _run_install_cell(source, monkeypatch, installed=True):
     calls, printed = [], []
     monkeypatch.setattr(subprocess, "check_call", lambda args: calls.append(args))
     stand_in = types.ModuleType("softsort_tf")
-    stand_in.__version__, stand_in.__file__ = "0.0", os.path.join("somewhere", "__init__.py")
+    stand_in.__version__ = "0.0"
     monkeypatch.setitem(sys.modules, "softsort_tf", stand_in)
     real_find_spec = importlib.util.find_spec
 
     def find_spec(name, *args):
-        if name == "softsort_tf":
-            return object() if installed else None
+        if name == "softsort_tf":  # installed from the start, or by the cell's pip
+            return (importlib.machinery.ModuleSpec(name, None, origin=os.path.join(
+                "somewhere", "__init__.py")) if installed or calls else None)
         return real_find_spec(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
