@@ -87,6 +87,34 @@ SCALE_FREE_TEMPERATURES = {
 # Sinkhorn's default stopping threshold (1e-3) stops after one iteration with a
 # marginal error of 1.2e-4; 1e-6 takes two.
 SCALE_FREE_SETTINGS = {"epsilon": {"threshold": 1e-6}}
+# The gains of a soft NDCG: 'exponential' 2^y − 1 (NDCG's own), or 'linear' y (each
+# grade step counts alike). The scale-free default takes 'linear' (`resolve_gain`):
+# near the linear regime its loss is about −Σ_j gain_j · z_j, and with 2^y − 1 the
+# top grade of a list outweighs the others (grades 0–4: gains 0, 1, 3, 7, 15). Measured
+# on scripts/bench_ltr.py (docs/RESULTS.md, issue 40; validation NDCG, 8 epochs):
+# Keras-RS-style lists of 5, seeds 0–2, Sinkhorn +0.0085, +0.0140, +0.0103, LapSum
+# +0.0067, −0.0008, +0.0017; lists of 10–200 with 5 % relevant, LapSum +0.0025 (mean of
+# seeds 0–2), SoftSort +0.0030, Sinkhorn +0.0025 (seed 0).
+GAINS = ("exponential", "linear")
+
+
+def resolve_gain(gain: str | None, scale_free: bool) -> str:
+    """The gain of a soft NDCG: `gain`, or (None) 'linear' when `scale_free`, else
+    'exponential' (a sharp explicit temperature: the NDCG itself as it → 0)."""
+    if gain is None:
+        return "linear" if scale_free else "exponential"
+    if gain not in GAINS:
+        raise ValueError(f"`gain` must be one of {GAINS} or None, got {gain!r}.")
+    return gain
+
+
+def _gain_labels(labels, gain: str):
+    """Labels whose DCG gains 2^label − 1 are the `gain` of `labels` (linear: log₂(1 + y),
+    so that 2^label − 1 = y; padded entries, any value, are left as they are)."""
+    if gain == "exponential":
+        return labels
+    linear = tf.math.log1p(tf.maximum(labels, 0.0)) / tf.constant(np.log(2.0), labels.dtype)
+    return tf.where(labels >= 0, linear, labels)
 
 
 def standardized_scores(scores, mask=None, axis: int = -1):
@@ -152,13 +180,15 @@ def resolve_scale_free(method: str, temperature, scale_free, kwargs: dict,
 @per_list_over_groups
 def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
               temperature: float | None = None, negative_labels_are_padding: bool = True,
-              scale_free: bool | None = None, **kwargs):
-    """NDCG of soft ranks: Σ_j (2^{y_j} − 1) / log₂(1 + r̃_j) / IDCG over the valid entries.
+              scale_free: bool | None = None, gain: str | None = None, **kwargs):
+    """NDCG of soft ranks: Σ_j g(y_j) / log₂(1 + r̃_j) / IDCG over the valid entries.
 
     r̃ are the descending `soft_rank`s of the scores among the valid entries (rank 1 =
-    highest score); IDCG is the DCG of the ideal (label-sorted) order. As the
-    temperature → 0 this is the NDCG of the predicted order. A list without a positive
-    label (IDCG = 0) has soft NDCG 1 and no gradient (nothing to rank).
+    highest score); IDCG is the DCG of the ideal (label-sorted) order; the gain g is
+    NDCG's 2^y − 1 with an explicit temperature (then as the temperature → 0 this is
+    the NDCG of the predicted order) and the grade y itself for the scale-free default
+    (`gain`). A list without a positive label (IDCG = 0) has soft NDCG 1 and no
+    gradient (nothing to rank).
 
     Temperature: by default (`scale_free=None` and no temperature given, neither as
     `temperature`, nor under the family's own name, nor in Sinkhorn `options`) the loss
@@ -172,7 +202,9 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
     lowered by inflating the scores. This default is a smooth surrogate, not the NDCG
     itself: for LapSum, the permutahedron and Sinkhorn its soft ranks are near their
     linear regime, where the gradient moves each item by its gain minus the list's
-    mean gain (all pairs count), and its value stays above 1 − the hard NDCG. A
+    mean gain (all pairs count), and its value stays above 1 − the hard NDCG; its
+    gains are linear (g(y) = y, so that each grade step counts alike rather than the
+    top grade of a list outweighing the rest; measured in `GAINS`' comment). A
     temperature given without `scale_free=True` is in the family's units (the scores'
     for LapSum, SoftSort, NeuralSort, the permutahedron), as before, and gives the
     sharper soft NDCG, equal to the NDCG as it → 0; with `scale_free=True` it is read
@@ -189,6 +221,8 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
         scale-free default above.
       scale_free: standardise each list's scores first, the temperature then in
         standard deviations (None: when no temperature is given; see above).
+      gain: 'exponential' (2^y − 1) or 'linear' (y); None: 'linear' when scale-free,
+        else 'exponential' (`resolve_gain`).
       negative_labels_are_padding: treat y_true < 0 as padding (default True, the
         padding rule of `softsort_tf._lists`); set False for lists without padding
         with method='permutahedron', which takes no padding.
@@ -208,6 +242,7 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
         y_pred, tf.RaggedTensor) or isinstance(y_true, tf.RaggedTensor)
     temperature, scale_free, kwargs = resolve_scale_free(method, temperature, scale_free,
                                                          kwargs)
+    labels = _gain_labels(labels, resolve_gain(gain, scale_free))
     if scale_free:
         scores = standardized_scores(scores, valid)
     ranks = soft_rank(scores, method, "DESCENDING", mask=valid if padded else None,
@@ -240,6 +275,8 @@ class SoftNDCGLoss(MethodLoss):
         as it → 0), or in standard deviations with `scale_free=True`.
       scale_free: standardise each list's scores before ranking them (None: True when
         no temperature is given; the config holds the resolved value).
+      gain: 'exponential' (2^y − 1) or 'linear' (the grade y); None: 'linear' when
+        scale-free, else 'exponential' (the config holds the resolved value).
       method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
         'permutahedron' (the rule of `softsort_tf._methods`).
       negative_labels_are_padding: treat y_true < 0 as padding (default True); False
@@ -267,7 +304,7 @@ class SoftNDCGLoss(MethodLoss):
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", reduction: str = "sum_over_batch_size",
                  name: str = "soft_ndcg_loss", dtype=None, scale_free: bool | None = None,
-                 **kwargs):
+                 gain: str | None = None, **kwargs):
         padding = _checks.check_bool("negative_labels_are_padding",
                                      negative_labels_are_padding)
         _methods.check_padding(method, padding, "negative_labels_are_padding=True")
@@ -275,7 +312,8 @@ class SoftNDCGLoss(MethodLoss):
             method, temperature, scale_free, {**kwargs, "options": options})
         del kwargs["options"]
         super().__init__(soft_ndcg_loss, dict(negative_labels_are_padding=padding,
-                                              scale_free=scale_free),
+                                              scale_free=scale_free,
+                                              gain=resolve_gain(gain, scale_free)),
                          method=method, temperature=temperature,
                          method_kwargs=method_kwargs, options=options, squash=squash,
                          targets=targets, reduction=reduction, name=name, dtype=dtype,
