@@ -163,23 +163,25 @@ def spread_penalty(y, s):
 
 
 def parse_spec(spec: str):
-    """`base[@temperature][+spread=λ][+nscale=p]` → (base, temperature, λ, p)."""
+    """`base[@temperature][+spread=λ][+nscale=p][+scale=c]` → (base, temperature, λ, p,
+    c)."""
     parts = spec.split("+")
     base, temperature = parts[0], None
     if "@" in base:
         base, t = base.split("@")
         temperature = float(t)
-    options = dict(spread=0.0, nscale=0.0)
+    options = dict(spread=0.0, nscale=0.0, scale=1.0, lingain=0.0)
     for part in parts[1:]:
         key, value = part.split("=")
         if key not in options:
             raise ValueError(f"unknown modifier {key!r} in {spec!r}")
         options[key] = float(value)
-    return base, temperature, options["spread"], options["nscale"]
+    return (base, temperature, options["spread"], options["nscale"], options["scale"],
+            bool(options["lingain"]))
 
 
 def make_loss(spec: str):
-    """The loss of a spec: `base[@temperature][+spread=λ][+nscale=p]`.
+    """The loss of a spec: `base[@temperature][+spread=λ][+nscale=p][+scale=c]`.
 
     `@T`: ApproxNDCG's T; `ListwisePermutationLoss`'s τ (score units); for
     `soft_ndcg_*` and `spearman` a scale-free temperature in standard deviations of
@@ -187,12 +189,21 @@ def make_loss(spec: str):
     LapSum, SoftSort, NeuralSort, permutahedron): each list's standardised scores are
     multiplied by (n/5)^p before ranking at T (default the family's scale-free one),
     i.e. a temperature of T · (5/n)^p standard deviations for a list of n valid items.
+    `+scale=c`: the loss times c (for Adam only its ε = 1e-7 sees the difference).
+    `+lingain=1`: the loss sees the labels log₂(1 + y), so that a gain 2^y − 1 is the
+    grade y itself (linear gains; the metric keeps 2^y − 1).
     """
-    base, temperature, spread, nscale = parse_spec(spec)
+    base, temperature, spread, nscale, scale, lingain = parse_spec(spec)
     loss = _base_loss(base, temperature, nscale)
-    if not spread:
+    if not spread and scale == 1.0 and not lingain:
         return loss
-    return lambda y, s: loss(y, s) + spread * tf.reduce_mean(spread_penalty(y, s))
+
+    def modified(y, s):
+        labels = tf.where(y >= 0, tf.math.log1p(tf.maximum(y, 0.0)) / np.log(2.0), y)
+        value = scale * loss(labels if lingain else y, s)
+        return value + spread * tf.reduce_mean(spread_penalty(y, s))
+
+    return modified
 
 
 def _keras_rs_loss(name):
