@@ -42,6 +42,22 @@ def full_precision_dtype(dtype=None):
     return "float32" if policy.compute_dtype in ("float16", "bfloat16") else dtype
 
 
+def full_precision_layer_kwargs(kwargs: dict) -> dict:
+    """The base-layer keywords of one of the package's layers with its dtype: float32
+    under a float16/bfloat16 policy (given as `dtype` or global), else unchanged. The
+    one rule of every layer: it computes and returns float32 under a mixed policy, the
+    input cast to it (Keras' `autocast`), so that ranks, sorts and matrices keep their
+    resolution whatever the model's policy.
+
+    Example:
+    >>> full_precision_layer_kwargs({"dtype": "mixed_bfloat16", "name": "r"})
+    {'dtype': 'float32', 'name': 'r'}
+    """
+    if "dtype" in kwargs or full_precision_dtype() == "float32":
+        kwargs = {**kwargs, "dtype": full_precision_dtype(kwargs.get("dtype"))}
+    return kwargs
+
+
 def compute_dtype(dtype=None) -> str:
     """The dtype a loss or layer built with `dtype` computes in: that of its policy
     (`full_precision_dtype` first), or of `keras.config.floatx()` for None.
@@ -70,7 +86,7 @@ def broadcast_keras_mask(inputs, mask):
     axis (Keras' `[batch, steps]` mask of `[batch, steps, features]`), broadcast along it."""
     if isinstance(mask, tf.RaggedTensor) or isinstance(inputs, tf.RaggedTensor):
         return mask
-    mask = tf.convert_to_tensor(mask)
+    mask = tf.cast(mask, tf.bool)
     inputs = tf.convert_to_tensor(inputs)
     if mask.shape.rank is not None and inputs.shape.rank is not None and \
             mask.shape.rank == inputs.shape.rank - 1:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from softsort_tf import _checks
+from softsort_tf._keras import broadcast_keras_mask, full_precision_layer_kwargs
 from softsort_tf.ops import kendall as kendall_ops
 
 _PACKAGE = "softsort_tf"
@@ -36,7 +36,8 @@ class KendallEmbedding(keras.layers.Layer):
         is 0. The output has no item axis, so no mask is
         propagated (`compute_mask` returns None).
 
-    Output: `[..., n(n − 1)/2]` in the layer's compute dtype.
+    Output: `[..., n(n − 1)/2]` in the layer's compute dtype (float32 under a
+    float16/bfloat16 policy, as every layer of the package).
 
     Example:
     >>> layer = KendallEmbedding()
@@ -45,7 +46,7 @@ class KendallEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, smooth_scale: float | None = None, signed: bool = False, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(**full_precision_layer_kwargs(kwargs))
         self.smooth_scale = _checks.check_positive("smooth_scale", smooth_scale,
                                                    allow_none=True)
         self.signed = _checks.check_bool("signed", signed)
@@ -53,10 +54,7 @@ class KendallEmbedding(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         if mask is not None:
-            mask = tf.cast(mask, tf.bool)
-            if mask.shape.rank is not None and mask.shape.rank == inputs.shape.rank - 1:
-                mask = mask[..., None]  # a Keras mask without the item axis
-            mask = tf.broadcast_to(mask, tf.shape(inputs))
+            mask = broadcast_keras_mask(inputs, mask)  # also one without the item axis
         return kendall_ops.kendall_embedding(inputs, self.smooth_scale, signed=self.signed,
                                              mask=mask)
 

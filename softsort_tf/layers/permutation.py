@@ -54,7 +54,7 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
-from softsort_tf._keras import full_precision_dtype, layer_compute_dtype
+from softsort_tf._keras import full_precision_layer_kwargs, layer_compute_dtype
 from softsort_tf.layers.sinkhorn import sinkhorn_settings
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, sampling
@@ -97,9 +97,7 @@ class _PermutationLayer(keras.layers.Layer):
                  output_mode: str = "matrix", stochastic: bool = False,
                  num_samples: int | None = None, sample_at_inference: bool = False,
                  seed: int | None = None, **kwargs):
-        if "dtype" in kwargs or full_precision_dtype() == "float32":
-            kwargs["dtype"] = full_precision_dtype(kwargs.get("dtype"))
-        super().__init__(**kwargs)
+        super().__init__(**full_precision_layer_kwargs(kwargs))
         self.supports_masking = True
         self.direction = _checks.check_direction(direction)
         self.hard = permutation_ops.check_hard(hard)

@@ -28,7 +28,7 @@ import tensorflow as tf
 from softsort_tf import _checks
 from softsort_tf._keras import (
     broadcast_keras_mask,
-    full_precision_dtype,
+    full_precision_layer_kwargs,
     layer_compute_dtype,
     sorted_mask,
 )
@@ -75,9 +75,7 @@ class _SinkhornLayer(keras.layers.Layer):
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
         self._settings, layer_kwargs = sinkhorn_settings(kwargs, options, squash, targets)
-        if "dtype" in layer_kwargs or full_precision_dtype() == "float32":
-            layer_kwargs["dtype"] = full_precision_dtype(layer_kwargs.get("dtype"))
-        super().__init__(**layer_kwargs)
+        super().__init__(**full_precision_layer_kwargs(layer_kwargs))
         for name, value in self._settings.attributes().items():
             setattr(self, name, value)
         self._settings.check_temperature(None, layer_compute_dtype(self))

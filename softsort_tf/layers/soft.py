@@ -26,7 +26,7 @@ quantiles.
 
 Shapes and dtypes: the batch and the list length may be unknown when the model is
 built (`keras.Input((None,))`), also under XLA. Under a float16/bfloat16 policy the
-layers compute in float32 and return float32 (`softsort_tf._keras.full_precision_dtype`).
+layers compute in float32 and return float32 (`softsort_tf._keras.full_precision_layer_kwargs`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import keras
 from softsort_tf import _checks, _docs, _methods
 from softsort_tf._keras import (
     broadcast_keras_mask,
-    full_precision_dtype,
+    full_precision_layer_kwargs,
     layer_compute_dtype,
     sorted_mask,
 )
@@ -69,9 +69,7 @@ class _SoftLayer(keras.layers.Layer):
                  method_kwargs: dict | None = None, **kwargs):
         arguments, layer_kwargs = _methods.MethodArguments.create(
             method, temperature, method_kwargs, kwargs, self.operation)
-        if "dtype" in layer_kwargs or full_precision_dtype() == "float32":
-            layer_kwargs["dtype"] = full_precision_dtype(layer_kwargs.get("dtype"))
-        super().__init__(**layer_kwargs)
+        super().__init__(**full_precision_layer_kwargs(layer_kwargs))
         # In the range of the compute dtype, known now (the rule of `_methods`).
         arguments.check_dtype(layer_compute_dtype(self))
         self._arguments = arguments
