@@ -15,11 +15,13 @@ to `fn` as its `mask` argument, and Keras reduces the per-list losses as usual.
 
 Inputs are checked before Keras casts them to the loss's dtype (a cast would drop an
 imaginary part or fail on strings without naming the argument): `y_pred` must be a
-real tensor (`_checks.check_real_dtype`). The ranking losses (`list_labels = True`)
-check their lists once per call with `softsort_tf._lists.check_lists` (dtypes,
-shapes, masks; the functional form then only unpacks them, `lists_checked`) and accept
-Keras-RS's `y_true = {"labels": ..., "mask": ...}`, whose mask joins the Keras mask as
-`fn`'s `mask`.
+real tensor (`_checks.check_real_dtype`). The losses of ranked lists derive from
+`ListLoss`, the one list-loss base (the shape of Keras-RS's list losses and TF-Ranking's
+`_prepare_and_validate_params`): it reads Keras-RS's `y_true = {"labels": ..., "mask":
+...}` and the Keras mask of `y_pred`, checks labels, scores and mask once per call with
+`softsort_tf._lists.check_lists` (dtypes, shapes, the padding rule, the mask cast to
+bool), and the functional form then only unpacks them (`lists_checked`): a subclass
+gives its per-list maths alone.
 """
 
 from __future__ import annotations
@@ -54,12 +56,9 @@ class LossFunctionWrapper(keras.losses.Loss):
 
     Class attribute `item_mask`: if True, a Keras mask of `y_pred` of its own shape is
     the padding of the lists, passed to `fn` as `mask=` (see the module docstring).
-    Class attribute `list_labels`: if True (the ranking losses), `y_true` holds one
-    label per item of `y_pred` (or is Keras-RS's dict), checked by `check_lists`.
     """
 
     item_mask: bool = False
-    list_labels: bool = False
 
     def __init__(self, fn: Callable, *, reduction="sum_over_batch_size", name=None,
                  dtype=None, **kwargs):
@@ -79,20 +78,16 @@ class LossFunctionWrapper(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         y_pred, arguments = self.call_arguments(y_pred, sample_weight)
-        if self.list_labels:
-            y_true, y_pred, mask = check_lists(y_true, y_pred, arguments.get("mask"))
-            if mask is not None:
-                arguments = {**arguments, "mask": mask}
-        else:
-            if not isinstance(y_pred, tf.RaggedTensor):
-                y_pred = tf.convert_to_tensor(y_pred)
-            _checks.check_real_dtype("y_pred", y_pred.dtype)
+        if not isinstance(y_pred, tf.RaggedTensor):
+            y_pred = tf.convert_to_tensor(y_pred)
+        _checks.check_real_dtype("y_pred", y_pred.dtype)
+        return self._call_with(arguments, y_true, y_pred, sample_weight)
+
+    def _call_with(self, arguments: dict, y_true, y_pred, sample_weight):
+        """Keras' `__call__` with `arguments` handed to `fn` (see `call`)."""
         token = _CALL_ARGUMENTS.set(arguments)
         try:
-            if not self.list_labels:
-                return super().__call__(y_true, y_pred, sample_weight)
-            with lists_checked():  # checked above: the functional form only unpacks them
-                return super().__call__(y_true, y_pred, sample_weight)
+            return super().__call__(y_true, y_pred, sample_weight)
         finally:
             _CALL_ARGUMENTS.reset(token)
 
@@ -101,6 +96,27 @@ class LossFunctionWrapper(keras.losses.Loss):
 
     def get_config(self) -> dict:
         return {**super().get_config(), **self.fn_kwargs}
+
+
+class ListLoss(LossFunctionWrapper):
+    """The one base of the losses of ranked lists (see the module docstring).
+
+    `y_true` holds one label per item of `y_pred` `[..., n]` (or is Keras-RS's dict), a
+    Keras mask of `y_pred` of its shape marks padding; both are read and checked once
+    per call (`check_lists`) and handed to `fn` as `(labels, scores, mask=)`, which
+    returns one loss per list. A subclass that also takes `method=` lists `ListLoss`
+    first (`class SoftNDCGLoss(ListLoss, MethodLoss)`).
+    """
+
+    item_mask = True
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        y_pred, arguments = self.call_arguments(y_pred, sample_weight)
+        y_true, y_pred, mask = check_lists(y_true, y_pred, arguments.get("mask"))
+        if mask is not None:
+            arguments = {**arguments, "mask": mask}
+        with lists_checked():  # checked above: the functional form only unpacks them
+            return self._call_with(arguments, y_true, y_pred, sample_weight)
 
 
 class SinkhornLoss(LossFunctionWrapper):

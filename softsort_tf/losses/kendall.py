@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from softsort_tf import _checks
-from softsort_tf.losses.base import LossFunctionWrapper
+from softsort_tf.losses.base import ListLoss
 from softsort_tf.ops.kendall import soft_kendall_tau
 
 _PACKAGE = "softsort_tf"
@@ -25,7 +25,7 @@ def kendall_tau_loss(y_true, y_pred, axis: int = -1, *, smooth_scale: float = 1.
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class KendallTauLoss(LossFunctionWrapper):
+class KendallTauLoss(ListLoss):
     """1 − smooth Kendall's τ per list, for learning to rank (`kendall_tau_loss`).
 
         loss = 1 − τ̃(y, ŷ),   τ̃ = E_ε[τ_b(y, ŷ + ε)],  ε ~ N(0, σ² I),
@@ -60,8 +60,6 @@ class KendallTauLoss(LossFunctionWrapper):
     0.0
     """
 
-    item_mask = True
-    list_labels = True
 
     def __init__(self, smooth_scale: float = 1.0, axis: int = -1, *,
                  negative_labels_are_padding: bool = False,

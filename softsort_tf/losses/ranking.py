@@ -29,7 +29,7 @@ from softsort_tf._lists import (
     per_list_over_groups,
     relevance_permutation_targets,
 )
-from softsort_tf.losses.base import LossFunctionWrapper
+from softsort_tf.losses.base import ListLoss
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
 from softsort_tf.ops.family import MATRIX_FAMILIES, get_family
@@ -261,7 +261,7 @@ def soft_ndcg_loss(y_true, y_pred, mask=None, **kwargs):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SoftNDCGLoss(MethodLoss):
+class SoftNDCGLoss(ListLoss, MethodLoss):
     """1 − soft NDCG (`soft_ndcg`) of each list: a listwise learning-to-rank loss.
 
     Args:
@@ -296,8 +296,6 @@ class SoftNDCGLoss(MethodLoss):
     0.0
     """
 
-    item_mask = True
-    list_labels = True
 
     def __init__(self, method: str = "sinkhorn", temperature: float | None = None, *,
                  method_kwargs: dict | None = None, negative_labels_are_padding: bool = True,
@@ -374,7 +372,7 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class ListwisePermutationLoss(LossFunctionWrapper):
+class ListwisePermutationLoss(ListLoss):
     """`listwise_permutation_loss` as a Keras loss (NeuralSort/SoftSort, padded lists).
 
     Args:
@@ -392,8 +390,6 @@ class ListwisePermutationLoss(LossFunctionWrapper):
     True
     """
 
-    item_mask = True
-    list_labels = True
 
     def __init__(self, method: str = "neuralsort", temperature: float | None = None,
                  probability_floor: float = DEFAULT_PROBABILITY_FLOOR,

@@ -6,6 +6,7 @@ import keras
 
 from softsort_tf import _checks, _docs, _methods
 from softsort_tf._lists import per_list_over_groups, rank_correlation
+from softsort_tf.losses.base import ListLoss
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.ranking import resolve_scale_free, standardized_scores
 from softsort_tf.ops.soft import soft_rank
@@ -90,7 +91,7 @@ def spearman_loss(y_true, y_pred, axis: int = -1, **kwargs):
 
 @_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SpearmanLoss(MethodLoss):
+class SpearmanLoss(ListLoss, MethodLoss):
     """1 − soft Spearman correlation along `axis`, for learning to rank.
 
         loss = 1 − Pearson(R̃(ŷ), rankdata(y))
@@ -141,8 +142,6 @@ class SpearmanLoss(MethodLoss):
     0.0
     """
 
-    item_mask = True
-    list_labels = True
 
     def __init__(self, axis: int = -1, *, method: str = "sinkhorn",
                  temperature: float | None = None, method_kwargs: dict | None = None,
