@@ -290,7 +290,9 @@ def adapt_to_strategy(model: keras.Model) -> keras.Model:
 
     def symbolic_build(iterator=None, data_batch=None):
         if iterator is not None:
-            for _, _, batches in iterator:
+            # Keras' epoch iterator yields (step, batches) in Keras 3.10 and (first step,
+            # last step, batches) in newer ones (3.15): the batches come last.
+            for *_, batches in iterator:
                 data_batch = tf.nest.map_structure(local, next(batches))
                 break
         with strategy.scope():

@@ -338,6 +338,7 @@ def runs(tmp_path_factory, fork_server):
 
 
 @pytest.mark.slow
+@pytest.mark.multi_worker
 def test_killed_mid_epoch_the_cluster_resumes_from_the_last_backup(runs):
     # Killed after the first step of epoch 2: the last backup is epoch 1, on both workers.
     assert runs["sort_backup_at_kill"] == 1 and runs["worker1_backup_at_kill"] == 1
@@ -352,6 +353,7 @@ def test_killed_mid_epoch_the_cluster_resumes_from_the_last_backup(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.multi_worker
 def test_two_workers_match_one_process_on_the_sort_experiment(runs):
     ref, mw = runs["reference"]["sort"], runs["workers"][0]["sort"]
     for key in ("loss", "exact_accuracy", "val_loss", "val_exact_accuracy"):
@@ -377,6 +379,7 @@ def test_two_workers_match_one_process_on_the_sort_experiment(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.multi_worker
 def test_two_workers_on_a_keras_model_with_a_ranking_and_a_batch_statistic_loss(runs):
     ref, mw = runs["reference"], runs["workers"][0]["keras"]
     # The ranking loss is a mean over lists: as on one process at the same global batch.
