@@ -8,12 +8,15 @@ the layer's operation) is converted with `tf.lite.OpsSet.TFLITE_BUILTINS` only, 
 gathered into one Keras model with one output per layer, so the whole set costs one
 conversion (a failure converts them one by one to name the layers that fail).
 
-The layers that need TensorFlow ops beyond the builtins are listed in `FLEX_ONLY` with
-the reason (docs/deploy.md, "TFLite"): they convert with `SELECT_TF_OPS` (and give the
+The Sinkhorn layers convert with builtins with the float32 backward solve
+(`SINKHORN_FLOAT32`, the cases '<layer>[implicit cg]'). With their defaults they need
+TensorFlow ops beyond the builtins and are listed in `FLEX_ONLY` with the reason
+(docs/deploy.md, "TFLite"): they convert with `SELECT_TF_OPS` (and give the
 Keras values where the interpreter has the flex delegate, which TensorFlow's pip wheel
 does not ship), and each of them still holds a float64 op in its traced forward (the
-reason), so the list cannot go stale unnoticed. That test is `slow` (~15 s of CPU); the
-builtin one costs ~20 s of CPU (one conversion of 20 layers).
+reason), so the list cannot go stale unnoticed. The Sinkhorn conversions are `slow`
+(~20 s of CPU each) but for one (`SinkhornRank` after traces at other shapes); the other
+layers cost ~20 s of CPU (one conversion of 20 layers).
 
 Shapes are static (batch 2, lists of 5): LapSum computes its sums in float32 only for a
 list length known at trace time (`softsort_tf.ops.lapsum.FLOAT32_SUMS_UP_TO`).
@@ -26,6 +29,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 import softsort_tf
 from softsort_tf.ops import family as family_module
@@ -34,12 +38,16 @@ BATCH, N = 2, 5
 FRONT_DOOR = ("RankLayer", "SortLayer", "TopKLayer", "QuantileLayer")
 
 #: Layers that do not convert with TFLite's builtin ops, and why (docs/deploy.md).
-_SINKHORN = ("the Sinkhorn forward computes in float64 (TFLite has no float64 kernels): "
-             "the squash standardises in float64 to keep float32 subnormals and the "
-             "scale of values near the largest float, the warm start accumulates "
-             "the cumulative masses in float64, the transport is centred in "
-             "float64, and with the implicit backward (the default, m <= 64 targets) "
-             "the read-outs are computed from float64 potentials")
+_SINKHORN = ("with the default implicit backward (float64 solve for m <= 64 targets) the "
+             "read-outs are computed from float64 potentials in the forward (their "
+             "gradients cancel against the implicit ones in float64); TFLite has no "
+             "float64 kernels. The same layer with "
+             "SinkhornOptions(implicit_diff=ImplicitDiff(solver='cg')) (or "
+             "implicit_diff=None) converts with builtins (the forward values equal to "
+             "float32 rounding)")
+#: The Sinkhorn settings whose forward is float32 throughout.
+SINKHORN_FLOAT32 = {"options": softsort_tf.SinkhornOptions(
+    implicit_diff=softsort_tf.ImplicitDiff(solver="cg"))}
 FLEX_ONLY = {
     "SinkhornCDF": _SINKHORN,
     "SinkhornPermutation": _SINKHORN,
@@ -63,6 +71,10 @@ def layer_cases() -> dict[str, object]:
         obj = getattr(softsort_tf, name)
         if _is_layer(obj):
             cases[name] = lambda cls=obj: cls()
+    for name in list(cases):
+        if name in FLEX_ONLY:  # the Sinkhorn layers, with a float32 forward
+            cases[f"{name}[implicit cg]"] = lambda name=name: getattr(softsort_tf, name)(
+                **SINKHORN_FLOAT32)
     cases["KendallEmbedding[smooth]"] = lambda: softsort_tf.KendallEmbedding(smooth_scale=0.5)
     cases["KendallEmbedding[smooth, signed]"] = lambda: softsort_tf.KendallEmbedding(
         smooth_scale=0.5, signed=True)
@@ -89,20 +101,25 @@ def _model(cases: dict[str, object]) -> keras.Model:
 
 
 def _convert(model: keras.Model, ops) -> bytes:
-    """The TFLite flatbuffer of `model` on `[BATCH, N]` float32 inputs (from its
-    concrete function: no SavedModel round trip)."""
+    """The TFLite flatbuffer of `model` on `[BATCH, N]` float32 inputs, from its concrete
+    function with the variables frozen into constants (no SavedModel round trip; the
+    interpreter would not initialise resource variables)."""
     spec = tf.TensorSpec([BATCH, N], tf.float32)
     fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], model)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [convert_variables_to_constants_v2(fn)])
     converter.target_spec.supported_ops = ops
     return converter.convert()
 
 
 def _run(blob: bytes, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The outputs `{out_000: ..., ...}`: the model's dict flattened in key order."""
     interpreter = tf.lite.Interpreter(model_content=blob)
-    runner = interpreter.get_signature_runner()
-    (name,) = runner.get_input_details()
-    return runner(**{name: x})
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    return {f"out_{i:03d}": interpreter.get_tensor(d["index"])
+            for i, d in enumerate(interpreter.get_output_details())}
 
 
 def _inputs() -> np.ndarray:
@@ -140,18 +157,30 @@ def test_cases_cover_every_layer_and_family():
     for name in FRONT_DOOR:
         assert name in layers
     assert "RankLayer[lapsum]" in cases and "SortLayer[permutahedron]" in cases
+    assert "SinkhornSort[implicit cg]" in cases and "QuantileLayer[implicit cg]" in cases
+
+
+def _check_builtin_conversion(cases):
+    x = _inputs()
+    model = _model(cases)
+    builtins = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    try:
+        blob = _convert(model, builtins)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"no builtin conversion for {_failing(cases, builtins)}")
+    _compare(cases, model, _run(blob, x), x)
 
 
 def test_every_layer_converts_with_builtin_ops():
-    cases = {k: v for k, v in layer_cases().items() if k not in FLEX_ONLY}
-    x = _inputs()
-    model = _model(cases)
-    try:
-        blob = _convert(model, [tf.lite.OpsSet.TFLITE_BUILTINS])
-    except Exception:  # noqa: BLE001
-        builtins = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        pytest.fail(f"no builtin conversion for {_failing(cases, builtins)}")
-    _compare(cases, model, _run(blob, x), x)
+    """Every case but the Sinkhorn ones (the slow test below): ~20 s of CPU."""
+    _check_builtin_conversion({k: v for k, v in layer_cases().items()
+                               if k not in FLEX_ONLY and not k.endswith("[implicit cg]")})
+
+
+@pytest.mark.slow  # ten Sinkhorn models in one conversion: ~20 s of CPU
+def test_sinkhorn_layers_with_the_float32_backward_convert_with_builtin_ops():
+    _check_builtin_conversion({k: v for k, v in layer_cases().items()
+                               if k.endswith("[implicit cg]")})
 
 
 def _float64_ops(layer) -> int:
@@ -182,3 +211,17 @@ def test_the_exceptions_convert_with_flex_ops_and_still_need_them():
         # interpreter; the conversion above is what can be checked here.
         pytest.skip("this tf.lite.Interpreter has no flex delegate (the model converted)")
     _compare(cases, model, outputs, x)
+
+
+def test_sinkhorn_converts_after_traces_at_other_shapes():
+    """The Sinkhorn loop's graph function generalises to unknown shapes once it has seen
+    a second batch size and list length (`reduce_retracing`); its new axes are taken
+    with expand_dims, so the generalised loop still converts with builtins (a strided
+    slice with a new axis on unknown shapes has no TFLite builtin: it failed before)."""
+    for shape in ((3, 4), (4, 6), (7, 3)):
+        tf.function(lambda v: softsort_tf.sinkhorn_rank(v, **SINKHORN_FLOAT32)
+                    ).get_concrete_function(tf.TensorSpec(shape, tf.float32))
+    cases = {"SinkhornRank[implicit cg]": lambda: softsort_tf.SinkhornRank(**SINKHORN_FLOAT32)}
+    x = _inputs()
+    model = _model(cases)
+    _compare(cases, model, _run(_convert(model, [tf.lite.OpsSet.TFLITE_BUILTINS]), x), x)

@@ -84,6 +84,26 @@ def exact_float64(x):
     return cast + tf.stop_gradient(tf.where(subnormal, rebuilt, cast) - cast)
 
 
+def _scale_invariant_float32(x, axis):
+    """float32 x whose rows (along `axis`) of magnitude below 2⁻¹⁰⁰ are multiplied by
+    2¹⁰⁰, exactly: TensorFlow's CPU kernels flush float32 subnormals to zero, so those
+    are rebuilt from their bits (a subnormal's magnitude bits m are the integer x·2¹⁴⁹,
+    and m·2⁻⁴⁹ is normal). One constant factor each: XLA folds products of constants,
+    and 2¹⁴⁹ overflows float32.
+    For functions invariant to a positive scale of each row (`standardize`) this keeps
+    subnormal rows' order in float32, with integer arithmetic only (TFLite builtins)."""
+    bits = tf.cast(tf.bitcast(x, tf.int32), tf.int64)
+    negative = bits < 0
+    magnitude = tf.where(negative, bits + 2 ** 31, bits)   # order-preserving in |x|
+    subnormal = tf.logical_and(magnitude > 0, magnitude < 2 ** 23)
+    rebuilt = tf.cast(magnitude, tf.float32) * 2.0 ** -49
+    rebuilt = tf.where(negative, -rebuilt, rebuilt)
+    plain = x * 2.0 ** 100   # the gradient of the scaling, for every entry
+    scaled = plain + tf.stop_gradient(tf.where(subnormal, rebuilt, plain) - plain)
+    tiny = tf.reduce_max(magnitude, axis=axis, keepdims=True) < 0x0D800000  # |x| < 2⁻¹⁰⁰
+    return tf.where(tiny, scaled, x)
+
+
 def _weighted(x, weights, axis):
     """Normalised weights broadcast to x (uniform for None) and the mask of entries with
     mass."""
@@ -111,8 +131,10 @@ def _scale_free_centre(x, has_mass, axis):
 def standardize(x, axis: int = -1, weights=None):
     """(x − mean) / std along `axis`, computed without overflow; 0 for constant rows.
 
-    Computed in float64 (float32 subnormals kept, see `exact_float64`) after scaling
-    into [−1, 1] (see the module docstring), and returned in the dtype of x.
+    Computed after scaling into [−1, 1] (see the module docstring) in float64 for
+    float64 x and in float32 otherwise (rows of float32 subnormals first scaled up
+    exactly, see `_scale_invariant_float32`, so they keep their order), and returned
+    in the dtype of x.
 
     Args:
       x: input of any rank.
@@ -126,11 +148,14 @@ def standardize(x, axis: int = -1, weights=None):
       A tensor like x.
     """
     x = tf.convert_to_tensor(x)
-    x64 = exact_float64(x)
-    w, has_mass = _weighted(x64, weights, axis)
+    if x.dtype == tf.float64:
+        xc = x
+    else:
+        xc = _scale_invariant_float32(tf.cast(x, tf.float32), axis)
+    w, has_mass = _weighted(xc, weights, axis)
     # Only entries with mass set the scale, so a zero-weight outlier cannot compress the
     # others; such an outlier gets a large |z| (the squash maps it to ~0 or ~1) instead.
-    z = _scale_free_centre(x64, has_mass, axis)
+    z = _scale_free_centre(xc, has_mass, axis)
     zeros = tf.zeros_like(z)
     z = z - tf.reduce_sum(tf.where(has_mass, w * z, zeros), axis=axis, keepdims=True)
     var = tf.reduce_sum(tf.where(has_mass, w * tf.square(z), zeros), axis=axis, keepdims=True)
@@ -234,5 +259,5 @@ def _squash_lists(x: tf.RaggedTensor, squash, axis, weights):
     if squash is None:
         return x
     lists = _masking.RaggedLists.from_ragged(x)
-    out = squash_values(lists.dense, squash, weights=tf.cast(lists.mask, tf.float64))
+    out = squash_values(lists.dense, squash, weights=tf.cast(lists.mask, lists.dense.dtype))
     return lists.to_elementwise(out)

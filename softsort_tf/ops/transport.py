@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
-from softsort_tf.ops.squash import check_squash, exact_float64, squash_values
+from softsort_tf.ops.squash import check_squash, squash_values
 from softsort_tf.ops.wrapper import Lists, list_operator
 from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers import sinkhorn as solver_lib
@@ -214,10 +214,13 @@ class TargetMeasure:
 
     @staticmethod
     def _checked(b, m, dtype):
-        b = tf.convert_to_tensor(b)
+        # NumPy weights are checked as given and become a constant of `dtype` directly
+        # (a float64 constant and a cast would put float64 in the graph).
+        numpy = isinstance(b, (np.ndarray, list, tuple))
+        b = np.asarray(b) if numpy else tf.convert_to_tensor(b)
         # A zero-mass bin would give 0/0 in the sort read-out: drop the bin instead.
         _checks.check_weight_values("target_weights", b, allow_zero=False)
-        b = tf.cast(b, dtype)
+        b = tf.constant(b, dtype) if numpy else tf.cast(b, dtype)
         if b.shape.rank not in (1, 2):
             raise ValueError("`target_weights` must have shape [m] or [batch, m].")
         if m is not None and b.shape[-1] is not None and b.shape[-1] != m:
@@ -351,20 +354,18 @@ class Transport:
         # Computed on values centred on a median c of the row, v = c + u/q, and mapped
         # back: Pᵀ v / b = c + (Pᵀ u / b) / q because the columns of P sum to b. This
         # keeps the precision of values with a large common offset (1e7 + k in float32:
-        # off by up to ~900 otherwise). c comes from float64 (float32 inputs are read
-        # exactly, see `squash.exact_float64`); q = 1/4 (exact) keeps u finite when the
-        # values span more than half of the float range.
-        v64 = exact_float64(tf.stop_gradient(self.values))
-        middle = (tf.shape(v64)[-1] - 1) // 2
-        centre = tf.sort(v64, axis=-1)[:, middle][:, None]
-        span = (0.25 * tf.reduce_max(v64, axis=-1, keepdims=True)
-                - 0.25 * tf.reduce_min(v64, axis=-1, keepdims=True))
-        q = tf.where(span > self.dtype.max / 8, tf.constant(0.25, tf.float64),
-                     tf.constant(1.0, tf.float64))
-        if self.dtype == tf.float64:
-            u = self.values * q - centre * q
-        else:
-            u = tf.cast(exact_float64(self.values) * q - centre * q, self.dtype)
+        # off by up to ~900 otherwise). c is one of the values and q = 1/4 or 1 (exact,
+        # 1/4 keeps u finite when the values span more than half of the float range), so
+        # u = v·q − c·q is the difference rounded once and (c·q + Pᵀ u / b)/q the result
+        # rounded once, in the compute dtype (float32 too: no float64 in the graph).
+        v = tf.stop_gradient(self.values)
+        middle = (tf.shape(v)[-1] - 1) // 2
+        centre = tf.sort(v, axis=-1)[:, middle][:, None]
+        span = (0.25 * tf.reduce_max(v, axis=-1, keepdims=True)
+                - 0.25 * tf.reduce_min(v, axis=-1, keepdims=True))
+        q = tf.where(span > self.dtype.max / 8, tf.constant(0.25, self.dtype),
+                     tf.constant(1.0, self.dtype))
+        u = self.values * q - centre * q
         # Divided by the plan's own column sums (b up to rounding: in float32 at small ε
         # the potentials are ~1/ε, so P carries relative errors ~1e-5): each output is
         # then an exact convex combination of the inputs, within [min x, max x].
@@ -372,7 +373,7 @@ class Transport:
         b = tf.broadcast_to(self.bcast_b(), tf.shape(columns))
         columns = tf.where(columns > 0, columns, b)
         pushed = solver_lib.accurate_sum(self.plan * u[:, :, None], axis=1) / columns
-        s = tf.cast(centre + tf.cast(pushed, tf.float64) / q, self.dtype)
+        s = (centre * q + pushed) / q   # c + pushed/q would overflow where c·q + pushed does not
         return -s if self.sign < 0 else s
 
     def push(self, f):

@@ -159,15 +159,17 @@ def _half_step(log_kernel, u, v, log_w, axis: int, active, long: bool):
       (new potential, marginal sums of the current plan along `axis`).
     """
     old = u if axis == 2 else v
-    sums = accurate_sum(tf.exp(u[:, :, None] + v[:, None, :] + log_kernel), axis=axis,
+    # New axes by expand_dims, not slicing: TFLite has no builtin for a strided slice
+    # with a new axis on the unknown shapes of a generalised trace (`reduce_retracing`).
+    sums = accurate_sum(tf.exp(tf.expand_dims(u, 2) + tf.expand_dims(v, 1) + log_kernel), axis=axis,
                         long=long)
     tiny = _tiny(sums.dtype)
     trusted = sums > tiny  # False for NaN too
     fast = log_w - tf.math.log(tf.where(trusted, sums, tf.ones_like(sums))) + old
-    redo = tf.logical_and(tf.logical_not(trusted), active[:, None])
+    redo = tf.logical_and(tf.logical_not(trusted), tf.expand_dims(active, 1))
 
     def stabilised():
-        other = v[:, None, :] if axis == 2 else u[:, :, None]
+        other = tf.expand_dims(v, 1) if axis == 2 else tf.expand_dims(u, 2)
         full = log_w - tf.reduce_logsumexp(other + log_kernel, axis=axis)
         return tf.where(redo, full, fast)
 
@@ -209,9 +211,9 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     threshold = tf.cast(threshold, dtype)
     # Reduced cost (see above); f⁰ is a constant for autodiff, which is exact: the
     # loop's f depends on C − f⁰ only up to the shift f⁰ that is added back.
-    f_init = tf.stop_gradient(tf.reduce_min(cost - g_init[:, None, :], axis=2))
+    f_init = tf.stop_gradient(tf.reduce_min(cost - tf.expand_dims(g_init, 1), axis=2))
     f_init = tf.where(tf.math.is_finite(f_init), f_init, tf.zeros_like(f_init))
-    log_kernel = -(cost - f_init[:, :, None] - g_init[:, None, :]) / eps_final
+    log_kernel = -(cost - tf.expand_dims(f_init, 2) - tf.expand_dims(g_init, 1)) / eps_final
 
     def eps_at(it):
         if not annealing:
@@ -230,7 +232,7 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
 
     all_rows = tf.ones([batch], tf.bool)
     v0 = tf.zeros_like(g_init)
-    u0 = log_a - tf.reduce_logsumexp(v0[:, None, :] + kernel_at(0), axis=2)
+    u0 = log_a - tf.reduce_logsumexp(tf.expand_dims(v0, 1) + kernel_at(0), axis=2)
 
     def cond(it, u_prev, u, v, n_it, err, done):
         del it, u_prev, u, v, n_it, err
@@ -253,7 +255,7 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
         newly = tf.logical_and(at_target,
                                tf.logical_or(err_c < threshold,
                                              tf.logical_not(tf.math.is_finite(err_c))))
-        keep = done[:, None]
+        keep = tf.expand_dims(done, 1)
         u_prev = tf.where(keep, u_prev, u_prev_c)
         u = tf.where(keep, u, u_c)
         v = tf.where(keep, v, v_c)

@@ -28,15 +28,22 @@ def exact_target_potential(x, a, y, b, power: float):
         return tf.zeros_like(y)
     order = tf.argsort(x, axis=-1, stable=True)
     xs = tf.gather(x, order, batch_dims=1)
-    # Cumulative masses in float64: a float32 running sum drifts by up to n ulps (1e-5
-    # at n = 1000), more than the tie tolerance, so two sums of equal masses computed
+    # Cumulative masses, exactly: a float32 running sum drifts by up to n ulps (1e-5 at
+    # n = 1000), more than the tie tolerance, so two sums of equal masses computed
     # differently (e.g. a fill of 1/n constant-folded by XLA and one computed at run
-    # time) would split exact ties at random and spoil the warm start.
-    cum_a = tf.cumsum(tf.cast(tf.gather(a, order, batch_dims=1), tf.float64), axis=-1)
-    bounds = tf.cumsum(tf.cast(b, tf.float64), axis=-1)[:, :-1]  # [B, m - 1]
-    # Ties: boundaries within `tol` of a cumulative input mass (float32 weights are
-    # rounded to ~6e-8 relative, far below 1e-6).
-    tol = tf.constant(1e-12 if x.dtype == tf.float64 else 1e-6, tf.float64)
+    # time) would split exact ties at random and spoil the warm start. float64 inputs
+    # sum in float64; float32 ones in fixed point (int64 multiples of 2⁻⁴⁰: each mass
+    # rounded by at most 2⁻⁴¹, the sums exact, no float64 in the graph).
+    if x.dtype == tf.float64:
+        cum_a = tf.cumsum(tf.gather(a, order, batch_dims=1), axis=-1)
+        bounds = tf.cumsum(b, axis=-1)[:, :-1]  # [B, m - 1]
+        tol = tf.constant(1e-12, tf.float64)
+    else:
+        cum_a = tf.cumsum(_fixed_point(tf.gather(a, order, batch_dims=1)), axis=-1)
+        bounds = tf.cumsum(_fixed_point(b), axis=-1)[:, :-1]
+        # Ties: boundaries within 1e-6 of a cumulative input mass (float32 weights are
+        # rounded to ~6e-8 relative, far below).
+        tol = _fixed_point(tf.constant(1e-6, tf.float32))
     last = tf.shape(x)[-1] - 1
 
     def first_reaching(level):  # index of the first i with cum_a[i] >= level
@@ -51,13 +58,21 @@ def exact_target_potential(x, a, y, b, power: float):
     return g - tf.reduce_mean(g, axis=-1, keepdims=True)
 
 
+_FIXED_POINT = 2.0 ** 40
+
+
+def _fixed_point(t):
+    """float32 masses in [0, 1] as int64 multiples of 2⁻⁴⁰ (rounded to nearest)."""
+    return tf.cast(tf.round(tf.cast(t, tf.float32) * _FIXED_POINT), tf.int64)
+
+
 def _count_below(values, levels):
     """#{i : values[b, i] < levels[b, j]} `[batch, k]` for rows of `values` `[batch, n]`
-    and of `levels` `[batch, k]`, both sorted increasingly (`tf.searchsorted(values,
-    levels, side='left')`). By one stable sort of the levels followed by the values: a
-    level's position in the merged order counts the values strictly below it (equal
-    values come after it) plus the j levels before it. O((n + k) log(n + k)); unlike
-    searchsorted (LowerBound), it has a TFLite kernel (a flex op for float64)."""
+    and of `levels` `[batch, k]`, both sorted increasingly and of one real or integer
+    dtype (`tf.searchsorted(values, levels, side='left')`). By one stable sort of the
+    levels followed by the values: a level's position in the merged order counts the
+    values strictly below it (equal values come after it) plus the j levels before it.
+    O((n + k) log(n + k)); unlike searchsorted (LowerBound), it has TFLite kernels."""
     k = tf.shape(levels)[-1]
     merged = tf.concat([levels, values], axis=-1)
     order = tf.argsort(merged, axis=-1, stable=True)
