@@ -59,8 +59,9 @@ point whose cancellation would lose it). For float32 (and reduced-precision) sco
 the gaps, decays, scans and F are computed in float64: F = i − ½ + ½(B − A) cancels two
 sums of up to n terms, and the float32 rounding of the decays and of the sums grows
 with n·α/spread (n = 10⁵ normal scores at α = 2: ranks off by 1.6, where float64
-accumulation leaves the float32 rounding of the result). The thresholds of the top-k
-mask, the quantiles and the permutation matrix are held as offsets from their two
+accumulation leaves the float32 rounding of the result); lists of a static length
+whose sums all stay below `FLOAT32_SUMS_UP_TO` keep them in float32. The thresholds of
+the top-k mask, the quantiles and the permutation matrix are held as offsets from their two
 sorted neighbours, and every membership is computed from differences of scores, so the
 results do not depend on the scores' offset. The scan's gradient is the same scan run
 backwards (O(n) memory). float32 scores are sorted as one integer key per entry (the
@@ -228,12 +229,16 @@ class _Prepared:
 # The parallel scan.
 # ---------------------------------------------------------------------------------
 #: Longest list length, known when the graph is traced, whose float32 scores keep the
-#: kernel sums in float32; longer lists and lists of a length unknown at trace time
-#: accumulate them in float64. Measured on normal, uniform and clustered scores at α from
+#: kernel sums in float32. Measured on normal, uniform and clustered scores at α from
 #: 1e-3 to 1e4: float32 sums leave the ranks within 2, 5, 14, 52 and 197 ulps of n of
 #: the float64 ones at n = 64, 256, 1024, 4096 and 16384 (the error grows as n), the
 #: sorted values within 3.5e-4·α and the top-k masses within 1.2e-6 at n = 1024
-#: (tests/ops/test_lapsum.py::test_float32_sums_up_to_the_threshold).
+#: (tests/ops/test_lapsum.py::test_float32_sums_up_to_the_threshold). Lists of a length
+#: unknown at trace time accumulate the sums in float64; longer lists of a static length
+#: keep the float32 sums when every A_i + B_i is at most this bound (as in the short
+#: lists: at a temperature of a few neighbour spacings the sums stay far below it) and
+#: redo them in float64 otherwise, chosen at run time
+#: (test_long_static_lists_choose_their_sum_dtype_by_the_sums).
 FLOAT32_SUMS_UP_TO = 1024
 
 
@@ -423,18 +428,33 @@ class _SortedList:
         # Long float32 lists accumulate the sums in float64 (their gaps are exact there):
         # F = i + ½ + ½(B − A) cancels two sums of up to n terms, whose float32 rounding
         # (and that of the products of many decays) grows with n·α/spread. Lists of a
-        # static length up to `FLOAT32_SUMS_UP_TO` keep float32 (no float64 in the graph).
+        # static length up to `FLOAT32_SUMS_UP_TO` keep float32 (no float64 in the graph);
+        # longer lists of a static length keep the float32 sums when no A_i + B_i exceeds
+        # `FLOAT32_SUMS_UP_TO` (the bound the short lists have), and redo them in float64
+        # otherwise (one `tf.cond` per call).
         wide = sum_dtype(dtype, x2d.shape[-1])
-        a, b = _laplace_sums(tf.cast(self.s, wide), tf.cast(w, wide), tf.cast(alpha, wide))
-        self.a, self.b = tf.cast(a, dtype), tf.cast(b, dtype)
-        if before is not None:
-            before = tf.cast(before, wide)
-        elif valid is None:
-            before = tf.broadcast_to(tf.range(tf.shape(x2d)[-1], dtype=wide)[None, :],
-                                     tf.shape(x2d))
+
+        def sums_and_f(sum_dtype_):
+            a, b = _laplace_sums(tf.cast(self.s, sum_dtype_), tf.cast(w, sum_dtype_),
+                                 tf.cast(alpha, sum_dtype_))
+            if before is not None:
+                count_before = tf.cast(before, sum_dtype_)
+            elif valid is None:
+                count_before = tf.broadcast_to(
+                    tf.range(tf.shape(x2d)[-1], dtype=sum_dtype_)[None, :], tf.shape(x2d))
+            else:
+                count_before = tf.cumsum(tf.cast(w, sum_dtype_), axis=-1, exclusive=True)
+            f = count_before + 0.5 * tf.cast(w, sum_dtype_) + 0.5 * (b - a)
+            return tf.cast(a, dtype), tf.cast(b, dtype), tf.cast(f, dtype)
+
+        if wide == dtype:
+            self.a, self.b, f = sums_and_f(dtype)
+        elif x2d.shape[-1] is None:
+            self.a, self.b, f = sums_and_f(wide)
         else:
-            before = tf.cumsum(tf.cast(w, wide), axis=-1, exclusive=True)
-        f = tf.cast(before + 0.5 * tf.cast(w, wide) + 0.5 * (b - a), dtype)
+            a, b, f = sums_and_f(dtype)
+            small = tf.reduce_max(a + b) <= FLOAT32_SUMS_UP_TO
+            self.a, self.b, f = tf.cond(small, lambda: (a, b, f), lambda: sums_and_f(wide))
         self.f = f if valid is None else tf.where(w > 0, f, tf.constant(np.inf, dtype))
 
     def scatter(self, y_sorted):
