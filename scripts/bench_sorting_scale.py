@@ -17,6 +17,8 @@ What it measures (float32, x standard normal, `[batch, n]`, ranks along the last
   batch meets it; where no strength reaches 1 in float32 (torchsort at n = 10⁶), the
   one with the smallest error. The batch's error is reported.
   The permutahedron operator uses torchsort's strength (the same projection).
+- Sorts, forward + backward, at the same strengths: torchsort's `soft_sort` against
+  `lapsum_sort` (XLA), Σ w ⊙ soft_sort(x).
 - Our Sinkhorn ranks (`sinkhorn_rank`, ε = 1e-2, XLA) at n = 2·10⁴ against LapSum at
   the same n.
 - Peak memory: ranks of 10⁶ values forward + backward (XLA for LapSum) in a fresh
@@ -32,7 +34,9 @@ What it measures (float32, x standard normal, `[batch, n]`, ranks along the last
   the same model with the mean squared error (jit-compiled).
 
 Times are medians of `--repeats` calls after one untimed call (tracing, compilation),
-wall clock and process CPU time (all threads). The machine may be shared: the load
+wall clock and process CPU time (all threads); in the ranks table the libraries' calls
+run in interleaved rounds and each ratio is the median over the rounds of the two wall
+times of one round. The machine may be shared: the load
 (`uptime`) is recorded before and after. No GPU was available: CPU numbers only.
 
 torchsort must be built by hand for CPU (see `scripts/reference_torchsort.py`); without
@@ -95,6 +99,30 @@ def timed(fn, repeats: int):
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
     return float(np.median(walls)), float(np.median(cpus))
+
+
+def timed_together(fns: dict, repeats: int):
+    """`{name: (median wall s, median process CPU s)}` of each `fns[name]()`, timed in
+    interleaved rounds (one call of each per round, after one untimed call of each), and
+    `{name: array of its wall times per round}` for paired ratios (`paired_ratio`)."""
+    for fn in fns.values():
+        fn()
+    walls = {k: [] for k in fns}
+    cpus = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            walls[k].append(time.perf_counter() - w0)
+            cpus[k].append(time.process_time() - c0)
+    times = {k: (float(np.median(walls[k])), float(np.median(cpus[k]))) for k in fns}
+    return times, {k: np.array(v) for k, v in walls.items()}
+
+
+def paired_ratio(walls, a, b):
+    """The median over the rounds of a's wall time / b's in the same round: on a shared
+    machine a paired ratio stays meaningful when the machine's speed drifts."""
+    return float(np.median(walls[a] / walls[b]))
 
 
 def search_strength(error, guess: float, steps: int = 4):
@@ -160,9 +188,13 @@ class TFRanker:
         return float(np.max(np.abs(out - hard_ranks(x)))) if np.all(np.isfinite(out)) \
             else np.inf
 
-    def time(self, x, w, s, repeats):
+    def stepper(self, x, w, s):
+        """The timed call: forward + backward of Σ w ⊙ rank_fn(x, s)."""
         xt, wt, st = tf.constant(x), tf.constant(w), self._strength(s)
-        return timed(lambda: self._step(xt, wt, st).numpy(), repeats)
+        return lambda: self._step(xt, wt, st).numpy()
+
+    def time(self, x, w, s, repeats):
+        return timed(self.stepper(x, w, s), repeats)
 
 
 class TorchRanker:
@@ -171,18 +203,27 @@ class TorchRanker:
             out = torchsort.soft_rank(torch.from_numpy(x), regularization_strength=s).numpy()
         return float(np.max(np.abs(out - hard_ranks(x))))
 
-    def time(self, x, w, s, repeats):
+    def __init__(self, fn=None):
+        self.fn = fn
+
+    def stepper(self, x, w, s):
+        """The timed call: forward + backward of Σ w ⊙ fn(x, s) (default: soft_rank)."""
+        fn = self.fn or torchsort.soft_rank
         xt, wt = torch.from_numpy(x), torch.from_numpy(w)
 
         def step():
             v = xt.clone().requires_grad_(True)
-            (wt * torchsort.soft_rank(v, regularization_strength=s)).sum().backward()
+            (wt * fn(v, regularization_strength=s)).sum().backward()
             return v.grad.numpy()
 
-        return timed(step, repeats)
+        return step
+
+    def time(self, x, w, s, repeats):
+        return timed(self.stepper(x, w, s), repeats)
 
 
 LAPSUM = TFRanker(lambda x, a: ss.lapsum_rank(x, a), tensor_strength=True)
+LAPSUM_SORT = TFRanker(lambda x, a: ss.lapsum_sort(x, a), tensor_strength=True)
 PERMUTAHEDRON = TFRanker(lambda x, e: ss.permutahedron_rank(x, "l2", e),
                          tensor_strength=False)
 
@@ -213,19 +254,31 @@ def ranks_table(args):
             x, w = problem(n, batch)
             repeats = args.repeats if n * batch <= 10**6 else max(3, args.repeats // 2)
             row = dict(n=n, batch=batch, repeats=repeats)
+            # The timed calls, run in interleaved rounds (`timed_together`); the sorts
+            # at the strengths found for the ranks.
+            calls = {}
             if torchsort is not None:
                 s, err = strength_for(TorchRanker(), x, 1.0 / n)
-                row.update(torch_strength=s, torch_err=err,
-                           torch_time=TorchRanker().time(x, w, s, repeats))
+                row.update(torch_strength=s, torch_err=err)
+                calls["torch"] = TorchRanker().stepper(x, w, s)
+                calls["torch_sort"] = TorchRanker(torchsort.soft_sort).stepper(x, w, s)
             a, err = strength_for(LAPSUM, x, 1.0 / n)
-            row.update(lapsum_alpha=a, lapsum_err=err,
-                       lapsum_time=LAPSUM.time(x, w, a, repeats))
+            row.update(lapsum_alpha=a, lapsum_err=err)
+            calls["lapsum"] = LAPSUM.stepper(x, w, a)
+            calls["lapsum_sort"] = LAPSUM_SORT.stepper(x, w, a)
             if n * batch <= args.permutahedron_max_size:
                 e = row.get("torch_strength")
                 if e is None:
                     e, _ = strength_for(PERMUTAHEDRON, x, 1.0 / n)
-                row.update(perm_strength=e, perm_err=PERMUTAHEDRON.error(x, e),
-                           perm_time=PERMUTAHEDRON.time(x, w, e, repeats))
+                row.update(perm_strength=e, perm_err=PERMUTAHEDRON.error(x, e))
+                calls["perm"] = PERMUTAHEDRON.stepper(x, w, e)
+            times, walls = timed_together(calls, repeats)
+            row.update({f"{k}_time": v for k, v in times.items()})
+            if torchsort is not None:
+                row.update(lapsum_ratio=paired_ratio(walls, "lapsum", "torch"),
+                           sort_ratio=paired_ratio(walls, "lapsum_sort", "torch_sort"))
+                if "perm" in walls:
+                    row["perm_ratio"] = paired_ratio(walls, "perm", "torch")
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -406,15 +459,18 @@ def markdown(meta, rows, sink, topk, spear, mem):
         f"{meta['tf']}, PyTorch {meta['torch']} ({meta['torch_threads']} threads), "
         f"torchsort {meta['torchsort']}, Python {meta['python']}.  ",
         f"Load (`uptime`) before: {meta['load_before']}; after: {meta['load_after']}.  ",
-        "Times: median wall ms / median process CPU ms (all threads) of forward + backward. "
-        "Strength: the largest found with max |soft − hard rank| ≤ 1 (ties averaged; the "
-        "error over the batch in brackets; where no strength reaches 1 in float32, the "
-        "one with the smallest error). GPU figures were not measured.",
+        "Times: median wall ms / median process CPU ms (all threads) of forward + backward, "
+        "the libraries' calls interleaved in rounds; ratios: the median over the rounds of "
+        "the two wall times of the same round. Strength: the largest found with max "
+        "|soft − hard rank| ≤ 1 (ties averaged; the error over the batch in brackets; where "
+        "no strength reaches 1 in float32, the one with the smallest error); the sorts run "
+        "at the ranks' strengths. GPU figures were not measured.",
         "",
-        "| n | batch | torchsort ε [err] | torchsort ms (wall / cpu) | LapSum α [err] | "
-        "LapSum XLA ms (wall / cpu) | LapSum / torchsort (wall, cpu) | permutahedron XLA "
-        "ms (wall / cpu) | permutahedron / torchsort (wall) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| n | batch | torchsort ε [err] | torchsort rank ms (wall / cpu) | LapSum α [err] | "
+        "LapSum rank XLA ms (wall / cpu) | LapSum / torchsort rank (wall) | torchsort sort "
+        "ms (wall) | LapSum sort ms (wall) | LapSum / torchsort sort (wall) | permutahedron "
+        "rank XLA ms (wall / cpu) | permutahedron / torchsort rank (wall) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         tt = r.get("torch_time")
@@ -425,9 +481,12 @@ def markdown(meta, rows, sink, topk, spear, mem):
         cells.append(f"{_ms(tt[0])} / {_ms(tt[1])}" if tt else "—")
         cells.append(f"{r['lapsum_alpha']:.3g} [{r['lapsum_err']:.2f}]")
         cells.append(f"{_ms(lt[0])} / {_ms(lt[1])}")
-        cells.append(f"{lt[0] / tt[0]:.2f}×, {lt[1] / tt[1]:.2f}×" if tt else "—")
+        cells.append(f"{r['lapsum_ratio']:.2f}×" if tt else "—")
+        cells.append(_ms(r["torch_sort_time"][0]) if tt else "—")
+        cells.append(_ms(r["lapsum_sort_time"][0]))
+        cells.append(f"{r['sort_ratio']:.2f}×" if tt else "—")
         cells.append(f"{_ms(pt[0])} / {_ms(pt[1])}" if pt else "not run")
-        cells.append(f"{pt[0] / tt[0]:.1f}×" if pt and tt else "—")
+        cells.append(f"{r['perm_ratio']:.1f}×" if pt and tt else "—")
         lines.append("| " + " | ".join(cells) + " |")
     if sink:
         st, lt = sink["sinkhorn_time"], sink["lapsum_time"]
