@@ -245,21 +245,29 @@ def _base_loss(name, temperature, nscale):
     raise ValueError(f"unknown loss {name!r}")
 
 
-def _length_scaled_soft_ndcg(family, temperature, power, padding):
-    from softsort_tf.losses.ranking import SCALE_FREE_TEMPERATURES, standardized_scores
+def _standardized(scores, valid):
+    """(s − mean) / std of each list over its valid entries (0 at padded ones; a list of
+    equal scores gives 0): the standardisation of the scale-free losses."""
+    v = tf.cast(valid, scores.dtype)
+    n = tf.maximum(tf.reduce_sum(v, -1, keepdims=True), 1.0)
+    mean = tf.reduce_sum(scores * v, -1, keepdims=True) / n
+    centred = (scores - mean) * v
+    std = tf.sqrt(tf.reduce_sum(centred * centred, -1, keepdims=True) / n)
+    return tf.math.divide_no_nan(centred, std)
 
+
+def _length_scaled_soft_ndcg(family, temperature, power, padding):
     if family == "sinkhorn":
         raise ValueError("+nscale: Sinkhorn's squash standardises the scores again")
-    if temperature is None:
-        temperature = SCALE_FREE_TEMPERATURES[
-            {"lapsum": "alpha", "permutahedron": "regularization_strength"}.get(family, "tau")]
+    if temperature is None:  # the scale-free default, in standard deviations
+        temperature = ss.SoftNDCGLoss(method=family, **padding).get_config()["temperature"]
     inner = ss.SoftNDCGLoss(method=family, temperature=temperature, scale_free=False,
                             **padding)
 
     def loss(y, s):
         valid = y >= 0 if not padding else tf.ones_like(y, tf.bool)
         n = tf.reduce_sum(tf.cast(valid, s.dtype), -1, keepdims=True)
-        z = standardized_scores(s, valid) * tf.pow(n / 5.0, power)
+        z = _standardized(s, valid) * tf.pow(n / 5.0, power)
         return inner(y, z)
 
     return loss
