@@ -250,7 +250,8 @@ def test_fit_with_padded_orderings_of_two_lengths():
     outputs = {}
     for method in methods:
         scores = Squeeze()(keras.layers.Dense(1)(masked))  # carries the Keras mask
-        outputs[method] = UNKNOWN_LENGTH_LAYERS[method](stochastic=True)(scores)
+        # Named by its output key: Keras < 3.12 keys a dict of metrics by layer names.
+        outputs[method] = UNKNOWN_LENGTH_LAYERS[method](stochastic=True, name=method)(scores)
     model = keras.Model(items, outputs)
     model.compile(keras.optimizers.Adam(0.05),
                   {method: ss.PermutationCrossEntropy() for method in methods},
@@ -403,10 +404,11 @@ N = 5
 
 
 MIXED_PRECISION_LAYERS = {
-    "softsort": lambda: ss.SoftSort(tau=0.3),
-    "neuralsort": lambda: ss.NeuralSort(tau=0.3),
-    "sinkhorn": lambda: ss.SinkhornPermutation(epsilon=0.05, max_iterations=200),
-    "softsort_stochastic": lambda: ss.SoftSort(tau=0.3, stochastic=True, num_samples=2, seed=1),
+    "softsort": lambda **kw: ss.SoftSort(tau=0.3, **kw),
+    "neuralsort": lambda **kw: ss.NeuralSort(tau=0.3, **kw),
+    "sinkhorn": lambda **kw: ss.SinkhornPermutation(epsilon=0.05, max_iterations=200, **kw),
+    "softsort_stochastic": lambda **kw: ss.SoftSort(tau=0.3, stochastic=True, num_samples=2,
+                                                    seed=1, **kw),
 }
 
 
@@ -433,7 +435,7 @@ def test_permutation_layers_train_under_mixed_precision(policy):
         scores = keras.layers.Dense(N, kernel_initializer=keras.initializers.RandomNormal(
             stddev=0.3, seed=0))(inputs)
         assert scores.dtype == policy.removeprefix("mixed_")  # the model really is mixed
-        perm = MIXED_PRECISION_LAYERS[name]()(scores)
+        perm = MIXED_PRECISION_LAYERS[name](name=name)(scores)  # named by its output key
         assert perm.dtype == "float32", name
         outputs[name] = perm
     model = keras.Model(inputs, outputs)
