@@ -189,14 +189,8 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
                          **family_kwargs, **extra)
 
 
-@_docs.fill
-def soft_rank(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis: int = -1,
-              mask=None, temperature: float | None = None, **kwargs):
-    """Differentiable 1-based ranks.
-
-    Args:
-      x: `[..., n, ...]` real scores, or a `tf.RaggedTensor` ragged along its last axis.
-      {method}
+# The arguments every front-door function shares, filled into its `{front_door}` line.
+_FRONT_DOOR_ARGS = """      {method}
       {direction}
       {axis}
       {mask}
@@ -205,6 +199,22 @@ def soft_rank(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis
       **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
         or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
         'permutahedron', `distance_power` for 'softsort').
+"""
+
+
+def _front_door_doc(fn):
+    fn.__doc__ = fn.__doc__.replace("      {front_door}\n", _FRONT_DOOR_ARGS)
+    return _docs.fill(fn)
+
+
+@_front_door_doc
+def soft_rank(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis: int = -1,
+              mask=None, temperature: float | None = None, **kwargs):
+    """Differentiable 1-based ranks.
+
+    Args:
+      x: `[..., n, ...]` real scores, or a `tf.RaggedTensor` ragged along its last axis.
+      {front_door}
 
     Returns:
       Ranks with the shape of x (0 at padded entries), in its floating dtype.
@@ -218,22 +228,14 @@ def soft_rank(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis
     return _call("rank", x, (), method, direction, axis, mask, temperature, kwargs)
 
 
-@_docs.fill
+@_front_door_doc
 def soft_sort(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis: int = -1,
               mask=None, temperature: float | None = None, **kwargs):
     """Differentiable sorted values.
 
     Args:
       x: `[..., n, ...]` real values, or a `tf.RaggedTensor` ragged along its last axis.
-      {method}
-      {direction}
-      {axis}
-      {mask}
-        Not taken by 'permutahedron' (a `ValueError`).
-      {temperature}
-      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
-        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
-        'permutahedron', `distance_power` for 'softsort').
+      {front_door}
 
     Returns:
       Sorted values with the shape of x (with a mask: the n_valid sorted values first,
@@ -247,7 +249,7 @@ def soft_sort(x, method: str = "sinkhorn", direction: str = "ASCENDING", *, axis
     return _call("sort", x, (), method, direction, axis, mask, temperature, kwargs)
 
 
-@_docs.fill
+@_front_door_doc
 def soft_topk(x, k, method: str = "sinkhorn", direction: str = "DESCENDING", *,
               axis: int = -1, mask=None, temperature: float | None = None, **kwargs):
     """Differentiable membership in the first k entries in `direction` order.
@@ -259,15 +261,7 @@ def soft_topk(x, k, method: str = "sinkhorn", direction: str = "DESCENDING", *,
     Args:
       x: `[..., n, ...]` real scores, or a `tf.RaggedTensor` ragged along its last axis.
       k: the number of entries selected, in [1, n).
-      {method}
-      {direction}
-      {axis}
-      {mask}
-        Not taken by 'permutahedron' (a `ValueError`).
-      {temperature}
-      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
-        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
-        'permutahedron', `distance_power` for 'softsort').
+      {front_door}
 
     Returns:
       The membership, with the shape of x.
@@ -280,7 +274,7 @@ def soft_topk(x, k, method: str = "sinkhorn", direction: str = "DESCENDING", *,
     return _call("topk", x, (k,), method, direction, axis, mask, temperature, kwargs)
 
 
-@_docs.fill
+@_front_door_doc
 def soft_quantile(x, quantiles, method: str = "sinkhorn", direction: str = "ASCENDING", *,
                   axis: int = -1, mask=None, temperature: float | None = None, **kwargs):
     """Differentiable quantiles.
@@ -291,15 +285,7 @@ def soft_quantile(x, quantiles, method: str = "sinkhorn", direction: str = "ASCE
     Args:
       x: `[..., n, ...]` real values, or a `tf.RaggedTensor` ragged along its last axis.
       quantiles: a level or an increasing sequence of levels in (0, 1).
-      {method}
-      {direction}
-      {axis}
-      {mask}
-        Not taken by 'permutahedron' (a `ValueError`).
-      {temperature}
-      **kwargs: further arguments of the family's operator (e.g. `options`, `squash`
-        or `SinkhornOptions` fields for 'sinkhorn', `regularization` for
-        'permutahedron', `distance_power` for 'softsort').
+      {front_door}
 
     Returns:
       The axis of x replaced by the q levels; removed for a scalar level.
