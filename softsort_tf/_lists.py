@@ -1,39 +1,9 @@
-"""Maths of ranked lists shared by the ranking losses, metrics and layers.
+"""Ranked lists of labels and scores, shared by the ranking losses, metrics and layers.
 
-Padding convention of lists of labels and scores (`padded_lists`):
-
-- Lists are the last axis of `y_true` (graded relevance labels, 0, 1, 2, …) and
-  `y_pred` (scores, larger = ranked higher), shape `[..., n]`.
-- An entry is padding when an optional boolean `mask` `[..., n]` is False there, and,
-  where `negative_labels_are_padding` is on, when its label is negative
-  (TF-Ranking's convention, e.g. −1). One rule sets its default: losses and metrics
-  of relevance labels (NDCG, MRR, the listwise and soft-NDCG losses) read a label < 0
-  as padding by default; correlations (Spearman, Kendall's τ; their losses and
-  metrics) compare real-valued targets and read no label as padding by default. `tf.RaggedTensor`
-  inputs are padded with the rows' ends marked as padding: when `y_true` and `y_pred`
-  are both ragged, in groups of lists of similar length (`per_list_over_groups`, as
-  the operators do; see softsort_tf._masking), else to the longest row.
-- The padding becomes the operators' `mask` (softsort_tf._masking): padded entries
-  take no part in the ranks, sorts and losses of the valid entries, whatever their
-  scores (NaN included), and get a zero gradient.
-- Keras-RS's form `y_true = {"labels": labels, "mask": mask}` (`mask` optional) is
-  accepted wherever `y_true` is: its mask marks padding too (`split_labels`).
-
-Inputs are checked before any arithmetic (`check_lists`): labels and scores must be
-real tensors (floating point or integer; bool, complex and string raise a `ValueError`
-naming `y_true` or `y_pred`), a mask boolean or 0/1, and `y_true` and `y_pred` of the
-same shape (ragged: the same row lengths) — a `ValueError` naming both and their shapes
-when the shapes are known at trace time, else an `InvalidArgumentError` with the same
-message when the graph runs (not checked under XLA, which compiles assertions out).
-
-The list length n may be unknown when the graph is built, also under XLA for dense
-padded lists; `tf.RaggedTensor` inputs cannot be compiled by XLA (pad them with
-`to_tensor(default_value=-1)` outside the compiled function).
-
-Also here: the DCG gains and discounts (`gains`, `dcg_discounts`, `ideal_dcg`; the
-gains of each list are scaled by its largest one, so that labels of any size give
-finite NDCGs), the target matrix of the order by relevance (`relevance_permutation_targets`) and the
-rank correlation behind Spearman's ρ and its soft version (`rank_correlation`).
+The padding of lists (`padded_lists`, docs/api.md "Padding": a mask, Keras-RS's dict
+`y_true`, negative labels, ragged rows) and its checks (`check_lists`); the DCG gains
+and discounts; the target matrix of the order by relevance; the rank correlation behind
+Spearman's ρ and its soft version.
 """
 
 from __future__ import annotations
@@ -53,9 +23,6 @@ from softsort_tf.ops import hard_stats
 KERAS_RS_KEYS = ("labels", "mask")
 
 
-# ---------------------------------------------------------------------------------
-# The padding convention.
-# ---------------------------------------------------------------------------------
 def _dense(t, default):
     """`(dense tensor, row mask or None)` of a tensor or `tf.RaggedTensor`."""
     if isinstance(t, tf.RaggedTensor):
@@ -66,13 +33,6 @@ def _dense(t, default):
 
 def _tensor(t):
     return t if isinstance(t, tf.RaggedTensor) else tf.convert_to_tensor(t)
-
-
-def _bool_mask(mask, name: str = "mask"):
-    """A checked mask as bool (ragged stays ragged)."""
-    if isinstance(mask, tf.RaggedTensor):
-        return mask.with_flat_values(_masking.as_bool(mask.flat_values, name))
-    return _masking.as_bool(mask, name)
 
 
 def _and_masks(a, b):
@@ -86,15 +46,8 @@ def _and_masks(a, b):
 
 
 def split_labels(y_true, mask=None):
-    """`(labels, mask)` of `y_true`, unpacking Keras-RS's `{"labels": ..., "mask": ...}`.
-
-    Args:
-      y_true: labels (tensor, array or `tf.RaggedTensor`), or a dict with the key
-        'labels' and optionally 'mask' (boolean or 0/1, True = valid entry).
-      mask: an optional mask of the labels, combined (logical AND) with the dict's.
-
-    Returns:
-      The labels, and the combined mask as bool (None if there is none).
+    """`(labels, mask)` of `y_true`, unpacking Keras-RS's `{"labels": ..., "mask": ...}`;
+    the mask (bool or None) is the AND of `mask` and the dict's.
 
     Example:
     >>> labels, mask = split_labels({"labels": [[2.0, 1.0]], "mask": [[True, False]]})
@@ -109,10 +62,10 @@ def split_labels(y_true, mask=None):
         dict_mask = y_true.get("mask")
         y_true = y_true["labels"]
         if dict_mask is not None:
-            mask = _and_masks(None if mask is None else _bool_mask(_tensor(mask)),
-                              _bool_mask(_tensor(dict_mask)))
+            mask = _and_masks(None if mask is None else _masking.as_bool(_tensor(mask)),
+                              _masking.as_bool(_tensor(dict_mask)))
     if mask is not None:
-        mask = _bool_mask(_tensor(mask))
+        mask = _masking.as_bool(_tensor(mask))
     return y_true, mask
 
 
@@ -131,8 +84,8 @@ def _same_values(a, b):
 
 
 def _check_same_lists(labels, scores):
-    """`(labels, scores)`, checked to have the same shape (ragged: row lengths): at once
-    when it is known (always in eager mode), else by an assertion the results depend on."""
+    """`(labels, scores)`, checked to have the same shape (ragged: row lengths): now
+    when it is known, else by an assertion the results depend on."""
     if isinstance(labels, tf.RaggedTensor) and isinstance(scores, tf.RaggedTensor):
         if labels.ragged_rank != scores.ragged_rank:
             raise ValueError(_shape_message(labels.shape, scores.shape))
@@ -160,17 +113,14 @@ def _check_same_lists(labels, scores):
         return identity(labels), identity(scores)
 
 
-# Set while a loss computes on lists it has checked already (`lists_checked`): the
-# functional forms it calls then unpack their inputs without checking them again.
 _LISTS_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "softsort_tf_lists_checked", default=False)
 
 
 @contextlib.contextmanager
 def lists_checked():
-    """Within this context `check_lists` unpacks without checking: for a caller (a
-    loss's `__call__`) that has just checked the lists it hands on, so that they are
-    checked once per call."""
+    """Within it `check_lists` only unpacks: for a caller (a loss's `__call__`) that has
+    just checked the lists it hands on."""
     token = _LISTS_CHECKED.set(True)
     try:
         yield
@@ -181,11 +131,9 @@ def lists_checked():
 def check_lists(y_true, y_pred, mask=None):
     """Checks and unpacks the lists of a ranking loss or metric: `(labels, scores, mask)`.
 
-    `y_true` may be Keras-RS's dict (`split_labels`); the labels and scores must be real
-    tensors and of the same shape, the mask boolean or 0/1 (the checks of the module
-    docstring). Tensors and `tf.RaggedTensor`s are returned as such (arrays and lists
-    converted), the mask as bool or None. Inside `lists_checked()` the lists are only
-    unpacked (their caller has checked them).
+    `y_true` may be Keras-RS's dict; labels and scores must be real tensors (a
+    `ValueError` naming `y_true` or `y_pred`) of the same shape, the mask boolean or
+    0/1 (returned as bool or None).
 
     Example:
     >>> labels, scores, mask = check_lists({"labels": [[1.0, 0.0]], "mask": [[1, 0]]},
@@ -197,11 +145,6 @@ def check_lists(y_true, y_pred, mask=None):
     labels, scores = _tensor(labels), _tensor(y_pred)
     if _LISTS_CHECKED.get():
         return labels, scores, mask
-    return _checked_lists(labels, scores, mask)
-
-
-def _checked_lists(labels, scores, mask):
-    """The checks of `check_lists` (dtypes, shapes, the same lists)."""
     _checks.check_real_dtype("y_true", labels.dtype)
     _checks.check_real_dtype("y_pred", scores.dtype)
     if not labels.shape.is_compatible_with(scores.shape):
@@ -257,12 +200,9 @@ def padded_lists(y_true, y_pred, mask=None, *, negative_labels_are_padding: bool
 
 
 def per_list_over_groups(fn: Callable) -> Callable:
-    """Decorates a per-list function `fn(y_true, y_pred, ..., mask=None, ...)` (results
-    `[...]` without the list axis): the inputs are checked and Keras-RS's dict `y_true`
-    unpacked (`check_lists`); for ragged `y_true` and `y_pred` of the same
-    partitions, `fn` runs on groups of lists of similar length, each padded to its own
-    longest list (`_masking.map_lists`), labels padded with −1 and the row ends in the
-    mask; other inputs go to `fn` unchanged."""
+    """Decorates a per-list function `fn(y_true, y_pred, ..., mask=None, ...)`: inputs
+    checked (`check_lists`); ragged `y_true` and `y_pred` of the same partitions run in
+    groups of similar length (`_masking.map_lists`, labels padded with −1)."""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -288,16 +228,9 @@ def per_list_over_groups(fn: Callable) -> Callable:
     return wrapper
 
 
-# ---------------------------------------------------------------------------------
-# DCG.
-# ---------------------------------------------------------------------------------
 def gains(labels):
-    """DCG gains 2^label − 1 of the lists `[..., n]`, each list's scaled by 2^−m.
-
-    m = max(0, the list's largest label): the gains are 2^(label − m) − 2^−m, at most 1,
-    so that no label overflows (2^128 is beyond float32, 2^1024 beyond float64) and a
-    ratio of DCGs of one list (NDCG) is that of the unscaled gains. A padded entry has
-    label 0 here, hence gain 0.
+    """DCG gains 2^label − 1 of the lists `[..., n]`, each list's scaled by 2^−m, m =
+    max(0, its largest label): at most 1, so no label overflows, and NDCG is unchanged.
 
     Example:
     >>> gains(tf.constant([[2.0, 0.0, 1.0], [300.0, 299.0, 0.0]])).numpy()
@@ -310,10 +243,8 @@ def gains(labels):
 
 
 def dcg_discounts(positions, k: int | None = None):
-    """DCG discounts 1 / log₂(1 + position), 0 past position `k` if it is set.
-
-    `positions` are 1-based, hard (1, 2, …) or soft ranks.
-    """
+    """DCG discounts 1 / log₂(1 + position) of 1-based (hard or soft) positions, 0 past
+    position `k` if it is set."""
     discounts = np.log(2.0) / tf.math.log1p(positions)
     if k is not None:
         discounts = tf.where(positions <= k, discounts, tf.zeros_like(discounts))
@@ -329,15 +260,9 @@ def ideal_dcg(labels, k: int | None = None):
 
 
 def relevance_permutation_targets(labels, mask):
-    """Target matrix Y `[..., n, n]` of the order by decreasing relevance, ties shared.
-
-    Row i (the i-th position) spreads mass 1 uniformly over the valid items whose label
-    equals the i-th largest valid label; rows of padded positions (i ≥ n_valid) are 0.
-
-    Args:
-      labels: `[..., n]` floating labels.
-      mask: boolean `[..., n]`, True = valid item.
-    """
+    """Target matrix Y `[..., n, n]` of the order by decreasing relevance of `labels`
+    `[..., n]`: row i spreads mass 1 over the valid items (`mask`) whose label is the i-th
+    largest valid one; rows i ≥ n_valid are 0."""
     low = tf.constant(-np.inf, labels.dtype)
     sorted_labels = tf.sort(tf.where(mask, labels, low), axis=-1, direction="DESCENDING")
     n_valid = tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1, keepdims=True)
@@ -349,9 +274,6 @@ def relevance_permutation_targets(labels, mask):
     return match / tf.maximum(count, 1.0)
 
 
-# ---------------------------------------------------------------------------------
-# Rank correlation (Spearman's ρ and its soft version).
-# ---------------------------------------------------------------------------------
 def _check_same_shape(y_true, y_pred):
     y_pred = tf.convert_to_tensor(y_pred)
     y_true = tf.convert_to_tensor(y_true)
@@ -370,9 +292,8 @@ def _nan_where_missing(corr, y_true, y_pred, axis: int):
 
 
 def _masked_correlation(u, v, mask):
-    """Pearson correlation along the last axis over the entries where `mask` is True:
-    each padded entry is replaced by the mean of the valid entries of its list, which
-    adds nothing to the covariance or the variances."""
+    """Pearson correlation along the last axis over the entries where `mask` is True
+    (padded entries replaced by their list's valid mean, which adds nothing)."""
     w = tf.cast(mask, u.dtype)
     count = tf.maximum(tf.reduce_sum(w, axis=-1, keepdims=True), 1.0)
 
@@ -388,11 +309,9 @@ def rank_correlation(y_true, y_pred, rank_fn: Callable, axis: int = -1, *, mask=
                      negative_labels_are_padding: bool = False):
     """Pearson correlation of `rank_fn` ranks of `y_pred` and the hard ranks of `y_true`.
 
-    The hard ranks are `hard_stats.rankdata` (ascending, ties averaged). With
-    `rank_fn = hard_stats.rankdata` this is Spearman's ρ; with soft ranks, its
-    differentiable version. Padded lists (a `mask`, `negative_labels_are_padding=True`
-    or `tf.RaggedTensor` inputs; see `padded_lists`) give the correlation of the valid
-    entries alone, and a NaN in a padded entry is ignored.
+    With `rank_fn = hard_stats.rankdata` (ties averaged) this is Spearman's ρ; with soft
+    ranks, its differentiable version. Padded lists (see `padded_lists`) give the
+    correlation of the valid entries alone.
 
     Args:
       y_true: `[..., n, ...]` targets (or ragged `[batch, (n)]`, or Keras-RS's dict
