@@ -253,6 +253,10 @@ class Family:
       temperature_units: one of `TEMPERATURE_UNITS`: 'scores' (default), 'inverse_scores'
         or 'normalized' (independent of the scores' scale); how a harness scales the
         temperature with the scores (`temperature_for_scale`).
+      scale_free_temperature: the temperature, in standard deviations of each list's
+        standardised scores, of the scale-free rank losses (`SoftNDCGLoss` without a
+        temperature); None: `default_temperature`.
+      scale_free_settings: the family's settings that go with it, unless given.
     """
 
     name: str
@@ -270,6 +274,8 @@ class Family:
     real_k: bool = False
     tensor_temperature: bool = False
     temperature_units: str = "scores"
+    scale_free_temperature: float | None = None
+    scale_free_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():

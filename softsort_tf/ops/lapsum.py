@@ -1076,4 +1076,5 @@ LAPSUM = family.Family(
                     topk=family.family_operation(lapsum_topk),
                     quantile=_quantile_from),
     matrix_fn=with_straight_through(lapsum_permutation_matrix), doubly_stochastic=True,
-    real_k=True, tensor_temperature=True, temperature_range=temperature_range)
+    real_k=True, tensor_temperature=True, temperature_range=temperature_range,
+    scale_free_temperature=30.0)

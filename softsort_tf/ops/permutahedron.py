@@ -433,4 +433,5 @@ PERMUTAHEDRON = family.Family(
     "projection: in the units of the scores for ranks, in inverse units for 'l2' sorts",
     "Blondel, Teboul, Berthet & Djolonga (2020)",
     operations=dict(rank=family.family_operation(permutahedron_rank),
-                    sort=family.family_operation(permutahedron_sort)), masks=False)
+                    sort=family.family_operation(permutahedron_sort)), masks=False,
+    scale_free_temperature=30.0)

@@ -601,8 +601,10 @@ def neuralsort_permutation_matrix(scores, tau: float = DEFAULT_TAU, direction: s
 SOFTSORT = Family(
     "softsort", "tau", DEFAULT_TAU,
     "temperature τ of the row softmaxes, in the units of the scores",
-    "Prillo & Eisenschlos (2020), eq. 4", matrix_fn=softsort_permutation_matrix, log_domain=True)
+    "Prillo & Eisenschlos (2020), eq. 4", matrix_fn=softsort_permutation_matrix, log_domain=True,
+    scale_free_temperature=0.1)
 NEURALSORT = Family(
     "neuralsort", "tau", DEFAULT_TAU,
     "temperature τ of the row softmaxes, in the units of the scores",
-    "Grover et al. (2019)", matrix_fn=neuralsort_permutation_matrix, log_domain=True)
+    "Grover et al. (2019)", matrix_fn=neuralsort_permutation_matrix, log_domain=True,
+    scale_free_temperature=0.1)
