@@ -1,46 +1,15 @@
-"""Permutations as inputs: the Kendall embedding, the Kendall and Mallows kernels, and
-Kendall's τ (hard and smooth).
+"""Permutations as inputs: the Kendall embedding, the Kendall and Mallows kernels and
+Kendall's τ, hard and smooth (Jiao & Vert, ICML 2015 and ICML 2018).
 
-Jiao & Vert ("The Kendall and Mallows kernels for permutations", ICML 2015 / IEEE TPAMI
-2017; "The weighted Kendall and high-order kernels for permutations", ICML 2018) embed
-a ranking of n items, read from a score vector x ∈ Rⁿ, by its pairwise comparisons
-
-    Φ(x)_ij = 1[x_i < x_j]                       (talk: "The Kendall embedding").
-
-For two rankings with n_c concordant and n_d discordant pairs, ⟨Φ(x), Φ(y)⟩ over the
-ordered pairs i ≠ j is n_c and ‖Φ(x) − Φ(y)‖² = 2 n_d ("Geometry of the embedding"),
-so that the Kendall kernel (τ) and the Mallows kernel exp(−λ n_d) are positive
-definite and right-invariant: relabelling the items of both rankings by the same
-permutation leaves them unchanged.
-
-Conventions of this module:
-
-- Pair order. `kendall_embedding` returns the n(n − 1)/2 pairs (i, j), i < j, in
-  row-major order (0, 1), (0, 2), …, (0, n − 1), (1, 2), …, (n − 2, n − 1): the order
-  of `numpy.triu_indices(n, 1)`.
-- Ties. The hard embedding uses the strict comparison: a tied pair gives 0 (and 0 in
-  the signed embedding sign(x_j − x_i)). The smooth embedding gives 1/2 for a tied
-  pair (0 signed): the hard embedding at ties is not its σ → 0 limit. Kendall's τ is
-  τ-b, (n_c − n_d) / √((n₀ − n₁)(n₀ − n₂)), n₀ = n(n − 1)/2 and n₁, n₂ the pairs tied
-  in x and in y (`scipy.stats.kendalltau`): the cosine between the signed embeddings.
-- Padding (softsort_tf._masking): with a `mask`, padded items take no part; a pair
-  with a padded item is 0 in the embedding, and τ and the kernels are those of the
-  valid items alone.
-- Degenerate lists. τ is 0, with weight 0 (`return_weights=True`), for a list with
-  fewer than two valid items or whose targets or predictions are all tied (where
-  scipy returns NaN). A NaN at a valid entry gives NaN.
-
-Complexities (n items, per list or per pair of rows): the embedding is O(n²);
-`kendall_tau`, `kendall_kernel` and `mallows_kernel` count discordant pairs either
-pairwise (`algorithm='pairwise'`, O(n²) time and memory; the kernels then take inner
-products of embeddings, one matrix product for the whole Gram matrix) or by sorting
-(`algorithm='merge'`, O(n log n) time and O(n) memory per pair: Knight's algorithm, the
-discordant pairs being the inversions of the y-ranks in x-order, counted by a
-most-significant-bit-first radix partition, log₂ n vectorised passes of O(n) each);
-`algorithm='auto'` takes 'pairwise' for a static n ≤ `PAIRWISE_MAX_N` (lists) or
-`GRAM_PAIRWISE_MAX_N` (kernels) and 'merge' otherwise (n unknown at trace time
-included). `soft_kendall_tau` and
-`weighted_kendall_kernel` are O(n²).
+Conventions: the embedding lists the pairs (i, j), i < j, in the order of
+`numpy.triu_indices(n, 1)`; a tied pair is 0 in the hard embedding, 1/2 (0 signed) in
+the smooth one. τ is τ-b (`scipy.stats.kendalltau`): 0 with weight 0 for a list with
+fewer than two valid items or all targets (or predictions) tied, NaN for a NaN at a
+valid entry. With a `mask` padded items take no part (a pair with one is 0 in the
+embedding). `algorithm='pairwise'` counts the pairs in O(n²) per list (the kernels:
+one matrix product of the `[rows, n²]` embeddings), 'merge' in O(n log n) time and
+O(n) memory (Knight's algorithm with a radix inversion count), 'auto' by the static n
+(`PAIRWISE_MAX_N` for lists, `GRAM_PAIRWISE_MAX_N` for kernels; 'merge' when unknown).
 """
 
 from __future__ import annotations
@@ -54,28 +23,14 @@ from softsort_tf import _checks, _masking, _shapes, _special
 from softsort_tf import _lists as ranking
 
 PAIRWISE_MAX_N = 32
-"""`algorithm='auto'` of `kendall_tau` counts pairs pairwise (O(n²) per list) up to this
-static n, by sorting (O(n log n)) above it and when n is unknown at trace time."""
+"""The largest static n at which `algorithm='auto'` of `kendall_tau` counts pairwise."""
 
 GRAM_PAIRWISE_MAX_N = 128
-"""`algorithm='auto'` of the kernels takes products of the `[rows, n²]` embeddings up to
-this static n (one matrix product serves all pairs of rows), sorting above it and
-when n is unknown at trace time."""
+"""The largest static n at which `algorithm='auto'` of the kernels counts pairwise."""
 
 ALGORITHMS = ("auto", "pairwise", "merge")
 
 COMBINATIONS = ("additive", "multiplicative")
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _check_smooth_scale(smooth_scale, *, allow_none: bool):
-    if smooth_scale is None:
-        if allow_none:
-            return None
-        raise ValueError("`smooth_scale` must be a finite number > 0, got None.")
-    return _checks.check_positive("smooth_scale", smooth_scale)
 
 
 def check_algorithm(algorithm) -> str:
@@ -85,10 +40,10 @@ def check_algorithm(algorithm) -> str:
     return algorithm
 
 
-def _resolve_algorithm(algorithm: str, static_n, limit: int = PAIRWISE_MAX_N) -> str:
+def _is_pairwise(algorithm: str, static_n, limit: int) -> bool:
     if algorithm != "auto":
-        return algorithm
-    return "pairwise" if static_n is not None and static_n <= limit else "merge"
+        return algorithm == "pairwise"
+    return static_n is not None and static_n <= limit
 
 
 # ------------------------------------------------------------------------ embedding
@@ -114,8 +69,7 @@ def pair_indices(n):
     # Pair p starts row i at s(i) = i(2n − i − 1)/2: invert s in closed form, then
     # correct a rounding error of the square root by one step either way.
     n64 = tf.cast(n, tf.int64)
-    num_pairs = n64 * (n64 - 1) // 2
-    p = tf.range(num_pairs, dtype=tf.int64)
+    p = tf.range(n64 * (n64 - 1) // 2, dtype=tf.int64)
     b = tf.cast(2 * n64 - 1, tf.float64)
     disc = tf.maximum(b * b - 8.0 * tf.cast(p, tf.float64), 0.0)
     i = tf.cast(tf.floor((b - tf.sqrt(disc)) / 2.0), tf.int64)
@@ -126,28 +80,19 @@ def pair_indices(n):
 
     i = tf.where(start(i + 1) <= p, i + 1, i)
     i = tf.where(start(i) > p, i - 1, i)
-    j = p - start(i) + i + 1
-    return tf.cast(i, tf.int32), tf.cast(j, tf.int32)
+    return tf.cast(i, tf.int32), tf.cast(p - start(i) + i + 1, tf.int32)
 
 
 def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = False,
                       axis: int = -1, mask=None):
-    """The Kendall embedding of the ranking of x (Jiao & Vert 2015, §2; talk, "The
-    Kendall embedding"), hard or smoothed by Gaussian noise.
+    """The Kendall embedding of the ranking of x (Jiao & Vert 2015, §2), hard or
+    smoothed by Gaussian noise.
 
-    Hard (`smooth_scale=None`): Φ_ij = 1[x_i < x_j] for the pairs i < j (0 for a tie).
-    Smooth (`smooth_scale=σ > 0`): the expectation of the hard embedding of x + ε,
-    ε ~ N(0, σ² I),
-
-        Φ_ij = P(x_i + ε_i < x_j + ε_j) = Φ_N((x_j − x_i) / (σ√2)),
-
-    with Φ_N the standard normal CDF: differentiable, 1/2 at a tie, → the hard
-    embedding at untied pairs as σ → 0. `signed=True` gives 2Φ − 1 for the smooth
-    embedding, erf((x_j − x_i)/(2σ)), and sign(x_j − x_i) for the hard one: the
-    embedding whose cosine is Kendall's τ-b (`kendall_kernel`).
-
-    The pairs are in the order of `numpy.triu_indices(n, 1)`: (0, 1), (0, 2), …,
-    (n − 2, n − 1). O(n²) time and memory.
+    Hard (`smooth_scale=None`): Φ_ij = 1[x_i < x_j] for the pairs i < j. Smooth
+    (`smooth_scale=σ`): its expectation under x + ε, ε ~ N(0, σ² I),
+    Φ_ij = Φ_N((x_j − x_i) / (σ√2)) with Φ_N the standard normal CDF: differentiable,
+    1/2 at a tie. `signed=True` gives sign(x_j − x_i) (smooth: erf((x_j − x_i)/(2σ))),
+    the embedding whose cosine is τ-b. O(n²) time and memory.
 
     Args:
       x: `[..., n, ...]` scores (float16/bfloat16 computed in float32).
@@ -166,12 +111,12 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
     >>> kendall_embedding([0.0, 0.0], smooth_scale=1.0).numpy().tolist()
     [0.5]
     """
-    smooth_scale = _check_smooth_scale(smooth_scale, allow_none=True)
+    smooth_scale = _checks.check_positive("smooth_scale", smooth_scale, allow_none=True)
     signed = _checks.check_bool("signed", signed)
     x2d, view = _shapes.to_batch(x, axis, "x")
     valid = _masking.mask_to_batch(mask, view)
     x2d = _masking.replace_padded(x2d, valid)
-    i, j = pair_indices(view.static_n if view.static_n is not None else view.n)
+    i, j = pair_indices(view.n)
     xi = tf.gather(x2d, i, axis=1)
     xj = tf.gather(x2d, j, axis=1)
     if smooth_scale is None:
@@ -208,8 +153,8 @@ def _inverse_permutation(order):
 
 
 def _cummax(a):
-    """Running maximum along the last axis of an int `[batch, n]` tensor: ⌈log₂ n⌉
-    doubling steps (a Hillis–Steele scan)."""
+    """Running maximum along the last axis of an int `[batch, n]` tensor (a Hillis–Steele
+    scan, ⌈log₂ n⌉ doubling steps)."""
     n = tf.shape(a)[1]
     positions = tf.range(n)
 
@@ -235,12 +180,10 @@ def _inversions(z):
     whose rows are permutations of 0..n − 1.
 
     Most-significant-bit-first radix partition: before the pass of bit b the row holds
-    its values grouped by z >> (b + 1) (in increasing order, each group in its
-    original order; a group of key k starts at position k·2^(b+1) because the row is a
-    permutation). An inversion is counted at the highest bit where its two values
-    differ, as a 1 before a 0 of the same group; the row is then stably partitioned by
-    the bit within each group. Each pass is O(n) (cumulative sums, a gather and a
-    scatter); ⌊log₂ n⌋ + 1 passes.
+    its values grouped by z >> (b + 1), in increasing order (a group of key k starts at
+    k·2^(b+1)); an inversion is counted at the highest bit where its values differ, as
+    a 1 before a 0 of the same group, then the row is stably partitioned by the bit
+    within each group. ⌊log₂ n⌋ + 1 passes of O(n) each.
     """
     shape = tf.shape(z)
     n = shape[1]
@@ -300,31 +243,33 @@ def _counts_merge(x, y, valid):
     return nv * (nv - 1) // 2, n1, n2, n3, nd
 
 
-def _signs(x):
-    """s_ij = sign(x_j − x_i) `[batch, n, n]` from comparisons (±inf handled, NaN → 0)."""
-    xi, xj = x[:, :, None], x[:, None, :]
-    return tf.cast(xi < xj, tf.float64) - tf.cast(xj < xi, tf.float64)
+def _pairs(x, m):
+    """`(less, signed, valid)` float64 `[..., n, n]` over the ordered pairs (i, j) of each
+    row: 1[x_i < x_j], sign(x_j − x_i) and the validity of the pair (i ≠ j, both valid
+    by the bool `m`), the first two 0 at invalid pairs. x is compared in its own dtype."""
+    valid = tf.cast(tf.logical_and(m[..., :, None], m[..., None, :]), tf.float64)
+    valid = valid * (1.0 - tf.eye(tf.shape(x)[-1], dtype=tf.float64))
+    less = tf.cast(x[..., :, None] < x[..., None, :], tf.float64) * valid
+    return less, less - tf.cast(x[..., None, :] < x[..., :, None], tf.float64) * valid, valid
+
+
+def _flat_pairs(t):
+    """`[..., n, n]` → `[..., n²]`."""
+    shape = tf.shape(t)
+    return tf.reshape(t, tf.concat([shape[:-2], [shape[-1] * shape[-1]]], axis=0))
 
 
 def _counts_pairwise(x, y, valid):
     """As `_counts_merge`, from the n² pairs (O(n²) time and memory per row)."""
-    sx, sy = _signs(x), _signs(y)
-    pair_valid = tf.cast(tf.logical_and(valid[:, :, None], valid[:, None, :]), tf.float64)
-    eye = 1.0 - tf.eye(tf.shape(x)[1], dtype=tf.float64)
-    pair_valid = pair_valid * eye
+    _, sx, pair_valid = _pairs(x, valid)
+    _, sy, _ = _pairs(y, valid)
 
     def count(t):  # each unordered pair counted once
         return tf.cast(tf.round(tf.reduce_sum(t * pair_valid, axis=[1, 2]) / 2.0), tf.int64)
 
     tx, ty = 1.0 - tf.abs(sx), 1.0 - tf.abs(sy)
-    return (count(tf.ones_like(sx)), count(tx), count(ty), count(tx * ty),
+    return (count(1.0), count(tx), count(ty), count(tx * ty),
             count(tf.cast(sx * sy < 0, tf.float64)))
-
-
-def _counts(x, y, valid, algorithm, static_n):
-    algorithm = _resolve_algorithm(algorithm, static_n)
-    fn = _counts_pairwise if algorithm == "pairwise" else _counts_merge
-    return fn(x, y, valid)
 
 
 def _tau_b(n0, n1, n2, n3, nd):
@@ -342,24 +287,20 @@ def _tau_b(n0, n1, n2, n3, nd):
 
 def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B], exact_scores)`:
-    NaN-free values in the compute dtype (integer labels as int64), padding from the
-    mask, negative labels and ragged rows; `missing` marks lists with a NaN at a valid
-    entry; `exact_scores` are integer scores as int64 (None for floats). Inputs are checked, and
-    Keras-RS's dict `y_true` unpacked, by `ranking.check_lists`."""
+    NaN-free values in the compute dtype (integer labels as int64, compared exactly),
+    padding from the mask, negative labels and ragged rows; `missing` marks lists with
+    a NaN at a valid entry; `exact_scores` are integer scores as int64 (None for
+    floats). Inputs are checked (and Keras-RS's dict unpacked) by `ranking.check_lists`."""
     y_true, y_pred, mask = ranking.check_lists(y_true, y_pred, mask)
     if _masking.is_ragged(y_true) or _masking.is_ragged(y_pred):
-        if axis not in (-1,):
+        if axis != -1:
             raise ValueError(f"Ragged lists are read along their last axis, got axis={axis}.")
         ragged = y_true if _masking.is_ragged(y_true) else y_pred
         present = tf.ones_like(ragged, dtype=tf.bool).to_tensor(False)
-
-        def dense(t):
-            return t.to_tensor(0) if _masking.is_ragged(t) else tf.convert_to_tensor(t)
-
-        y_true, y_pred = dense(y_true), dense(y_pred)
-        mask = present if mask is None else tf.logical_and(
-            present, dense(tf.cast(mask, tf.bool)) if not _masking.is_ragged(mask)
-            else mask.to_tensor(False))
+        y_true, y_pred = (t.to_tensor(0) if _masking.is_ragged(t) else t for t in (y_true, y_pred))
+        if _masking.is_ragged(mask):
+            mask = mask.to_tensor(False)
+        mask = _masking.combine(present, mask)
     y_true = tf.convert_to_tensor(y_true)
     y_pred = tf.convert_to_tensor(y_pred)
     if not y_true.shape.is_compatible_with(y_pred.shape):
@@ -367,10 +308,7 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
                          f"prediction), got {y_true.shape} and {y_pred.shape}.")
     scores, view = _shapes.to_batch(y_pred, axis, "y_pred")
     labels, _ = _shapes.to_batch(y_true, axis, "y_true")
-    dtype = _shapes.batch_compute_dtype(y_pred.dtype)
-    labels = tf.cast(labels, dtype)
-    # Integers are compared as integers: int64 values above 2⁵³ are not distinct in
-    # float64 (the pair counts only compare values; `_signs` and the sorts take int64).
+    labels = tf.cast(labels, _shapes.batch_compute_dtype(y_pred.dtype))
     exact_labels, exact_scores = _integer_batch(y_true, view), _integer_batch(y_pred, view)
     valid = _masking.mask_to_batch(mask, view)
     if valid is None:
@@ -379,9 +317,9 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
         valid = tf.logical_and(valid, tf.logical_not(labels < 0))
     nan = tf.logical_or(tf.math.is_nan(labels), tf.math.is_nan(scores))
     missing = tf.reduce_any(tf.logical_and(valid, nan), axis=1)
-    zero = tf.zeros_like(scores)
-    labels = tf.where(tf.logical_and(valid, tf.logical_not(nan)), labels, zero)
-    scores = tf.where(tf.logical_and(valid, tf.logical_not(nan)), scores, zero)
+    keep = tf.logical_and(valid, tf.logical_not(nan))
+    labels = tf.where(keep, labels, tf.zeros_like(scores))
+    scores = tf.where(keep, scores, tf.zeros_like(scores))
     if exact_labels is not None:
         labels = tf.where(valid, exact_labels, tf.zeros_like(exact_labels))
     return labels, scores, valid, view, missing, exact_scores
@@ -399,15 +337,11 @@ def _integer_batch(t, view):
 def _finish(values, weights, missing, view, return_weights: bool):
     values = tf.where(missing, tf.constant(np.nan, values.dtype), values)
     weights = tf.where(missing, tf.ones_like(weights), weights)  # NaN is not skipped
-    values = _shapes.from_batch(tf.cast(values, _out_dtype(view)), view, keep_axis=False)
+    values = _shapes.from_batch(tf.cast(values, view.output_dtype), view, keep_axis=False)
     if not return_weights:
         return values
     weights = _shapes.from_batch(tf.cast(weights, values.dtype), view, keep_axis=False)
     return values, weights
-
-
-def _out_dtype(view):
-    return view.output_dtype
 
 
 def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
@@ -417,9 +351,7 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
 
     n_c, n_d: concordant and discordant pairs of (y_true, y_pred); n₀ = n(n − 1)/2;
     n₁, n₂: pairs tied in y_true, in y_pred. Equal to `scipy.stats.kendalltau`
-    (variant 'b') where the latter is defined; 0, with weight 0, for a list with fewer
-    than two valid items or with all targets (or all predictions) tied, where scipy
-    returns NaN. NaN for a list with a NaN at a valid entry.
+    (variant 'b') where it is defined; 0 with weight 0 where scipy returns NaN.
 
     Args:
       y_true, y_pred: `[..., n, ...]` tensors of the same shape (or ragged
@@ -427,8 +359,7 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
       mask: optional boolean of the shape of y_true (or `[n]`), False for padding.
       axis: the list axis.
       negative_labels_are_padding: also treat y_true < 0 as padding (default False).
-      algorithm: 'pairwise' (O(n²) per list), 'merge' (O(n log n) per list: Knight's
-        algorithm with a radix inversion count) or 'auto' (see `PAIRWISE_MAX_N`).
+      algorithm: 'pairwise' (O(n²) per list), 'merge' (O(n log n) per list) or 'auto'.
       return_weights: also return the weights (1 where τ is defined, else 0).
 
     Returns:
@@ -448,7 +379,9 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
         y_true, y_pred, mask, axis, negative_labels_are_padding)
     if exact_scores is not None:
         scores = tf.where(valid, exact_scores, tf.zeros_like(exact_scores))
-    tau, weights = _tau_b(*_counts(labels, scores, valid, algorithm, view.static_n))
+    counts = (_counts_pairwise if _is_pairwise(algorithm, view.static_n, PAIRWISE_MAX_N)
+              else _counts_merge)
+    tau, weights = _tau_b(*counts(labels, scores, valid))
     return _finish(tau, weights, missing, view, return_weights)
 
 
@@ -457,22 +390,19 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
     """Differentiable Kendall's τ: the expected τ-b of y_true and y_pred + ε,
     ε ~ N(0, σ² I), σ = `smooth_scale`.
 
-    The predictions are compared through the smooth signed Kendall embedding
-    (`kendall_embedding(signed=True)`), a soft sign of score differences:
+        τ̃ = Σ_{i<j} sign(t_j − t_i) · erf((p_j − p_i)/(2σ)) / √((n₀ − n₁) n₀)
 
-        τ̃ = Σ_{i<j} sign(t_j − t_i) · erf((p_j − p_i)/(2σ)) / √((n₀ − n₁) n₀),
-
-    which is exactly E_ε[τ_b(t, p + ε)] (the perturbed predictions have no ties, and
-    τ-b is linear in their signs). As σ → 0 it tends to τ-b for predictions without
-    ties. In [−1, 1]; 0 with weight 0 for a list with fewer than two valid items or all
-    targets tied (then no gradient). O(n²) time and memory per list.
+    (the smooth signed Kendall embedding of the predictions; exact, as the perturbed
+    predictions have no ties and τ-b is linear in their signs). Tends to τ-b as σ → 0
+    for predictions without ties; 0 with weight 0 (no gradient) for a list with fewer
+    than two valid items or all targets tied. O(n²) time and memory per list.
 
     Args:
       y_true: `[..., n, ...]` targets (or ragged `[batch, (n)]`); not differentiated.
       y_pred: predicted scores of the same shape.
       smooth_scale: σ > 0, in units of the scores (default 1).
-      mask, axis, negative_labels_are_padding, return_weights: as in `kendall_tau`.
-        Padded entries get zero gradient and their values (NaN included) are not read.
+      mask, axis, negative_labels_are_padding, return_weights: as in `kendall_tau`;
+        padded entries get zero gradient and are not read.
 
     Returns:
       τ̃ with the shape of the inputs without `axis` (the dtype of y_pred; float32 for
@@ -483,17 +413,15 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
     >>> round(float(tau), 6)
     1.0
     """
-    smooth_scale = _check_smooth_scale(smooth_scale, allow_none=False)
+    smooth_scale = _checks.check_positive("smooth_scale", smooth_scale)
     negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
                                                      negative_labels_are_padding)
     return_weights = _checks.check_bool("return_weights", return_weights)
     labels, scores, valid, view, missing, _ = _lists(y_true, y_pred, mask, axis,
                                                       negative_labels_are_padding)
     dtype = scores.dtype
-    st = tf.cast(_signs(labels), dtype)
+    st = tf.cast(_pairs(labels, valid)[1], dtype)
     soft = tf.math.erf((scores[:, None, :] - scores[:, :, None]) / (2.0 * smooth_scale))
-    pair_valid = tf.cast(tf.logical_and(valid[:, :, None], valid[:, None, :]), dtype)
-    st = st * pair_valid
     nv = tf.reduce_sum(tf.cast(valid, dtype), axis=1)
     untied_true = tf.reduce_sum(tf.abs(st), axis=[1, 2]) / 2.0  # n₀ − n₁
     all_pairs = nv * (nv - 1.0) / 2.0  # n₀
@@ -519,6 +447,16 @@ def _rows(x, name: str):
     return x
 
 
+def _xy_rows(x, y):
+    """Checked rows x `[..., p, n]` and y `[..., q, n]` (y = x when None)."""
+    x = _rows(x, "x")
+    y = x if y is None else _rows(y, "y")
+    if x.shape[-1] is not None and y.shape[-1] is not None and x.shape[-1] != y.shape[-1]:
+        raise ValueError(f"`x` and `y` must rank the same n items (last axis), got "
+                         f"{x.shape[-1]} and {y.shape[-1]}.")
+    return x, y
+
+
 def _row_mask(mask, x, name: str):
     if mask is None:
         return tf.ones_like(x, dtype=tf.bool)
@@ -526,45 +464,18 @@ def _row_mask(mask, x, name: str):
     return tf.broadcast_to(mask, tf.shape(x))
 
 
-def _prepare_rows(x, y, x_mask, y_mask):
-    """Checked rows x `[..., p, n]`, y `[..., q, n]` (y = x when None) in the compute
-    dtype with their NaN replaced by 0, their boolean masks (NaN entries of valid
-    items kept as a separate flag), and the output dtype."""
-    x = _rows(x, "x")
-    y_given = y is not None
-    y = _rows(y, "y") if y_given else x
-    if x.shape[-1] is not None and y.shape[-1] is not None and x.shape[-1] != y.shape[-1]:
-        raise ValueError(f"`x` and `y` must rank the same n items (last axis), got "
-                         f"{x.shape[-1]} and {y.shape[-1]}.")
-    out_dtype = x.dtype if x.dtype.is_floating else tf.float32
-    dtype = _shapes.batch_compute_dtype(x.dtype)
-    xm = _row_mask(x_mask, x, "x_mask")
-    ym = _row_mask(y_mask, y, "y_mask") if (y_given or y_mask is not None) else xm
-    x, y = tf.cast(x, dtype), tf.cast(y, dtype)
-    x_nan, y_nan = tf.math.is_nan(x), tf.math.is_nan(y)
-    x = tf.where(x_nan, tf.zeros_like(x), x)
-    y = tf.where(y_nan, tf.zeros_like(y), y)
-    return x, y, xm, ym, tf.logical_and(xm, x_nan), tf.logical_and(ym, y_nan), out_dtype
-
-
-def _gram_shapes(x, y):
-    x4, y4 = x[..., :, None, :], y[..., None, :, :]
-    shape = tf.broadcast_dynamic_shape(tf.shape(x4), tf.shape(y4))
-    static = tf.broadcast_static_shape(x4.shape, y4.shape)
-    return x4, y4, shape, static
-
-
 def _merge_gram(x, y, xm, ym):
     """`(τ-b, discordances with half ties)` float64 `[..., p, q]` by sorting: every pair
     of rows is a `[n]` problem, O(n log n) time and O(n) memory each."""
-    x4, y4, shape, static = _gram_shapes(x, y)
-    xm4, ym4 = xm[..., :, None, :], ym[..., None, :, :]
+    x4, y4 = x[..., :, None, :], y[..., None, :, :]
+    shape = tf.broadcast_dynamic_shape(tf.shape(x4), tf.shape(y4))
+    static = tf.broadcast_static_shape(x4.shape, y4.shape)
     flat = tf.stack([-1, shape[-1]])
 
     def paired(t):
         return tf.reshape(tf.broadcast_to(t, shape), flat)
 
-    valid = tf.logical_and(paired(xm4), paired(ym4))
+    valid = tf.logical_and(paired(xm[..., :, None, :]), paired(ym[..., None, :, :]))
     xs = tf.where(valid, paired(x4), tf.zeros([], x.dtype))
     ys = tf.where(valid, paired(y4), tf.zeros([], y.dtype))
     n0, n1, n2, n3, nd = _counts_merge(xs, ys, valid)
@@ -579,26 +490,10 @@ def _merge_gram(x, y, xm, ym):
     return unflat(tau), unflat(discord)
 
 
-def _pair_embeddings(x, m):
-    """Per row, over the ordered pairs (i, j) flattened to n²: Φ = 1[x_i < x_j], its
-    signed version, and the validity of the pair (i ≠ j, both valid), all float64 and
-    0 at invalid pairs."""
-    x = tf.cast(x, tf.float64)
-    xi, xj = x[..., :, None], x[..., None, :]
-    n = tf.shape(x)[-1]
-    valid = tf.logical_and(m[..., :, None], m[..., None, :])
-    valid = tf.cast(valid, tf.float64) * (1.0 - tf.eye(n, dtype=tf.float64))
-    less = tf.cast(xi < xj, tf.float64) * valid
-    signed = less - tf.cast(xj < xi, tf.float64) * valid
-    shape = tf.shape(less)
-    flat = tf.concat([shape[:-2], [n * n]], axis=0)
-    return tuple(tf.reshape(t, flat) for t in (less, signed, valid))
-
-
 def _pairwise_gram(x, y, xm, ym):
     """As `_merge_gram` by products of the `[rows, n²]` embeddings of the rows."""
-    less_x, sign_x, valid_x = _pair_embeddings(x, xm)
-    less_y, sign_y, valid_y = _pair_embeddings(y, ym)
+    less_x, sign_x, valid_x = (_flat_pairs(t) for t in _pairs(x, xm))
+    less_y, sign_y, valid_y = (_flat_pairs(t) for t in _pairs(y, ym))
 
     def dot(a, b):
         return tf.linalg.matmul(a, b, transpose_b=True)
@@ -613,20 +508,30 @@ def _pairwise_gram(x, y, xm, ym):
 
 
 def _kernel_stats(x, y, x_mask, y_mask, algorithm):
-    """`(τ-b, discordances, output dtype)` of all pairs of rows, NaN where a pair of rows
-    has a NaN at an item valid in both."""
+    """`(τ-b, discordances, output dtype)` float64 `[..., p, q]` of all pairs of rows, NaN
+    where a pair of rows has a NaN at an item valid in both."""
     algorithm = check_algorithm(algorithm)
-    x, y, xm, ym, x_nan, y_nan, out_dtype = _prepare_rows(x, y, x_mask, y_mask)
+    y_given = y is not None
+    x, y = _xy_rows(x, y)
+    out_dtype = x.dtype if x.dtype.is_floating else tf.float32
+    dtype = _shapes.batch_compute_dtype(x.dtype)
+    xm = _row_mask(x_mask, x, "x_mask")
+    ym = _row_mask(y_mask, y, "y_mask") if (y_given or y_mask is not None) else xm
+    x, y = tf.cast(x, dtype), tf.cast(y, dtype)
+    x_nan, y_nan = tf.math.is_nan(x), tf.math.is_nan(y)
+    x = tf.where(x_nan, tf.zeros_like(x), x)
+    y = tf.where(y_nan, tf.zeros_like(y), y)
     static_n = x.shape[-1] if x.shape[-1] is not None else y.shape[-1]
-    pairwise = _resolve_algorithm(algorithm, static_n, GRAM_PAIRWISE_MAX_N) == "pairwise"
-    gram = _pairwise_gram if pairwise else _merge_gram
+    gram = (_pairwise_gram if _is_pairwise(algorithm, static_n, GRAM_PAIRWISE_MAX_N)
+            else _merge_gram)
     tau, discord = gram(x, y, xm, ym)
 
     def items(t):
         return tf.cast(t, tf.float64)
 
-    missing = (tf.linalg.matmul(items(x_nan), items(ym), transpose_b=True)
-               + tf.linalg.matmul(items(xm), items(y_nan), transpose_b=True)) > 0
+    missing = (tf.linalg.matmul(items(tf.logical_and(xm, x_nan)), items(ym), transpose_b=True)
+               + tf.linalg.matmul(items(xm), items(tf.logical_and(ym, y_nan)),
+                                  transpose_b=True)) > 0
     nan = tf.constant(np.nan, tf.float64)
     return tf.where(missing, nan, tau), tf.where(missing, nan, discord), out_dtype
 
@@ -635,21 +540,17 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "aut
     """Gram matrix of the Kendall kernel: Kendall's τ-b between the rows of x and y.
 
     K(x, y) = ⟨s(x), s(y)⟩ / (‖s(x)‖ ‖s(y)‖), s the signed Kendall embedding
-    sign(x_j − x_i) (`kendall_embedding(signed=True)`): τ-b = (n_c − n_d)/√((n₀ − n₁)
-    (n₀ − n₂)), and (n_c − n_d)/n₀ for rankings without ties (Jiao & Vert 2015,
-    Def. 1 up to the normalisation). Positive definite (an inner product of unit
-    vectors) and right-invariant: K(x∘π, y∘π) = K(x, y) for a permutation π of the
-    items. A row whose items are all tied has s = 0 and gives 0.
+    (`kendall_embedding(signed=True)`); (n_c − n_d)/n₀ for rankings without ties (Jiao
+    & Vert 2015, Def. 1 up to the normalisation). Positive definite and
+    right-invariant (K(x∘π, y∘π) = K(x, y)); a row whose items are all tied gives 0.
 
     Args:
       x: `[..., p, n]` rows of n scores each (float16/bfloat16 computed in float32).
       y: `[..., q, n]` (leading axes broadcast with those of x), or None for y = x.
       x_mask, y_mask: optional booleans broadcastable to x and y, False for padding:
         τ of a pair of rows is that of the items valid in both.
-      algorithm: 'pairwise': products of the `[rows, n²]` embeddings (O(n²) memory per
-        row, O(n²) time per pair of rows as matrix products); 'merge': O(n log n) time
-        and O(n) memory per pair of rows (no n² array); 'auto' (see
-        `GRAM_PAIRWISE_MAX_N`).
+      algorithm: 'pairwise' (O(n²) memory per row, matrix products), 'merge' (O(n log n)
+        time and O(n) memory per pair of rows) or 'auto'.
 
     Returns:
       `[..., p, q]` in the dtype of x (float32 for integer x); NaN where a pair of rows
@@ -665,10 +566,9 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "aut
 
 
 def discordant_pairs(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "auto"):
-    """Matrix of discordant pairs n_d between the rows of x and y, counting a pair tied
-    in exactly one of the two rankings as half a discordance, so that n_d = ½‖Φ(x) −
-    Φ(y)‖² for the hard embedding Φ over the ordered pairs (talk, "Geometry of the
-    embedding"); the plain count of discordant pairs for rankings without ties.
+    """Matrix of discordant pairs n_d between the rows of x and y, a pair tied in exactly
+    one of the two rankings counting 1/2, so that n_d = ½‖Φ(x) − Φ(y)‖² for the hard
+    embedding Φ over the ordered pairs.
 
     Args, algorithm and shapes as in `kendall_kernel`; returns `[..., p, q]`.
 
@@ -682,12 +582,9 @@ def discordant_pairs(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "a
 
 def mallows_kernel(x, y=None, lam: float = 1.0, *, x_mask=None, y_mask=None,
                    algorithm: str = "auto"):
-    """Gram matrix of the Mallows kernel exp(−λ n_d) between the rows of x and y
-    (Jiao & Vert 2015, Def. 2; talk, "Kendall and Mallows kernels").
-
-    n_d is `discordant_pairs` (a pair tied in exactly one ranking counts 1/2), so that
-    K = exp(−λ ½‖Φ(x) − Φ(y)‖²) is a Gaussian kernel on the Kendall embedding:
-    positive definite for every λ ≥ 0, ties included, and right-invariant.
+    """Gram matrix of the Mallows kernel exp(−λ n_d) between the rows of x and y (Jiao &
+    Vert 2015, Def. 2), n_d as in `discordant_pairs`: a Gaussian kernel on the Kendall
+    embedding, positive definite for every λ ≥ 0 (ties included), right-invariant.
 
     Args:
       x, y, x_mask, y_mask, algorithm: as in `kendall_kernel`.
@@ -704,19 +601,11 @@ def mallows_kernel(x, y=None, lam: float = 1.0, *, x_mask=None, y_mask=None,
     try:
         lam_value = float(lam)
     except (TypeError, ValueError):
-        raise ValueError(f"`lam` must be a finite number >= 0, got {lam!r}.") from None
+        lam_value = math.nan
     if not math.isfinite(lam_value) or lam_value < 0:
         raise ValueError(f"`lam` must be a finite number >= 0, got {lam!r}.")
     _, discord, out_dtype = _kernel_stats(x, y, x_mask, y_mask, algorithm)
     return tf.cast(tf.exp(-lam_value * discord), out_dtype)
-
-
-def _ordinal_ranks(x):
-    """1-based ordinal ranks along the last axis (ties by position), int32."""
-    shape = tf.shape(x)
-    flat = tf.reshape(x, tf.stack([-1, shape[-1]]))
-    ranks = _inverse_permutation(_argsort(flat)) + 1
-    return tf.reshape(ranks, shape)
 
 
 def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
@@ -726,14 +615,10 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
 
         K_U(x, y) = Σ_{i ≠ j} U(r_i(x), r_j(x)) U(r_i(y), r_j(y)) 1[x_i < x_j] 1[y_i < y_j],
 
-    with r(x) the ranks 1..n of x (1 = smallest; tied scores are ranked by position
-    and their pair, being tied, contributes 0) and the pair weight U(a, b) = u_a + u_b
-    ('additive') or u_a u_b ('multiplicative') of rank weights u ∈ Rⁿ. It is the inner
-    product of the weighted embeddings U(r_i, r_j) 1[x_i < x_j]: positive definite,
-    and right-invariant. u ≡ 1 ('multiplicative') gives n_c, the unnormalised Kendall
-    kernel; u_r = 1[r > n − k] ('multiplicative') the top-k Kendall kernel, which only
-    counts pairs of items among the k largest of both rankings. O(n²) time and memory
-    per row, one matrix product for the Gram matrix.
+    r(x) the ranks 1..n of x (ties by position; a tied pair contributes 0) and the pair
+    weight U(a, b) = u_a + u_b ('additive') or u_a u_b ('multiplicative'). Positive
+    definite and right-invariant. u ≡ 1 ('multiplicative') gives n_c; u_r = 1[r > n − k]
+    the top-k Kendall kernel. O(n²) time and memory per row.
 
     Args:
       x: `[..., p, n]` rows of scores.
@@ -753,11 +638,7 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
         raise ValueError(f"`combination` must be one of {COMBINATIONS}, got {combination!r}.")
     if rank_weights is None:
         raise ValueError("`rank_weights` must be a vector of n rank weights, got None.")
-    x = _rows(x, "x")
-    y = x if y is None else _rows(y, "y")
-    if x.shape[-1] is not None and y.shape[-1] is not None and x.shape[-1] != y.shape[-1]:
-        raise ValueError(f"`x` and `y` must rank the same n items (last axis), got "
-                         f"{x.shape[-1]} and {y.shape[-1]}.")
+    x, y = _xy_rows(x, y)
     out_dtype = x.dtype if x.dtype.is_floating else tf.float32
     dtype = tf.float64 if out_dtype == tf.float64 else tf.float32
     u = tf.cast(tf.convert_to_tensor(rank_weights), dtype)
@@ -770,14 +651,13 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
 
     def embed(t):
         t = tf.cast(t, _shapes.batch_compute_dtype(t.dtype))
-        w = tf.gather(u, _ordinal_ranks(t) - 1)
+        shape = tf.shape(t)
+        order = _argsort(tf.reshape(t, tf.stack([-1, shape[-1]])))
+        w = tf.gather(u, tf.reshape(_inverse_permutation(order), shape))  # u at rank − 1
         if combination == "additive":
             pair_w = w[..., :, None] + w[..., None, :]
         else:
             pair_w = w[..., :, None] * w[..., None, :]
-        less = tf.cast(t[..., :, None] < t[..., None, :], dtype)
-        phi = pair_w * less
-        shape = tf.shape(phi)
-        return tf.reshape(phi, tf.concat([shape[:-2], [shape[-1] * shape[-1]]], axis=0))
+        return _flat_pairs(pair_w * tf.cast(t[..., :, None] < t[..., None, :], dtype))
 
     return tf.cast(tf.linalg.matmul(embed(x), embed(y), transpose_b=True), out_dtype)
