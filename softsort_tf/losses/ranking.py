@@ -1,17 +1,13 @@
 """Listwise learning-to-rank losses over padded and ragged lists.
 
-Lists are the last axis of the labels `y_true` `[..., n]` (graded relevance, < 0 =
-padding) and the scores `y_pred`; `tf.RaggedTensor` inputs and a Keras mask of the
-scores of their shape (one flag per item) are padding too. The convention is that of
-`softsort_tf._lists` (padded entries take no part, whatever their scores, and get
-zero gradient; a list without a valid entry has loss 0), and lists may be of a length
-unknown when the model is built.
+Lists are the last axis of the labels `y_true` `[..., n]` (graded relevance) and the
+scores `y_pred`; padding follows `softsort_tf._lists` (label < 0, a mask, a Keras mask
+of the scores, ragged rows: no part in the loss, zero gradient; a list without a valid
+entry has loss 0), and n may be unknown when the model is built.
 
-- `SoftNDCGLoss` (`soft_ndcg`): 1 − NDCG of the soft ranks of any family of
-  `softsort_tf.FAMILIES`.
+- `SoftNDCGLoss` (`soft_ndcg`): 1 − NDCG of the soft ranks of any family.
 - `ListwisePermutationLoss` (`listwise_permutation_loss`): the cross-entropy of a
-  row-stochastic relaxed permutation ('neuralsort', 'softsort') against the order by
-  relevance (NeuralSort / PiRank style).
+  row-stochastic relaxed permutation against the order by relevance (NeuralSort, PiRank).
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _keras, _methods
+from softsort_tf import _checks, _docs, _keras, _methods
 from softsort_tf._lists import (
     dcg_discounts,
     gains,
@@ -33,69 +29,23 @@ from softsort_tf.losses.base import ListLoss
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.losses.permutation import DEFAULT_PROBABILITY_FLOOR, permutation_cross_entropy
 from softsort_tf.ops.family import MATRIX_FAMILIES, get_family
-from softsort_tf.ops.soft import (
-    permutation_matrix,
-    soft_rank,
-    temperature_kwargs,
-)
+from softsort_tf.ops.soft import permutation_matrix, soft_rank, temperature_kwargs
 from softsort_tf.ops.squash import standardize
-from softsort_tf.options import SinkhornOptions
 
 _PACKAGE = "softsort_tf"
-# The listwise cross-entropy reads each row of P̂ as the distribution of the item at
-# that position (Grover et al. 2019, §6): the row-stochastic relaxations.
+# The row-stochastic relaxations: each row of P̂ is the distribution of the item at that
+# position (Grover et al. 2019, §6).
 LISTWISE_METHODS = tuple(name for name, op in MATRIX_FAMILIES.items()
                          if not op.doubly_stochastic)
+# The gains of a soft NDCG: NDCG's 2^y − 1, or y (each grade step counts alike; the
+# scale-free default, measured in docs/RESULTS.md, "A listwise benchmark").
+GAINS = ("exponential", "linear")
 
 
 def _check_listwise_method(method: str) -> str:
     if method not in LISTWISE_METHODS:
         raise ValueError(f"`method` must be one of {LISTWISE_METHODS}, got {method!r}.")
     return method
-
-
-# ---------------------------------------------------------------------------------
-# The scale-free default temperature of the rank-based losses.
-# ---------------------------------------------------------------------------------
-# Scale-free (`scale_free=True`, the default when no temperature is given): the scores
-# of each list are standardised over its valid entries, z = (s − mean) / std,
-# differentiated through the mean and the standard deviation, and soft-ranked at a
-# temperature in units of each list's own score standard deviation. The loss is then
-# invariant to any shift and positive scale of a list's scores, and its gradient has no
-# component along the scores themselves (the direction that would only inflate or
-# shrink them). The relative temperatures, keyed by what a family's temperature is (its
-# record's `temperature` name; a family with another name uses its own default,
-# read in standard deviations), were measured (docs/RESULTS.md, issue 40): on 2,000
-# random standardised lists of 5 with labels 0–4, the value at which the gradient of
-# each family's soft NDCG is best aligned with the gains (mean cosine with gain − mean
-# gain; LapSum: 0.53, 0.76, 0.86 at 0.1, 1, 30 standard deviations; lists where it
-# points against the gains: 3.7 %, 0.8 %, 0 %), and on the pipeline of issue 40 the
-# values that learnt. LapSum's α and the permutahedron's strength put the soft ranks
-# near their linear regime, where the gradient moves every item by its gain minus the
-# list's mean gain. SoftSort's and NeuralSort's row-stochastic ranks turn against the
-# gains as they blur (SoftSort: 4 % of lists at τ = 0.1, 17 % at 30), so their τ is
-# sharp. A steepness is per standard deviation. Sinkhorn's squash standardises
-# already: its ε is in the units of the squashed cost on [0, 1].
-SCALE_FREE_TEMPERATURES = {
-    "epsilon": 3.0,
-    "alpha": 30.0,
-    "regularization_strength": 30.0,
-    "tau": 0.1,
-    "steepness": 1.0,
-}
-# Settings that go with a relative temperature of the table, unless given: at ε = 3
-# Sinkhorn's default stopping threshold (1e-3) stops after one iteration with a
-# marginal error of 1.2e-4; 1e-6 takes two.
-SCALE_FREE_SETTINGS = {"epsilon": {"threshold": 1e-6}}
-# The gains of a soft NDCG: 'exponential' 2^y − 1 (NDCG's own), or 'linear' y (each
-# grade step counts alike). The scale-free default takes 'linear' (`resolve_gain`):
-# near the linear regime its loss is about −Σ_j gain_j · z_j, and with 2^y − 1 the
-# top grade of a list outweighs the others (grades 0–4: gains 0, 1, 3, 7, 15). Measured
-# on scripts/bench_ltr.py (docs/RESULTS.md, issue 40; validation NDCG, 8 epochs):
-# Keras-RS-style lists of 5, seeds 0–2, Sinkhorn +0.0085, +0.0140, +0.0103, LapSum
-# +0.0067, −0.0008, +0.0017; lists of 10–200 with 5 % relevant, LapSum +0.0025 (mean of
-# seeds 0–2), SoftSort +0.0030, Sinkhorn +0.0025 (seed 0).
-GAINS = ("exponential", "linear")
 
 
 def resolve_gain(gain: str | None, scale_free: bool) -> str:
@@ -118,21 +68,12 @@ def _gain_labels(labels, gain: str):
 
 
 def standardized_scores(scores, mask=None, axis: int = -1):
-    """(s − mean) / std of each list along `axis` over its valid entries.
+    """(s − mean) / std of each list along `axis` over its valid entries (`mask`).
 
-    Differentiable through the mean and the standard deviation (the result is invariant
-    to a shift and a positive scale of each list, so its gradient is orthogonal to
-    both). Computed without overflow or underflow (`softsort_tf.ops.squash.standardize`,
-    in float64). A list whose valid scores are all equal (or with one valid entry)
-    gives 0, with the gradient of s − mean (its spread taken as 1): finite, and not
-    zero, so that scores that start tied (e.g. a zero-initialised last layer) still
-    get a direction. Padded entries give 0 with zero gradient whatever their value
-    (NaN and ±inf included).
-
-    Args:
-      scores: `[..., n, ...]` real tensor.
-      mask: optional boolean of its shape, False for padding.
-      axis: the list axis.
+    Differentiated through the mean and the standard deviation, computed in float64
+    without overflow (`softsort_tf.ops.squash.standardize`). A list of equal scores (or
+    one valid entry) gives 0 with the gradient of s − mean, so that tied scores still
+    get a direction; padded entries give 0 with zero gradient (NaN and ±inf included).
 
     Example:
     >>> z = standardized_scores(tf.constant([[1.0, 2.0, 3.0, 7.0]]),
@@ -151,81 +92,72 @@ def standardized_scores(scores, mask=None, axis: int = -1):
 
 
 def resolve_scale_free(method: str, temperature, scale_free, kwargs: dict,
-                       table: dict = SCALE_FREE_TEMPERATURES,
-                       settings: dict = SCALE_FREE_SETTINGS):
+                       spread: float | None = None):
     """`(temperature, scale_free, kwargs)` of a rank-based loss.
 
-    `scale_free=None` (the default) means True when no temperature is given: neither
-    `temperature`, nor the family's own temperature keyword in `kwargs` (e.g.
-    `epsilon`), nor Sinkhorn `options`. A scale-free loss without a temperature gets
-    the relative one of `table` for the meaning of the family's temperature (its
-    record's `temperature` name), or the family's default, in standard deviations,
-    and `kwargs` gets the `settings` that go with it where it does not set them.
+    `scale_free=None` means True when no temperature is given (neither `temperature`, nor
+    the family's own temperature keyword in `kwargs`, e.g. `epsilon`, nor Sinkhorn
+    `options`). A scale-free loss without a temperature ranks each list's standardised
+    scores at `spread` standard deviations (`Family.temperature_for_scale`) or, for
+    None, at the family's `scale_free_temperature` with its `scale_free_settings` where
+    `kwargs` does not set them.
     """
     family = get_family(method)
-    given = temperature is not None or kwargs.get(family.temperature) is not None
-    if scale_free is None:
-        scale_free = not given and kwargs.get("options") is None
-    scale_free = _checks.check_bool("scale_free", scale_free)
-    if scale_free and not given and kwargs.get("options") is None:
-        temperature = table.get(family.temperature, family.default_temperature)
-        extra = settings.get(family.temperature, {})
-        kwargs = {**kwargs, **{k: v for k, v in extra.items() if kwargs.get(k) is None}}
+    given = any(value is not None for value in (
+        temperature, kwargs.get(family.temperature), kwargs.get("options")))
+    scale_free = _checks.check_bool("scale_free", not given if scale_free is None
+                                    else scale_free)
+    if scale_free and not given:
+        if spread is not None:
+            return family.temperature_for_scale(spread), scale_free, kwargs
+        temperature = family.scale_free_temperature
+        if temperature is None:
+            temperature = family.default_temperature
+        kwargs = {**kwargs, **{k: v for k, v in family.scale_free_settings.items()
+                               if kwargs.get(k) is None}}
     return temperature, scale_free, kwargs
 
 
-# ---------------------------------------------------------------------------------
-# Soft NDCG.
-# ---------------------------------------------------------------------------------
+def _rank_loss_arguments(method, temperature, scale_free, negative_labels_are_padding,
+                         kwargs, spread=None):
+    """`(padding, temperature, scale_free, kwargs)` of a rank-based `ListLoss`, checked."""
+    padding = _checks.check_bool("negative_labels_are_padding", negative_labels_are_padding)
+    _methods.check_padding(method, padding, "negative_labels_are_padding=True")
+    return (padding, *resolve_scale_free(method, temperature, scale_free, kwargs, spread))
+
+
 @per_list_over_groups
 def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
               temperature: float | None = None, negative_labels_are_padding: bool = True,
               scale_free: bool | None = None, gain: str | None = None, **kwargs):
     """NDCG of soft ranks: Σ_j g(y_j) / log₂(1 + r̃_j) / IDCG over the valid entries.
 
-    r̃ are the descending `soft_rank`s of the scores among the valid entries (rank 1 =
-    highest score); IDCG is the DCG of the ideal (label-sorted) order; the gain g is
-    NDCG's 2^y − 1 with an explicit temperature (then as the temperature → 0 this is
-    the NDCG of the predicted order) and the grade y itself for the scale-free default
-    (`gain`). A list without a positive label (IDCG = 0) has soft NDCG 1 and no
-    gradient (nothing to rank).
+    r̃ are the descending `soft_rank`s of the scores among the valid entries; IDCG is
+    the DCG of the label-sorted order. A list without a positive label (IDCG = 0) has
+    soft NDCG 1 and no gradient.
 
-    Temperature: by default (`scale_free=None` and no temperature given, neither as
-    `temperature`, nor under the family's own name, nor in Sinkhorn `options`) the loss
-    is scale-free: the scores of each list are standardised over its valid entries
-    (`standardized_scores`, differentiated through the mean and standard deviation) and
-    ranked at the relative temperature `SCALE_FREE_TEMPERATURES` gives the family's
-    temperature, a temperature in units of each list's own score standard deviation
-    (LapSum's α = 30 standard deviations, SoftSort's and NeuralSort's τ = 0.1,
-    Sinkhorn's ε = 3). Value and gradient then do not depend on the shift or scale of a
-    list's scores: nothing to tune to the model's score scale, and the loss cannot be
-    lowered by inflating the scores. This default is a smooth surrogate, not the NDCG
-    itself: for LapSum, the permutahedron and Sinkhorn its soft ranks are near their
-    linear regime, where the gradient moves each item by its gain minus the list's
-    mean gain (all pairs count), and its value stays above 1 − the hard NDCG; its
-    gains are linear (g(y) = y, so that each grade step counts alike rather than the
-    top grade of a list outweighing the rest; measured in `GAINS`' comment). A
-    temperature given without `scale_free=True` is in the family's units (the scores'
-    for LapSum, SoftSort, NeuralSort, the permutahedron), as before, and gives the
-    sharper soft NDCG, equal to the NDCG as it → 0; with `scale_free=True` it is read
-    in standard deviations. Measured in docs/RESULTS.md (issue 40): with a temperature
-    in the units of the scores, scores that start much smaller than it were inflated by
-    the optimiser until the soft ranks were hard and the gradient vanished, before any
-    order was learnt; sharp scale-free temperatures (Sinkhorn's ε = 1e-2) learnt little.
+    Two regimes. Scale-free (the default: no temperature given): the scores of each list
+    are standardised (`standardized_scores`) and ranked at the family's
+    `scale_free_temperature` in standard deviations (LapSum's α = 30, SoftSort's and
+    NeuralSort's τ = 0.1, Sinkhorn's ε = 3), with linear gains g(y) = y: value and
+    gradient do not depend on a list's shift or scale, so the loss cannot be lowered by
+    inflating the scores. It is a smooth surrogate near the soft ranks' linear regime
+    (each item moved by its gain minus the list's mean gain), above 1 − NDCG. With a
+    temperature (in the family's units; in standard deviations with `scale_free=True`)
+    and NDCG's gains 2^y − 1, it tends to the NDCG as the temperature → 0. Measured in
+    docs/RESULTS.md ("The scale-free default").
 
     Args:
       y_true: relevance labels `[..., n]` (graded, ≥ 0; < 0 = padding), or ragged.
       y_pred: scores of the same shape, or ragged.
       mask: optional boolean `[..., n]`, False for padding.
-      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`; None: the
-        scale-free default above.
-      scale_free: standardise each list's scores first, the temperature then in
-        standard deviations (None: when no temperature is given; see above).
-      gain: 'exponential' (2^y − 1) or 'linear' (y); None: 'linear' when scale-free,
-        else 'exponential' (`resolve_gain`).
-      negative_labels_are_padding: treat y_true < 0 as padding (default True, the
-        padding rule of `softsort_tf._lists`); set False for lists without padding
-        with method='permutahedron', which takes no padding.
+      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`; no
+        temperature: the scale-free default.
+      scale_free: standardise each list's scores first (None: when no temperature is
+        given).
+      gain: 'exponential' (2^y − 1) or 'linear' (y); None: `resolve_gain`.
+      negative_labels_are_padding: treat y_true < 0 as padding (default True); False
+        for lists without padding with method='permutahedron', which takes none.
 
     Returns:
       `[...]` soft NDCG values in (0, 1].
@@ -260,35 +192,29 @@ def soft_ndcg_loss(y_true, y_pred, mask=None, **kwargs):
     return 1.0 - soft_ndcg(y_true, y_pred, mask, **kwargs)
 
 
+@_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SoftNDCGLoss(ListLoss, MethodLoss):
     """1 − soft NDCG (`soft_ndcg`) of each list: a listwise learning-to-rank loss.
 
     Args:
-      method: a key of `softsort_tf.FAMILIES` (default 'sinkhorn').
-      temperature: the method's temperature (for 'sinkhorn', ε). None (default): the
-        scale-free temperature of `soft_ndcg` (`SCALE_FREE_TEMPERATURES`: each list's
-        scores standardised, LapSum's α = 30 standard deviations, SoftSort's and
-        NeuralSort's τ = 0.1, Sinkhorn's ε = 3): nothing to tune to the model's score
-        scale; a smooth surrogate of NDCG. A number: in the family's units (the
-        scores' for LapSum, SoftSort, NeuralSort), for a sharper soft NDCG (→ the NDCG
-        as it → 0), or in standard deviations with `scale_free=True`.
-      scale_free: standardise each list's scores before ranking them (None: True when
-        no temperature is given; the config holds the resolved value).
-      gain: 'exponential' (2^y − 1) or 'linear' (the grade y); None: 'linear' when
-        scale-free, else 'exponential' (the config holds the resolved value).
-      method_kwargs: the family's own arguments, e.g. `{"regularization": "kl"}` for
-        'permutahedron' (the rule of `softsort_tf._methods`).
+      {method}
+      temperature: the family's temperature; None (default): the scale-free default of
+        `soft_ndcg` (nothing to tune to the model's score scale); a number: in the
+        family's units, a sharper soft NDCG (or in standard deviations with
+        `scale_free=True`).
+      scale_free: standardise each list's scores first (None: when no temperature is
+        given; the config holds the resolved value).
+      gain: 'exponential' (2^y − 1) or 'linear' (y); None: 'linear' when scale-free,
+        else 'exponential' (the config holds the resolved value).
+      {method_kwargs}
       negative_labels_are_padding: treat y_true < 0 as padding (default True); False
-        is needed by method='permutahedron', which takes no padding.
-      options, squash, targets, **kwargs: the Sinkhorn settings, as in every Sinkhorn
-        loss (`SinkhornLoss`); only with method='sinkhorn'. `temperature` is then ε
-        (give one of `temperature` and `epsilon`).
+        for method='permutahedron', which takes no padding.
+      {sinkhorn_settings}
       reduction, name, dtype: as in `keras.losses.Loss`.
 
-    Input shapes: `[batch, n]` labels and scores (or ragged), padding as in the module
-    docstring; `sample_weight` `[batch]`. Output: a scalar, or `[batch]` for reduction
-    'none'.
+    Input shapes: `[batch, n]` labels and scores (or ragged); `sample_weight` `[batch]`.
+    Output: a scalar, or `[batch]` for reduction 'none'.
 
     Example:
     >>> loss = SoftNDCGLoss(method="softsort", temperature=0.01)
@@ -296,59 +222,45 @@ class SoftNDCGLoss(ListLoss, MethodLoss):
     0.0
     """
 
-
     def __init__(self, method: str = "sinkhorn", temperature: float | None = None, *,
                  method_kwargs: dict | None = None, negative_labels_are_padding: bool = True,
-                 options: SinkhornOptions | dict | None = None, squash="logistic",
-                 targets: str = "regular", reduction: str = "sum_over_batch_size",
-                 name: str = "soft_ndcg_loss", dtype=None, scale_free: bool | None = None,
-                 gain: str | None = None, **kwargs):
-        padding = _checks.check_bool("negative_labels_are_padding",
-                                     negative_labels_are_padding)
-        _methods.check_padding(method, padding, "negative_labels_are_padding=True")
-        temperature, scale_free, kwargs = resolve_scale_free(
-            method, temperature, scale_free, {**kwargs, "options": options})
-        del kwargs["options"]
+                 reduction: str = "sum_over_batch_size", name: str = "soft_ndcg_loss",
+                 dtype=None, scale_free: bool | None = None, gain: str | None = None,
+                 **kwargs):
+        padding, temperature, scale_free, kwargs = _rank_loss_arguments(
+            method, temperature, scale_free, negative_labels_are_padding, kwargs)
         super().__init__(soft_ndcg_loss, dict(negative_labels_are_padding=padding,
                                               scale_free=scale_free,
                                               gain=resolve_gain(gain, scale_free)),
                          method=method, temperature=temperature,
-                         method_kwargs=method_kwargs, options=options, squash=squash,
-                         targets=targets, reduction=reduction, name=name, dtype=dtype,
-                         **kwargs)
+                         method_kwargs=method_kwargs, reduction=reduction, name=name,
+                         dtype=dtype, **kwargs)
 
 
-# ---------------------------------------------------------------------------------
-# Listwise permutation cross-entropy.
-# ---------------------------------------------------------------------------------
 @per_list_over_groups
 def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neuralsort",
                               temperature: float | None = None,
                               probability_floor: float = DEFAULT_PROBABILITY_FLOOR):
     """NeuralSort/PiRank-style listwise cross-entropy against the order by relevance.
 
-    With P̂ the operator's relaxed permutation matrix of the scores (rows = positions
-    in decreasing score order) and Y the relevance ordering
-    (`relevance_permutation_targets`, tied labels share a row's mass), the loss is the
-    mean over the n_v valid positions of −Σ_j Y_ij log(δ + (1 − δ) P̂_ij)
-    (`permutation_cross_entropy`, the objective of the NeuralSort sorting experiments,
-    Grover et al. 2019 §6, with the ties of graded labels spread uniformly). P̂ is the
-    operator's masked matrix: its valid block is the P̂ of the unpadded list. A list
-    whose valid labels are all equal (no relevant item, one item, or all tied) has no
-    order to learn: its loss is 0, with zero gradient (Y would be uniform and pull the
-    scores together).
+    With P̂ the family's relaxed permutation matrix of the scores (rows = positions in
+    decreasing score order; its valid block is the P̂ of the unpadded list) and Y the
+    relevance ordering (`relevance_permutation_targets`: tied labels share a row's
+    mass), the loss is the mean over the n_v valid positions of
+    −Σ_j Y_ij log(δ + (1 − δ) P̂_ij) (`permutation_cross_entropy`; Grover et al. 2019,
+    §6). A list whose valid labels are all equal has no order to learn: loss 0, zero
+    gradient.
 
     Args:
       y_true: relevance labels `[..., n]` (< 0 = padding), or ragged.
       y_pred: scores of the same shape, or ragged.
       mask: optional boolean `[..., n]`, False for padding.
       method: 'neuralsort' (default) or 'softsort' (`LISTWISE_METHODS`).
-      temperature: τ (default that of the operator).
+      temperature: τ (None: the family's default).
       probability_floor: δ in (0, 1), as in `permutation_cross_entropy`.
 
     Returns:
-      `[...]` per-list losses ≥ 0 (0 for a list without valid entries or without an
-      order).
+      `[...]` per-list losses ≥ 0.
 
     Example:
     >>> v = listwise_permutation_loss([[2.0, 0.0, 1.0]], [[3.0, 1.0, 2.0]], temperature=0.01)
@@ -373,23 +285,21 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ListwisePermutationLoss(ListLoss):
-    """`listwise_permutation_loss` as a Keras loss (NeuralSort/SoftSort, padded lists).
+    """`listwise_permutation_loss` as a Keras loss.
 
     Args:
       method: 'neuralsort' (default) or 'softsort'.
-      temperature: τ; default that of `FAMILIES[method]`.
+      temperature: τ (None: the family's default).
       probability_floor: δ in (0, 1) (default 1e-7): each row costs at most −log δ.
       reduction, name, dtype: as in `keras.losses.Loss`.
 
-    Input shapes: `[batch, n]` labels and scores (or ragged), padding as in the module
-    docstring; `sample_weight` `[batch]`.
+    Input shapes: `[batch, n]` labels and scores (or ragged); `sample_weight` `[batch]`.
 
     Example:
     >>> loss = ListwisePermutationLoss(temperature=0.01)
     >>> float(loss([[2.0, 0.0, 1.0, -1.0]], [[3.0, 1.0, 2.0, 0.0]])) < 1e-6
     True
     """
-
 
     def __init__(self, method: str = "neuralsort", temperature: float | None = None,
                  probability_floor: float = DEFAULT_PROBABILITY_FLOOR,

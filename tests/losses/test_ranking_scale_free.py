@@ -8,18 +8,16 @@ and scale, a gradient without a component along the scores, finite values and gr
 on constant and padded lists, explicit temperatures unchanged.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import softsort_tf as ss
 from softsort_tf.experiments.ranking import user_item_lists
-from softsort_tf.losses.ranking import (
-    SCALE_FREE_TEMPERATURES,
-    SoftNDCGLoss,
-    soft_ndcg,
-    standardized_scores,
-)
+from softsort_tf.losses.ranking import SoftNDCGLoss, soft_ndcg, standardized_scores
 from softsort_tf.losses.spearman import SpearmanLoss, soft_spearman_correlation
 from softsort_tf.metrics.ranking import ndcg
 
@@ -141,9 +139,9 @@ def test_explicit_temperatures_stay_in_the_units_of_the_scores():
     assert not SoftNDCGLoss(temperature=0.5).get_config()["scale_free"]
     assert SoftNDCGLoss(epsilon=0.02).get_config()["epsilon"] == 0.02
     default = SoftNDCGLoss().get_config()
-    assert default["epsilon"] == SCALE_FREE_TEMPERATURES["epsilon"] and default["scale_free"]
+    assert default["epsilon"] == 3.0 and default["threshold"] == 1e-6 and default["scale_free"]
     config = SoftNDCGLoss("lapsum").get_config()
-    assert config["temperature"] == SCALE_FREE_TEMPERATURES["alpha"] and config["scale_free"]
+    assert config["temperature"] == 30.0 and config["scale_free"]
     loss = SoftNDCGLoss.from_config(config)
     np.testing.assert_allclose(float(loss(labels, scores)),
                                float(SoftNDCGLoss("lapsum")(labels, scores * 1e4)), rtol=1e-6)
@@ -212,3 +210,33 @@ def test_spearman_default_is_scale_free(method):
     assert np.all(np.isfinite(g)) and np.abs(g).max() > 0
     centred = scores - scores.mean(-1, keepdims=True)
     assert np.abs(np.sum(g * centred, -1)).max() < 1e-6 * np.abs(g).max() * np.abs(centred).max()
+
+
+# The scale-free defaults of each family's record: (SoftNDCGLoss, SpearmanLoss).
+SCALE_FREE = {"sinkhorn": (3.0, 1e-2), "lapsum": (30.0, 1.0), "permutahedron": (30.0, 1.0),
+              "softsort": (0.1, 1.0), "neuralsort": (0.1, 1.0), "sorting_network": (1.0, 1.0)}
+
+
+@pytest.mark.parametrize("method", FAMILIES)
+def test_scale_free_defaults_are_read_from_the_family_record(method):
+    """Without a temperature the losses take the record's `scale_free_temperature`
+    (NDCG) or one standard deviation (`temperature_for_scale(1)`, Spearman); a family
+    registered without the field gets its default temperature for NDCG."""
+    def temperature(config):
+        return config["temperature"] if config["temperature"] is not None else config["epsilon"]
+
+    padding = dict(negative_labels_are_padding=False) if method == "permutahedron" else {}
+    ndcg_default, spearman_default = SCALE_FREE[method]
+    assert temperature(SoftNDCGLoss(method, **padding).get_config()) == ndcg_default
+    assert temperature(SpearmanLoss(method=method).get_config()) == spearman_default
+    family = ss.get_family(method)
+    for value in (7.0, None):
+        copy = dataclasses.replace(family, name="scale_free_copy", scale_free_temperature=value,
+                                   scale_free_settings={})
+        ss.register_family(copy)
+        try:
+            expected = family.default_temperature if value is None else value
+            assert temperature(SoftNDCGLoss("scale_free_copy", **padding).get_config()) \
+                == expected
+        finally:
+            ss.unregister_family("scale_free_copy")
