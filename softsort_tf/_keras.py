@@ -1,19 +1,13 @@
-"""Keras contracts shared by the layers and losses: the compute dtype and the Keras mask.
-
-- `full_precision_dtype`: the relaxed permutations, the Sinkhorn operators and the
-  losses over them compute in float32 under a float16/bfloat16 policy (a
-  cross-entropy's gradient, ≈ 1/P̂, overflows float16).
-- `get_keras_mask`: the mask Keras attaches to a tensor (`keras.layers.Masking`,
-  `Embedding(mask_zero=True)`, ...), read through Keras' own accessor, the one
-  `keras.losses.Loss.__call__` uses.
-- `broadcast_keras_mask`: a Keras mask as an operator mask (one flag per entry);
-  `sorted_mask`: the output mask of a sort (valid sorted positions first).
-"""
+"""Keras contracts shared by the layers and losses: the compute dtype (float32 under a
+float16/bfloat16 policy: a cross-entropy's gradient, ≈ 1/P̂, overflows float16), the
+Keras mask as an operator mask, and output masks and shapes."""
 
 from __future__ import annotations
 
 import keras
 import tensorflow as tf
+
+from softsort_tf import _checks
 
 try:  # Keras' accessor of a tensor's mask (public where the installed Keras exports it)
     from keras.backend import get_keras_mask as _keras_get_mask
@@ -43,11 +37,9 @@ def full_precision_dtype(dtype=None):
 
 
 def full_precision_layer_kwargs(kwargs: dict) -> dict:
-    """The base-layer keywords of one of the package's layers with its dtype: float32
-    under a float16/bfloat16 policy (given as `dtype` or global), else unchanged. The
-    one rule of every layer: it computes and returns float32 under a mixed policy, the
-    input cast to it (Keras' `autocast`), so that ranks, sorts and matrices keep their
-    resolution whatever the model's policy.
+    """A layer's base keywords with its dtype float32 under a float16/bfloat16 policy
+    (given as `dtype` or global), else unchanged: every layer computes and returns
+    float32 then, so that ranks, sorts and matrices keep their resolution.
 
     Example:
     >>> full_precision_layer_kwargs({"dtype": "mixed_bfloat16", "name": "r"})
@@ -77,7 +69,7 @@ def layer_compute_dtype(layer_or_loss) -> str:
 
 
 def get_keras_mask(x):
-    """The Keras mask attached to `x` (a boolean tensor), or None without one."""
+    """The Keras mask attached to `x` (a boolean tensor; Keras' own accessor), or None."""
     return _keras_get_mask(x)
 
 
@@ -96,10 +88,20 @@ def broadcast_keras_mask(inputs, mask):
 
 def sorted_mask(inputs, mask, axis: int):
     """The mask of a sorted output: True at the first n_valid positions along `axis`
-    (the input's Keras mask, broadcast over the last axis if it lacks it, sorted
-    valid-first). Built with `keras.ops`: Keras calls it on symbolic tensors too."""
+    (the input mask sorted valid-first; `keras.ops`, for symbolic tensors too)."""
     ops = keras.ops
     mask = ops.cast(mask, "bool")
     if len(mask.shape) == len(inputs.shape) - 1:
         mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
     return ops.equal(ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis), 0)
+
+
+def replace_axis(shape, axis: int, size) -> tuple:
+    """`shape` with its `axis` of length `size`, or without it for None."""
+    shape = list(shape)
+    axis = _checks.check_axis(axis, len(shape))
+    if size is None:
+        del shape[axis]
+    else:
+        shape[axis] = size
+    return tuple(shape)

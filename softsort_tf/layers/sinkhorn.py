@@ -1,23 +1,9 @@
 """Keras layers over the Sinkhorn operators of `softsort_tf.ops.sinkhorn`.
 
-Each layer is a thin, serialisable wrapper: it validates its arguments at
-construction (the solver settings once, as a `SinkhornOptions`, and the operator
-settings `squash` and `targets`), forwards them to the functional operator in `call`,
-and reports its output shape. Directions default to 'ASCENDING' (the rule is stated in
-`softsort_tf.ops.soft`).
-
-Masking (see `softsort_tf._masking`): every layer supports Keras masking. The mask
-propagated by Keras (`keras.layers.Masking`, `Embedding(mask_zero=True)`, ...) or
-passed as `layer(x, mask=...)` marks the valid entries; a mask of the input's shape
-without its last axis (Keras' convention for `[batch, steps, features]`) is broadcast
-along that axis. `compute_mask` returns the input mask for elementwise outputs (ranks,
-CDFs, quantile normalisation), the mask of the valid sorted positions (the first
-n_valid, or min(k, n_valid) with `topk=k`) for sorts, and None for quantiles and
-`num_targets` sorts. The list length may differ from batch to batch
-(`keras.Input((None,))`), and `tf.RaggedTensor` inputs give ragged outputs.
-
-Mixed precision: the rule of every layer of the package (`softsort_tf._keras`): under
-a float16/bfloat16 policy the layers compute in float32 and return float32.
+Each layer validates its settings at construction (a `SinkhornOptions`, `squash`,
+`targets`), forwards them to its operator and reports its output shape. Keras masks are
+the operators' `mask` (docs/api.md, "Padding"); under a float16/bfloat16 policy the
+layers compute and return float32.
 """
 
 from __future__ import annotations
@@ -25,11 +11,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _docs
 from softsort_tf._keras import (
     broadcast_keras_mask,
     full_precision_layer_kwargs,
     layer_compute_dtype,
+    replace_axis,
     sorted_mask,
 )
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
@@ -41,8 +28,7 @@ _PACKAGE = "softsort_tf"
 
 def sinkhorn_settings(kwargs: dict, options=None, squash="logistic",
                       targets: str = "regular") -> tuple[SinkhornSettings, dict]:
-    """`(settings, rest)`: a Sinkhorn layer's validated settings (`options` with the
-    option fields of `kwargs` applied, `squash`, `targets`) and the other keyword
+    """`(settings, rest)`: a Sinkhorn layer's validated settings and the other keyword
     arguments (those of `keras.layers.Layer`)."""
     settings, _, rest = SinkhornSettings.create(
         SINKHORN, None, None, {**kwargs, "options": options, "squash": squash,
@@ -50,25 +36,22 @@ def sinkhorn_settings(kwargs: dict, options=None, squash="logistic",
     return settings, rest
 
 
+@_docs.fill
 class _SinkhornLayer(keras.layers.Layer):
     """Common arguments and config of the Sinkhorn layers.
 
     Args:
-      axis: the axis to operate along (of the full input, batch axis included).
-      direction: 'ASCENDING' (default) or 'DESCENDING'.
-      options: a `SinkhornOptions` (or its config dict) with the solver settings
-        (default `SinkhornOptions()`).
+      {axis}
+        The axis of the full input, batch axis included.
+      {direction}
+        Default 'ASCENDING'.
+      options: a `SinkhornOptions` (or its config dict) with the solver settings.
       squash: how inputs are mapped into [0, 1] ('logistic', 'atan', 'robust' or None;
         see `softsort_tf.ops.squash`).
       targets: where the targets sit on [0, 1] ('regular' or 'centres').
-      **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
-        `max_iterations`, `implicit_diff`, ...), overriding those of `options`, and the
-        base `keras.layers.Layer` arguments (name, dtype, ...).
-
-    The settings are validated once, at construction, and are part of `get_config()`
-    (one key per field of the options, `squash` and `targets`); ε must be one the
-    layer's compute dtype holds (`Family.temperature_range`: at least 3.8e-6 in
-    float32, float32 under a float16/bfloat16 policy).
+      **kwargs: fields of `SinkhornOptions` (`epsilon`, `threshold`, ...), overriding
+        those of `options` (ε in the range of the compute dtype), and the base
+        `keras.layers.Layer` arguments (name, dtype, ...).
     """
 
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
@@ -100,15 +83,6 @@ class _SinkhornLayer(keras.layers.Layer):
         config = super().get_config()
         config.update(axis=self.axis, direction=self.direction, **self._settings.get_config())
         return config
-
-    def _replace_axis(self, input_shape, new_size):
-        shape = list(input_shape)
-        axis = _checks.check_axis(self.axis, len(shape))
-        if new_size is None:
-            del shape[axis]
-        else:
-            shape[axis] = new_size
-        return tuple(shape)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -192,10 +166,8 @@ class SinkhornSort(_SinkhornLayer):
                                           **self._op_kwargs(inputs, mask))
 
     def compute_mask(self, inputs, mask=None):
-        """The sorted output's mask: its first n_valid (or min(k, n_valid)) positions
-        along `axis` hold the valid sorted values; None with `num_targets` or no mask.
-        Built with `keras.ops` (Keras calls it on symbolic tensors too): the input mask
-        sorted valid-first along `axis` is exactly that prefix."""
+        """True at the first n_valid (or min(k, n_valid)) positions along `axis`; None
+        with `num_targets` or without a mask."""
         if mask is None or self.num_targets is not None:
             return None
         ops = keras.ops
@@ -209,7 +181,7 @@ class SinkhornSort(_SinkhornLayer):
         size = self.topk or self.num_targets
         if size is None:
             return tuple(input_shape)
-        return self._replace_axis(input_shape, size)
+        return replace_axis(input_shape, self.axis, size)
 
     def get_config(self):
         return {**super().get_config(), "topk": self.topk, "num_targets": self.num_targets}
@@ -247,9 +219,8 @@ class SinkhornQuantile(_SinkhornLayer):
                                               **self._op_kwargs(inputs, mask))
 
     def compute_output_shape(self, input_shape):
-        if isinstance(self.quantiles, float):
-            return self._replace_axis(input_shape, None)
-        return self._replace_axis(input_shape, len(self.quantiles))
+        size = None if isinstance(self.quantiles, float) else len(self.quantiles)
+        return replace_axis(input_shape, self.axis, size)
 
     def get_config(self):
         return {**super().get_config(), "quantiles": self.quantiles, "width": self.width}
@@ -259,15 +230,10 @@ class SinkhornQuantile(_SinkhornLayer):
 class SinkhornQuantileNormalization(_SinkhornLayer):
     """Soft quantile normalisation onto m learned, sorted target values (SUQUAN).
 
-    Supervised quantile normalisation (Le Morvan & Vert; Cuturi et al. 2019 §4 "Soft
-    quantile instance normalization"): each input row keeps its order and takes its
-    values from a target quantile function f learned by backpropagation. f is kept
-    sorted by the cumulative-softmax parameterisation of the paper,
-
-        f = offset + scale · cumsum(softmax(h)),   h ∈ R^m,
-
-    which starts at the uniform grid (1/m, 2/m, …, 1). With `learn_range=True` the
-    offset and the (log-)scale are trained too; otherwise f stays in (0, 1].
+    Each input row keeps its order and takes its values from a learned, sorted target
+    quantile function f = offset + scale · cumsum(softmax(h)), h ∈ R^m (Cuturi et al.
+    2019, §4), starting at the uniform grid (1/m, …, 1); offset and (log-)scale are
+    trained with `learn_range=True`, else f stays in (0, 1].
 
     Input `[batch, n]` (any rank), output the same shape.
 

@@ -1,32 +1,12 @@
-"""Keras layers of the front door: soft ranks, sorts, top-k masks and quantiles by any
-method (`softsort_tf.ops.soft`).
+"""Keras layers of the front door: `RankLayer`, `SortLayer`, `TopKLayer` and
+`QuantileLayer` call `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with
+`method=` a key of `FAMILIES` (the arguments' rule: `softsort_tf._methods`).
 
-`RankLayer`, `SortLayer`, `TopKLayer` and `QuantileLayer` call
-`soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with `method=` a key of
-`FAMILIES`. Their arguments follow the rule of `softsort_tf._methods`: `temperature`
-is the family's temperature (None: its default), Sinkhorn's settings (`options`,
-`SinkhornOptions` fields such as `epsilon`, `squash`, `targets`) are keywords of their
-own, accepted only with method='sinkhorn', and the other families' own arguments go
-in `method_kwargs`; all are validated at construction and are part of `get_config()`.
-k of `TopKLayer` is checked against the list length at the call (an integer in
-[1, n), a real in (0, n) for 'lapsum').
-The temperature (Sinkhorn's ε, however given) must be one the layer's compute dtype
-holds (`Family.temperature_range`: at least 3.8e-6 for Sinkhorn in float32, a
-normal number for the other families), checked at construction.
-`direction` defaults to that of the operation ('ASCENDING' for ranks, sorts and
-quantiles, 'DESCENDING' for top-k; the rule of `softsort_tf.ops.soft`).
-
-Masking (see `softsort_tf._masking`): the layers support Keras masking. The mask Keras
-propagates (`keras.layers.Masking`, `Embedding(mask_zero=True)`, ...) or passed as
-`layer(x, mask=...)` marks the valid entries (a mask without the input's last axis is
-broadcast along it) and becomes the operator's `mask`; 'permutahedron' takes none (a
-`ValueError`). `compute_mask` returns the input mask for ranks and top-k memberships,
-the mask of the first n_valid sorted positions along `axis` for sorts, and None for
-quantiles.
-
-Shapes and dtypes: the batch and the list length may be unknown when the model is
-built (`keras.Input((None,))`), also under XLA. Under a float16/bfloat16 policy the
-layers compute in float32 and return float32 (`softsort_tf._keras.full_precision_layer_kwargs`).
+Every argument is validated at construction (the temperature in the range of the
+layer's compute dtype; k of `TopKLayer` against n at the call) and is part of
+`get_config()`. Keras masks are the operators' `mask` (docs/api.md, "Padding";
+'permutahedron' takes none). Under a float16/bfloat16 policy the layers compute and
+return float32.
 """
 
 from __future__ import annotations
@@ -38,6 +18,7 @@ from softsort_tf._keras import (
     broadcast_keras_mask,
     full_precision_layer_kwargs,
     layer_compute_dtype,
+    replace_axis,
     sorted_mask,
 )
 from softsort_tf.ops import soft
@@ -70,7 +51,6 @@ class _SoftLayer(keras.layers.Layer):
         arguments, layer_kwargs = _methods.MethodArguments.create(
             method, temperature, method_kwargs, kwargs, self.operation)
         super().__init__(**full_precision_layer_kwargs(layer_kwargs))
-        # In the range of the compute dtype, known now (the rule of `_methods`).
         arguments.check_dtype(layer_compute_dtype(self))
         self._arguments = arguments
         for name, value in arguments.settings.attributes().items():
@@ -108,9 +88,7 @@ class RankLayer(_SoftLayer):
 
     Input `[batch, n]` (any rank), output the same shape (0 at padded entries).
 
-    Args:
-      method, temperature, direction ('ASCENDING' by default), axis, method_kwargs,
-      options, squash, targets, **kwargs: see the module docstring.
+    Args: those of `_SoftLayer` ('ASCENDING' by default).
 
     Example:
     >>> layer = RankLayer("lapsum", temperature=0.01)
@@ -131,9 +109,7 @@ class SortLayer(_SoftLayer):
     Input `[batch, n]` (any rank), output the same shape: with a mask, the n_valid
     sorted values first, then 0 (the output mask marks them).
 
-    Args:
-      method, temperature, direction ('ASCENDING' by default), axis, method_kwargs,
-      options, squash, targets, **kwargs: see the module docstring.
+    Args: those of `_SoftLayer` ('ASCENDING' by default).
 
     Example:
     >>> layer = SortLayer("lapsum", temperature=0.01, direction="DESCENDING")
@@ -147,8 +123,7 @@ class SortLayer(_SoftLayer):
         return self._call(soft.soft_sort, inputs, mask=mask)
 
     def compute_mask(self, inputs, mask=None):
-        """True at the first n_valid positions along `axis` (None without a mask).
-        Built with `keras.ops` (Keras calls it on symbolic tensors too)."""
+        """True at the first n_valid positions along `axis` (None without a mask)."""
         if mask is None:
             return None
         return sorted_mask(inputs, mask, _checks.check_axis(self.axis, len(inputs.shape)))
@@ -163,8 +138,7 @@ class TopKLayer(_SoftLayer):
 
     Args:
       k: the number of entries selected, in [1, n) (a real k > 0 for 'lapsum').
-      method, temperature, direction ('DESCENDING' by default), axis, method_kwargs,
-      options, squash, targets, **kwargs: see the module docstring.
+      method, temperature, direction ('DESCENDING' by default), ...: see `_SoftLayer`.
 
     Example:
     >>> layer = TopKLayer(2, "lapsum", temperature=0.01)
@@ -195,9 +169,8 @@ class QuantileLayer(_SoftLayer):
 
     Args:
       quantiles: a level or an increasing sequence of levels in (0, 1).
-      method, temperature, direction ('ASCENDING' by default: 'DESCENDING' gives the
-      quantile from the top), axis, method_kwargs, options, squash, targets,
-      **kwargs: see the module docstring.
+      method, temperature, direction ('ASCENDING' by default; 'DESCENDING' gives the
+        quantile from the top), ...: see `_SoftLayer`.
 
     Example:
     >>> layer = QuantileLayer(0.5, "lapsum", temperature=0.01)
@@ -220,13 +193,8 @@ class QuantileLayer(_SoftLayer):
         return None
 
     def compute_output_shape(self, input_shape):
-        shape = list(input_shape)
-        axis = _checks.check_axis(self.axis, len(shape))
-        if isinstance(self.quantiles, float):
-            del shape[axis]
-        else:
-            shape[axis] = len(self.quantiles)
-        return tuple(shape)
+        size = None if isinstance(self.quantiles, float) else len(self.quantiles)
+        return replace_axis(input_shape, self.axis, size)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "quantiles": self.quantiles}

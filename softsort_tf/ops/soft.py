@@ -1,23 +1,10 @@
 """The front door: soft ranks, sorts, top-k masks and quantiles by any method.
 
 `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` take `method=`, a key of
-`FAMILIES` (the one table of the package's families, `softsort_tf.ops.family`): each
-entry says what its temperature is called, its default and what it means, and which
-operations it defines. Adding a family is one `Family` record and its maths
-(docs/adding_a_family.md).
-
-One rule for the arguments, at every entry point (these functions, the layers, the
-losses), checked before any computation:
-
-- keywords: the family's own (its temperature under its own name, its settings); an
-  unknown keyword is refused with the family's names;
-- temperature: a real number (not a bool or a string), or, for the families whose
-  maths take one (`Family.tensor_temperature`), a scalar tensor or variable through
-  which gradients flow; in the range the compute dtype resolves
-  (`Family.temperature_range`: the positive normal numbers; for Sinkhorn from 32
-  machine epsilons), known values checked now;
-- k of a top-k: an integer in [1, n) (a real in (0, n) for LapSum);
-- mask: a boolean (or 0/1) tensor that broadcasts to x.
+`FAMILIES` (`softsort_tf.ops.family`), and check every argument before any computation:
+the family's own keywords (an unknown one is refused with the family's names), the
+temperature (`Family.check_temperature`), k (an integer in [1, n), a real in (0, n) for
+LapSum) and the mask's shape. Naming and direction conventions: docs/api.md.
 
 | method | temperature (default) | operations | cost per list |
 |---|---|---|---|
@@ -28,28 +15,8 @@ losses), checked before any computation:
 | 'neuralsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
 | 'sorting_network' | `steepness` (10.0; sharper as it grows) | rank, sort, topk | O(L·n²) |
 
-'softsort', 'neuralsort' and 'sorting_network' (differentiable sorting networks, L = n
-odd-even layers or ~½log₂²n bitonic ones) read their operations off their relaxed
-permutation matrix P̂ (ranks P̂ᵀ(1..n), sorted values P̂x, top-k membership the column
-sums of the first k rows of P̂).
-
-Naming rules shared by the operators, layers, losses and metrics:
-
-- `direction`: ranks, sorts, CDFs and quantiles default to 'ASCENDING', as `tf.sort`
-  and `scipy.stats.rankdata` (rank 1 = smallest). Relaxed permutation matrices, top-k
-  selections and the ranking losses default to 'DESCENDING', because they select the
-  best (largest) items first, as in the NeuralSort, SoftSort and learning-to-rank
-  papers (rank 1 = largest).
-- Temperatures: each family names its own (`FAMILIES[method].temperature`): `tau` for
-  SoftSort and NeuralSort and `alpha` for LapSum (in the units of the scores),
-  `epsilon` for Sinkhorn (in the units of the cost on [0, 1]),
-  `regularization_strength` for the permutahedron projections (in the units of the
-  scores). An argument called `temperature` means "the temperature of the chosen
-  `method`". A quantile level is called `quantile` (or `quantiles`), never a
-  temperature.
-- `k` is the number of items a top-k loss, mask or metric selects (`SoftTopKLoss(k)`,
-  `soft_topk(x, k)`, NDCG@k); `topk` is the argument of a sort that returns only its
-  first k values (`sinkhorn_sort(x, topk=k)`, `SinkhornSort(topk=k)`).
+The families with a relaxed permutation matrix P̂ read their operations off it (ranks
+P̂ᵀ(1..n), sorted values P̂x, top-k membership the column sums of its first k rows).
 """
 
 from __future__ import annotations
@@ -74,12 +41,8 @@ def temperature_kwargs(method: str, temperature) -> dict:
 
 def _check_arguments(family: Family, operation: str, dtype: tf.DType, temperature,
                      kwargs: dict) -> dict:
-    """The keyword part of the one rule of every entry point (see the module docstring),
-    applied before any computation: the keywords the family's `operation` takes, and the
-    temperature (a real number, or a tensor where the family learns it, in the range
-    that the compute dtype of inputs of `dtype` resolves). Returns `kwargs` with the
-    temperature under the family's own name. (k and the mask's shape are checked by
-    `_call`, which knows the list length.)"""
+    """`kwargs` checked against the family's `operation`, with the temperature (checked
+    for inputs of `dtype`) under the family's own name."""
     family.check_keywords(kwargs, operation)
     if temperature is not None and family.temperature in kwargs:
         raise ValueError(f"`temperature` and `{family.temperature}` set the same argument of "
@@ -93,8 +56,8 @@ def _check_arguments(family: Family, operation: str, dtype: tf.DType, temperatur
 
 
 def _check_mask_shape(mask, x, axis: int) -> None:
-    """A `ValueError` naming `mask` and both shapes when a dense mask cannot broadcast to
-    the shape of `x` (a mask `[n]` to the axis operated along; static shapes)."""
+    """A `ValueError` naming `mask` and both shapes when a dense mask (or one `[n]`)
+    cannot broadcast to `x` (static shapes)."""
     shape = mask.shape
     target = x.shape[axis:axis + 1] if shape.rank == 1 else x.shape
     try:
@@ -108,9 +71,7 @@ def _check_mask_shape(mask, x, axis: int) -> None:
 
 
 def _call(operation: str, x, args, method, direction, axis, mask, temperature, kwargs):
-    """The front door: the family's `operation` after the one rule of every entry point
-    (`_check_arguments`); axis, mask, ragged lists and dtype are the operation's own (every
-    operation of a `Family` is a list operator)."""
+    """The family's `operation` on `x`, its arguments checked first."""
     family = get_family(method)
     fn = family.operation(operation)
     if isinstance(x, tf.RaggedTensor):
@@ -139,6 +100,7 @@ def _call(operation: str, x, args, method, direction, axis, mask, temperature, k
     return fn(x, *args, direction=direction, axis=axis, mask=mask, **kwargs)
 
 
+@_docs.fill
 def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCENDING",
                        hard: bool = False, *, mask=None, temperature=None, **kwargs):
     """The relaxed permutation matrix P̂ of any family that has one, chosen by name.
@@ -146,24 +108,18 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
     Args:
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
         output is ragged `[batch, (n), (n)]`).
-      method: a key of `FAMILIES` whose family has a relaxed matrix:
-        'softsort' (`softsort_permutation_matrix`), 'neuralsort' (`neuralsort_permutation_matrix`),
-        'sinkhorn' (`sinkhorn_permutation_matrix`), 'lapsum'
-        (`lapsum_permutation_matrix`), 'sorting_network' (`sorting_network_permutation_matrix`).
+      method: a key of `FAMILIES` whose family has a relaxed matrix ('softsort',
+        'neuralsort', 'sinkhorn', 'lapsum', 'sorting_network'; `MATRIX_FAMILIES`).
       direction: 'DESCENDING' (default) or 'ASCENDING'.
-      hard: straight-through (see `softsort_permutation_matrix`): the exact permutation in the
-        forward pass, the gradient of the relaxation in the backward pass.
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid block
-        of P̂ is the matrix of the unpadded list (exactly for SoftSort/NeuralSort, up
-        to the solver's threshold for Sinkhorn), rows of sorted positions >= n_valid
-        and columns of padded entries are 0. See softsort_tf._masking.
-      temperature: the family's temperature (τ, ε, α or β); default its own.
+      hard: straight-through: the exact permutation forward, the relaxation's gradient.
+      {mask}
+        The valid block of P̂ is the unpadded list's; other rows and columns are 0.
+      {temperature}
       log: (keyword, for the families with `log_domain`) return log P̂ computed in the
         log domain, for `permutation_cross_entropy(..., from_log=True)`.
-      **kwargs: the family's own arguments: `tau`, `distance_power` (SoftSort);
-        `tau` (NeuralSort); `options`, `squash`, `targets` or fields of
-        `SinkhornOptions` such as `epsilon` (Sinkhorn); `alpha` (LapSum);
-        `steepness`, `network`, `sigmoid` (sorting networks).
+      **kwargs: the family's own arguments (e.g. `distance_power` for 'softsort',
+        `options` or `SinkhornOptions` fields for 'sinkhorn', `network` for
+        'sorting_network').
 
     Returns:
       P̂ `[..., n, n]` in the dtype of `scores`.
@@ -189,7 +145,6 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
                          **family_kwargs, **extra)
 
 
-# The arguments every front-door function shares, filled into its `{front_door}` line.
 _FRONT_DOOR_ARGS = """      {method}
       {direction}
       {axis}
