@@ -9,14 +9,11 @@ from softsort_tf import _checks, _docs
 from softsort_tf._permutation_targets import check_at_run_time
 from softsort_tf.losses.method import MethodLoss
 from softsort_tf.ops.family import get_family
-from softsort_tf.ops.sinkhorn import EPSILON_PER_RANK_SCALE, MIN_LENGTH_EPSILON
+from softsort_tf.ops.sinkhorn import epsilon_for_length
 from softsort_tf.ops.soft import soft_rank
 
 _PACKAGE = "softsort_tf"
 FORMS = ("rank", "cdf")
-# ε = TOPK_EPSILON_SCALE / L² keeps the rank blur L·√(ε/2) at ≈ 0.39 of a rank for any L.
-TOPK_EPSILON_SCALE = EPSILON_PER_RANK_SCALE
-TOPK_MIN_EPSILON = MIN_LENGTH_EPSILON
 
 
 def _check_form(form: str) -> str:
@@ -26,20 +23,12 @@ def _check_form(form: str) -> str:
 
 
 def default_top_k_epsilon(num_classes: int) -> float:
-    """The default ε of `SoftTopKLoss` for L classes: max(0.3 / L², 1e-6).
-
-    The logistic squash standardises the logits, so the loss does not depend on their
-    scale, and maps them into (0, 1), where the L targets are 1/L apart. Swapping
-    two neighbouring ranks changes the cost by about 2/L², and each Sinkhorn rank
-    blurs over about L·√(ε/2) neighbours. ε = 0.3/L² keeps that blur at ≈ 0.4 of a
-    rank whatever L is (3e-3 for 10 classes, 3e-5 for 100): small enough that a label
-    ahead of the others by a clear margin gets a loss of exactly 0 for k ≥ 2, large
-    enough that a label within about a rank of the top-k boundary gets a useful
-    gradient (smaller ε gives vanishing gradients, paper §3). The floor 1e-6 keeps ε
-    above the float32 resolution of the costs for L ≳ 500.
-    """
-    num_classes = _checks.check_positive_int("num_classes", num_classes, minimum=2)
-    return max(TOPK_EPSILON_SCALE / num_classes**2, TOPK_MIN_EPSILON)
+    """The default ε of `SoftTopKLoss` for L classes, max(0.3 / L², 1e-6)
+    (`softsort_tf.ops.sinkhorn.epsilon_for_length`): each soft rank blurred over ≈ 0.4
+    of a rank whatever L is (3e-3 for 10 classes), so that a label ahead by a clear
+    margin has loss 0 for k ≥ 2 and one near the top-k boundary a useful gradient."""
+    return epsilon_for_length(_checks.check_positive_int("num_classes", num_classes,
+                                                        minimum=2))
 
 
 def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
@@ -47,43 +36,29 @@ def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
                     temperature: float | None = None, **kwargs):
     """Per-example S-top-k loss of logits `[..., L]` (paper §4; talk, "Applications").
 
-    - form='rank' (talk): J_k(L − R̃_l) with J_k(u) = max(0, u − k + 1), where R̃ are
-      the ascending soft ranks of the logits by `method` (`soft_rank`), in [1, L]. In
-      the hard limit it is the number of places by which label l misses the top k: 0
-      inside the top-k.
-    - form='cdf' (paper): J_k(1 − F̃_l) with J_k(u) = max(0, u − k/L), F̃ = R̃/L the
-      soft CDF (for 'sinkhorn', the S-CDF).
-      In the hard limit F = R/L, so this is max(0, L − R_l − k)/L: the paper's hinge
-      sits one place later than the rank form, and the loss is already 0 when the
-      label is (k+1)-th (it equals the rank form with k + 1, divided by L).
+    With R̃ the ascending soft ranks of the logits by `method` (`soft_rank`), in [1, L]:
 
-    For soft labels (rows of `y_true` summing to 1, e.g. label smoothing) the loss is
-    the expectation Σ_j y_j J_k(·)_j; for one-hot labels it is the term of the label.
+    - form='rank' (talk): J_k(L − R̃_l), J_k(u) = max(0, u − k + 1): in the hard limit
+      the number of places by which label l misses the top k.
+    - form='cdf' (paper): J_k(1 − F̃_l), J_k(u) = max(0, u − k/L), F̃ = R̃/L (for
+      'sinkhorn', the S-CDF): in the hard limit the rank form with k + 1, divided by L.
 
-    Padding (softsort_tf._masking): `mask` marks the candidate classes of each example
-    (e.g. a variable set of candidates padded to L); the ranks and the CDF are those
-    of the valid classes alone, L above is their number L_v, and a padded class has
-    loss 0 (a label on one contributes nothing). k ≥ L_v selects every valid class
-    (loss 0 in the hard limit). Padded *examples* are Keras' business: give them
-    `sample_weight` 0 (their logits must then be finite, as for any Keras loss).
+    For soft labels (rows of `y_true` summing to 1) the loss is Σ_j y_j J_k(·)_j. A
+    `mask` marks the candidate classes of each example: ranks and CDF are those of the
+    L_v valid classes, a padded class has loss 0, k ≥ L_v selects every valid class.
 
     Args:
       y_true: integer labels in [0, L) `[...]` or `[..., 1]` if `from_sparse` (a label
-        out of range raises, see `permutation_targets.check_at_run_time`), else one-hot
-        or soft labels `[..., L]`.
-      logits: `[..., L]` real tensor, L ≥ 2. L may be unknown when the graph is built
-        (`None`) if `epsilon` is given (the default ε depends on L); k < L is then
-        checked at run time.
+        out of range raises), else one-hot or soft labels `[..., L]`.
+      logits: `[..., L]` real tensor, L ≥ 2; L may be unknown when the graph is built
+        if the temperature is given (k < L is then checked at run time).
       k: an integer in [1, L).
-      form: 'rank' or 'cdf' (see above).
+      form: 'rank' or 'cdf'.
       from_sparse: whether `y_true` holds integer class indices.
-      mask: optional boolean `[..., L]` (or `[L]`), True = valid class (see above);
-        not with 'permutahedron'.
-      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`. For
-        'sinkhorn' (the Sinkhorn settings `options`, `squash`, `targets`, `epsilon`,
-        ... in kwargs), ε defaults to `default_top_k_epsilon(L)` when neither
-        `temperature` nor `epsilon` is given (or given as None); the other families
-        default to their own temperature.
+      mask: optional boolean `[..., L]` (or `[L]`), True = valid class.
+      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`; without a
+        temperature, Sinkhorn's ε is `default_top_k_epsilon(L)`, the other families
+        take their default.
 
     Returns:
       `[...]` non-negative losses, in the dtype of the logits.
@@ -131,13 +106,12 @@ def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     if mask is not None:
         mask = tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(soft))
         classes = tf.reduce_sum(tf.cast(mask, soft.dtype), axis=-1, keepdims=True)
-    if form == "cdf":
-        soft = soft / tf.maximum(classes, 1.0)
     k_float = tf.cast(k, soft.dtype)
     if form == "rank":
         per_class = tf.nn.relu(classes - k_float + 1.0 - soft)
     else:
-        per_class = tf.nn.relu(1.0 - k_float / tf.maximum(classes, 1.0) - soft)
+        classes = tf.maximum(classes, 1.0)
+        per_class = tf.nn.relu(1.0 - k_float / classes - soft / classes)
     if mask is not None:
         per_class = tf.where(mask, per_class, tf.zeros_like(per_class))
     if from_sparse:
@@ -164,66 +138,35 @@ def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
 @_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SoftTopKLoss(MethodLoss):
-    """Differentiable top-k classification loss on logits (Cuturi et al. 2019, §4).
-
-    For logits f ∈ R^L and the true label l (`soft_topk_loss`):
+    """Differentiable top-k classification loss on logits (`soft_topk_loss`).
 
         form='rank' (NeurIPS talk):  J_k(L − R̃_l),      J_k(u) = max(0, u − k + 1)
         form='cdf'  (arXiv §4):      J_k(1 − F̃_l),      J_k(u) = max(0, u − k/L)
 
-    with R̃ the ascending soft ranks of f in [1, L] by `method` (`soft_rank`) and
-    F̃ = R̃/L (for 'sinkhorn', the S-CDF of Definition 2). In the hard limit the rank
-    form is the number of places by which l misses the top k (0 inside it), a hinge
-    version of the 0/1 top-k loss H(L − R_l − k + 1). The paper's cdf form equals that
-    with k + 1, divided by L (the paper's hinge sits one place late), so it is 0 as
-    soon as l is (k+1)-th; it is kept as written for faithfulness, the rank form is
-    the default.
-
-    Behaviour (for 'sinkhorn'; the other families' temperatures are in the units of
-    the logits): the loss is 0 when l is inside the top k by a clear margin, positive
-    when it is outside, and decreases as f_l grows. It is invariant to shifting and
-    scaling the logits (the logistic squash standardises them), so unlike
-    cross-entropy it never pushes logits to grow. With k ≥ 2 the loss of a label
-    inside the top k by a clear margin is exactly 0. With k = 1 the hinge sits at the
-    top rank itself, so a correctly classified example keeps the Sinkhorn blur of its
-    rank, L − R̃_l ≥ 0, as a small loss that vanishes as ε → 0 or as its lead grows
-    (see `default_top_k_epsilon` for typical values): like the residual push of
-    cross-entropy on examples that are already right.
-
-    Default ε: None means `default_top_k_epsilon(L)` = 0.3/L² (3e-3 for 10 classes):
-    the squashed logits are compared with a grid of L targets 1/L apart, and this ε
-    keeps each soft rank blurred over ≈ 0.4 of a rank whatever L is. Larger ε gives
-    smoother but blurrier losses (the paper used ε = 1e-2 with 10 and 100 classes);
-    much smaller ε gives vanishing gradients.
-
-    Use `keras.metrics.SparseTopKCategoricalAccuracy(k)` (or
-    `TopKCategoricalAccuracy` for one-hot labels) as the matching hard metric.
+    R̃: the ascending soft ranks of the logits, F̃ = R̃/L. The rank form (default) is a
+    hinge version of the 0/1 top-k loss; the paper's cdf form equals it with k + 1,
+    divided by L. For 'sinkhorn' the loss does not depend on the logits' shift and scale
+    (the squash standardises them), so unlike cross-entropy it never pushes logits to
+    grow; with k = 1 a correct example keeps the blur of its rank as a small loss.
+    Its hard counterpart: `keras.metrics.SparseTopKCategoricalAccuracy(k)`.
 
     Args:
       k: an integer in [1, L) (default 1: a relaxed 0/1 loss).
       form: 'rank' (default) or 'cdf'.
       from_sparse: `y_true` holds integer labels `[batch]` or `[batch, 1]` instead of
-        one-hot (or soft) labels `[batch, L]` (default False, like
-        `keras.losses.CategoricalCrossentropy`).
+        one-hot (or soft) labels `[batch, L]` (default False).
       {method}
-      temperature: the method's temperature (None: its default; for 'sinkhorn', ε,
-        whose default is 0.3/L², see above).
+      temperature: the family's temperature (None: its default; for 'sinkhorn' ε =
+        `default_top_k_epsilon(L)` = 0.3/L², unless `epsilon` is given).
       {method_kwargs}
-      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`);
-        only with method='sinkhorn'. Without `epsilon` (or with `epsilon=None`),
-        ε = 0.3/L² (see above); the other fields keep the defaults of
-        `SinkhornOptions`.
-      reduction: Keras reduction over examples (default 'sum_over_batch_size').
-      name, dtype: as in `keras.losses.Loss`.
+      {sinkhorn_settings}
+      reduction, name, dtype: as in `keras.losses.Loss`.
 
-    Input shapes: logits `y_pred` `[batch, L]`; `y_true` `[batch, L]` or `[batch]`;
-    `sample_weight` `[batch]`. Output: a scalar, or `[batch]` for reduction 'none'.
-
-    Padding: a Keras mask of the logits of their shape `[batch, L]` marks the valid
-    classes (the `mask` of `soft_topk_loss`); `sample_weight` 0
-    removes an example, as in every Keras loss. L may be unknown when the model is
-    built if `epsilon` is given. Runs under XLA (where the run-time checks of k < L and
-    of sparse labels are compiled out).
+    Input shapes: logits `y_pred` `[batch, L]` (a Keras mask of their shape marks the
+    valid classes; L may be unknown when the model is built if the temperature is
+    given); `y_true` `[batch, L]` or `[batch]`; `sample_weight` `[batch]`. Output: a
+    scalar, or `[batch]` for reduction 'none'. Runs under XLA (where the run-time
+    checks of k < L and of sparse labels are compiled out).
 
     Example:
     >>> loss = SoftTopKLoss(k=1, from_sparse=True)
