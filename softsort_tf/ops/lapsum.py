@@ -12,10 +12,6 @@ bijection R → (0, n), and every operator is read off F or its inverse:
 - soft permutation matrix: P[k, j] = Lap_α(t_{k+1} − r_j) − Lap_α(t_k − r_j), t_k =
   F⁻¹(k), t_0 = −∞, t_n = +∞ (paper §4): doubly stochastic.
 
-As α → 0 they tend to `scipy.stats.rankdata` (ties averaged), `np.sort`, the hard top-k
-indicator (ties at the boundary share), `np.quantile(..., method='averaged_inverted_cdf')`
-and the sorting permutation.
-
 F⁻¹ is the closed form of paper Thm. 3.1 (`_SortedList.invert`), from the one-sided
 kernel sums of the sorted scores s, A_i = Σ_{j<i} exp(−(s_i − s_j)/α) and
 B_i = Σ_{j>i} exp(−(s_j − s_i)/α), computed by a parallel scan (O(n) work, O(log n)
@@ -35,30 +31,22 @@ from __future__ import annotations
 
 import collections
 import math
+import numbers
 
 import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _docs, _masking
 from softsort_tf.ops import family
-from softsort_tf.ops.permutation import with_straight_through
+from softsort_tf.ops.permutation import poison_rows, with_straight_through
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
-__all__ = [
-    "DEFAULT_ALPHA",
-    "temperature_range",
-    "lapsum_permutation_matrix",
-    "lapsum_quantile",
-    "lapsum_rank",
-    "lapsum_sort",
-    "lapsum_topk",
-]
+__all__ = ["DEFAULT_ALPHA", "temperature_range", "lapsum_permutation_matrix",
+           "lapsum_quantile", "lapsum_rank", "lapsum_sort", "lapsum_topk"]
 
 DEFAULT_ALPHA = 1.0
 
-# ---------------------------------------------------------------------------------
-# Arguments.
-# ---------------------------------------------------------------------------------
+# -- Arguments -------------------------------------------------------------------------
 # Headroom at both ends of α's range: the sorted values reach s ± α·log(2n) (< 22·α for
 # n < 2³¹) and a gradient in the scores is up to about n/α times the cotangent.
 _HIGH_HEADROOM = 2.0 ** 8
@@ -110,11 +98,12 @@ class _Prepared:
       raw: the scores before the replacement.
       alpha: α, a scalar tensor of the compute dtype.
       view, mask: the `BatchView` and the caller's bool mask `[b, n]` (or None).
-      valid: bool `[b, n]`, the valid entries with a finite score (those the LapSum
-        construction runs on).
+      valid: bool `[b, n]`, the valid entries with a finite score.
       neg, pos: bool `[b, n]`, the valid entries at −inf and +inf.
-      n_neg, n_pos, n_all: `[b]` numbers of −inf, +inf and valid entries (float).
-      nan: bool `[b]`, the lists with a NaN at a valid entry (their results are NaN).
+      n_neg, n_pos, n_fin, n_all: `[b]` numbers of −inf, +inf, finite and valid entries
+        (float).
+      nan: bool `[b]`, the lists with a NaN at a valid entry (their results are NaN,
+        `poison_rows`).
     """
 
     def __init__(self, lists: Lists, direction: str, alpha):
@@ -130,17 +119,8 @@ class _Prepared:
         self.nan = tf.reduce_any(tf.logical_and(given, tf.math.is_nan(x2d)), axis=-1)
         self.raw = x2d
         self.x = _masking.replace_padded(x2d, self.valid)
-
-        def count(t):
-            return tf.reduce_sum(tf.cast(t, dtype), axis=-1)
-
-        self.n_neg, self.n_pos, self.n_all = count(self.neg), count(self.pos), count(given)
-
-    def poison(self, values):
-        """`values` `[b, ...]` with the lists holding a NaN set to NaN."""
-        nan = tf.reshape(self.nan, tf.concat([tf.shape(self.nan), tf.ones(
-            tf.rank(values) - 1, tf.int32)], axis=0))
-        return tf.where(nan, tf.constant(np.nan, values.dtype), values)
+        self.n_neg, self.n_pos, self.n_fin, self.n_all = (
+            _masking.n_valid(t, dtype) for t in (self.neg, self.pos, self.valid, given))
 
     def place(self, finite, n_fin):
         """The results `finite` `[b, n, ...]` of the finite entries (sorted positions
@@ -156,15 +136,11 @@ class _Prepared:
                                position < tf.cast(self.n_all, tf.int32)[:, None]))
 
 
-# ---------------------------------------------------------------------------------
-# The parallel scan.
-# ---------------------------------------------------------------------------------
-#: Longest list length, known when the graph is traced, whose float32 scores keep the
-#: kernel sums in float32 (F = i − ½ + ½(B − A) cancels two sums of up to n terms, and
-#: their float32 rounding grows as n: ranks within 52 ulps of n of the float64 ones at
-#: n = 4096, tests/ops/test_lapsum.py::test_float32_sums_up_to_the_threshold). Lists of
-#: an unknown length sum in float64; longer lists of a static length keep the float32
-#: sums when every A_i + B_i is at most this bound and redo them in float64 otherwise.
+# -- The parallel scan -----------------------------------------------------------------
+#: Longest static list length whose float32 scores keep the kernel sums in float32 (F
+#: cancels two sums of up to n terms: ranks within 14 ulps of n of the float64 sums at
+#: n = 1024, test_float32_sums_up_to_the_threshold); longer static lists keep them while
+#: every A_i + B_i is at most this bound and redo them in float64 otherwise.
 FLOAT32_SUMS_UP_TO = 1024
 
 
@@ -285,9 +261,7 @@ def _over_alpha(half, alpha):
     return y, grad
 
 
-# ---------------------------------------------------------------------------------
-# The sorted list and the inverse of F.
-# ---------------------------------------------------------------------------------
+# -- The sorted list and the inverse of F ----------------------------------------------
 #: Solutions t of F(t) = level, `[b, K]` each: `value` (t), `m` (its segment,
 #: s_left = s_m ≤ t ≤ s_right = s_{m+1}, 1-based) and the offsets
 #: `delta_left` = (t − s_left)/α ≥ 0, `delta_right` = (t − s_right)/α ≤ 0.
@@ -542,9 +516,7 @@ def _implicit_weights(u, valid):
     return pi, tf.where(valid, u, tf.zeros_like(u))
 
 
-# ---------------------------------------------------------------------------------
-# Operators.
-# ---------------------------------------------------------------------------------
+# -- Operators -------------------------------------------------------------------------
 @list_operator
 @_docs.fill
 def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int = -1, *,
@@ -579,7 +551,7 @@ def lapsum_rank(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int 
     ranks = tf.where(prep.neg, zero + 0.5 * (prep.n_neg[:, None] + 1.0), ranks)
     ranks = tf.where(prep.pos, zero + prep.n_all[:, None] - 0.5 * (prep.n_pos[:, None] - 1.0),
                      ranks)
-    return ListResult(prep.poison(ranks), "elementwise")
+    return ListResult(poison_rows(ranks, prep.nan), "elementwise")
 
 
 @list_operator
@@ -616,7 +588,7 @@ def lapsum_sort(x, alpha=DEFAULT_ALPHA, direction: str = "ASCENDING", axis: int 
     inf = tf.constant(np.inf, values.dtype) * tf.ones_like(shifted)
     values = tf.where(neg, -inf, tf.where(fin, shifted, tf.where(pos, inf,
                                                                  tf.zeros_like(shifted))))
-    values = prep.poison(values)
+    values = poison_rows(values, prep.nan)
     if prep.direction == "DESCENDING":
         values = -values
     return ListResult(values, "sorted", lengths=None if prep.mask is None else prep.n_all)
@@ -627,21 +599,17 @@ def _check_k(k, static_n):
     Python number, or a constant tensor, returned as is so that gradients reach it);
     `checked` False when it must be checked at run time."""
     if isinstance(k, (tf.Tensor, tf.Variable)):
-        value = tf.get_static_value(k) if isinstance(k, tf.Tensor) else None
         if k.shape.rank not in (None, 0):
             raise ValueError(f"`k` must be a scalar, got shape {k.shape}.")
-        if value is None:
-            return k, False
-        _check_k(np.asarray(value).item(), static_n)
-        return k, True
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer,
-                                                             np.floating)):
-        raise ValueError(f"`k` must be a real number in (0, n), got {k!r}.")
-    k = float(k)
-    if not math.isfinite(k) or k <= 0 or (static_n is not None and k >= static_n):
+        value = tf.get_static_value(k) if isinstance(k, tf.Tensor) else None
+        if value is not None:
+            _check_k(np.asarray(value).item(), static_n)
+        return k, value is not None
+    if (isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Real)
+            or not 0 < k < (math.inf if static_n is None else static_n)):
         bound = "n" if static_n is None else f"n = {static_n}"
         raise ValueError(f"`k` must be a real number in (0, {bound}), got {k!r}.")
-    return k, True
+    return float(k), True
 
 
 @list_operator
@@ -693,20 +661,20 @@ def lapsum_topk(x, k, alpha=DEFAULT_ALPHA, direction: str = "DESCENDING", axis: 
             k_t = tf.identity(k_t)
     # +inf entries take the first min(k, n₊) of the mass, equally; the finite entries the
     # top-(k − n₊) of their own list; −inf entries what is left, equally.
-    count = tf.reduce_sum(tf.cast(prep.valid, dtype), axis=-1)
     k_finite = k_t - prep.n_pos
-    p = _topk_membership(prep, tf.broadcast_to(k_finite, tf.shape(count)), count)
+    p = _topk_membership(prep, tf.broadcast_to(k_finite, tf.shape(prep.n_fin)))
     share_pos = tf.clip_by_value(k_t / tf.maximum(prep.n_pos, 1.0), 0.0, 1.0)
-    share_neg = tf.clip_by_value((k_finite - count) / tf.maximum(prep.n_neg, 1.0), 0.0, 1.0)
+    share_neg = tf.clip_by_value((k_finite - prep.n_fin) / tf.maximum(prep.n_neg, 1.0),
+                                 0.0, 1.0)
     p = tf.where(prep.pos, tf.ones_like(p) * share_pos[:, None], p)
     p = tf.where(prep.neg, tf.ones_like(p) * share_neg[:, None], p)
-    return ListResult(prep.poison(p), "elementwise")
+    return ListResult(poison_rows(p, prep.nan), "elementwise")
 
 
-def _topk_membership(prep, k, count):
+def _topk_membership(prep, k):
     """The memberships `[b, n]` of the finite entries for their share k `[b]` with the
-    implicit-function gradient in (x, k, α); rows with k ≤ 0 give 0, k ≥ count 1."""
-    valid = prep.valid
+    implicit-function gradient in (x, k, α); rows with k ≤ 0 give 0, k ≥ N 1."""
+    valid, count = prep.valid, prep.n_fin
     vmask = tf.cast(valid, prep.x.dtype)
 
     @tf.custom_gradient
@@ -764,9 +732,8 @@ def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, axis: int = -1, *, mask=N
     """
     taus, scalar = _checks.check_quantiles(quantiles)
     prep = _Prepared(x, "ASCENDING", alpha)
-    valid = prep.valid
+    valid, count = prep.valid, prep.n_fin
     dtype = prep.x.dtype
-    count = tf.reduce_sum(tf.cast(valid, dtype), axis=-1)
     # F of the whole list is that of the finite entries plus n₋ (the −inf entries):
     # levels at or below 0 are −inf, at or above the finite count +inf.
     levels = prep.n_all[:, None] * tf.constant(taus, dtype)[None, :] - prep.n_neg[:, None]
@@ -792,7 +759,7 @@ def lapsum_quantile(x, quantiles, alpha=DEFAULT_ALPHA, axis: int = -1, *, mask=N
                    tf.where(levels >= count[:, None], inf * tf.ones_like(out), out))
     if prep.mask is not None:  # a list without valid entry: 0
         out = tf.where(prep.n_all[:, None] > 0, out, tf.zeros_like(out))
-    out = prep.poison(out)
+    out = poison_rows(out, prep.nan)
     return ListResult(out[:, 0] if scalar else out, "per_list")
 
 
@@ -862,12 +829,10 @@ def lapsum_permutation_matrix(x, alpha=DEFAULT_ALPHA, direction: str = "DESCENDI
                     ones / tf.maximum(prep.n_neg, 1.0)[:, None, None], perm)
     perm = tf.where(tf.logical_and(pos[:, :, None], prep.pos[:, None, :]),
                     ones / tf.maximum(prep.n_pos, 1.0)[:, None, None], perm)
-    return ListResult(prep.poison(perm), "square")
+    return ListResult(poison_rows(perm, prep.nan), "square")
 
 
-# ---------------------------------------------------------------------------------
-# The LapSum family (`softsort_tf.ops.family`).
-# ---------------------------------------------------------------------------------
+# -- The LapSum family (`softsort_tf.ops.family`) --------------------------------------
 def _quantile_from(x, quantiles, *, direction, mask, **kwargs):
     """`lapsum_quantile` in the front door's convention: 'DESCENDING' is the quantile
     from the top."""
