@@ -1,67 +1,28 @@
-"""Differentiable sorting networks: odd-even and bitonic networks of relaxed swaps.
+"""Differentiable sorting networks (Petersen, Borgelt, Kuehne & Deussen, ICML 2021;
+monotonic sigmoids: ICLR 2022): odd-even and bitonic networks of relaxed swaps.
 
-A sorting network (Knuth, TAOCP vol. 3, §5.3.4) sorts n values on n wires by a fixed
-sequence of layers of conditional swaps: a comparator (lo, hi) puts min(a, b) on
-wire lo and max(a, b) on wire hi. Petersen, Borgelt, Kuehne & Deussen (ICML 2021)
-relax each comparator with a sigmoid f of the difference of its inputs,
+A sorting network sorts n values on n wires by a fixed sequence of layers of
+comparators (Knuth, TAOCP vol. 3, §5.3.4). Each comparator of values a (min wire) and
+b (max wire) is relaxed with a sigmoid f of steepness β,
 
-    σ = f(β·(b − a)),   lo ← σ·a + (1 − σ)·b,   hi ← (1 − σ)·a + σ·b,
+    σ = f(β·(b − a)),   min ← σ·a + (1 − σ)·b,   max ← (1 − σ)·a + σ·b,
 
-(β: the steepness), which makes the network differentiable, and read off the relaxed
-permutation matrix by applying the same mixing to the rows of a matrix that starts
-as the identity. Each layer mixes pairs of rows with a symmetric doubly-stochastic
-2 × 2 block, so P̂ (their product) is doubly stochastic; as β → ∞ every σ tends to
-0 or 1 and P̂ to the exact permutation matrix (for distinct scores).
+and the same mixing applied to the rows of a matrix that starts as the identity gives
+the relaxed permutation matrix P̂: a product of doubly-stochastic layers, the exact
+permutation as β → ∞. Row i of P̂ is the distribution of the input at position i of
+the `direction` order ('DESCENDING' by default), so `P̂ @ x` soft-sorts x.
 
-Networks (`network=`):
-
-- 'odd_even': odd-even transposition sort, n layers; layer l compares the wire
-  pairs (i, i + 1) with i ≡ l (mod 2). n(n − 1)/2 comparators.
-- 'bitonic': Batcher's bitonic sorter on W = 2^⌈log₂ n⌉ wires, ⌈log₂ n⌉(⌈log₂ n⌉ + 1)/2
-  layers of W/2 comparators. For n < W the list sits on the last n wires and the first
-  W − n wires hold values below every score, routed by exact (hard) comparators, so
-  the network sorts every n. The diffsort package (its `bitonic_network`) instead
-  drops the comparators that touch those wires; for most n the two coincide (every
-  power of two, and e.g. n = 3, 5, 6, 7, 9, 10, 12–18, 20, 24–26, 28–33), for
-  others they are different networks (n = 11, 19, 21, 23, 27 among n ≤ 33), and for
-  n = 22 the dropped-comparator network does not sort.
-
-Sigmoids f (`sigmoid=`; u = β·v, v = b − a), with diffsort's parameterisation:
-
-- 'logistic': 1 / (1 + e^(−u)) (ICML 2021).
-- 'logistic_phi': the logistic sigmoid after the activation replacement trick (ART,
-  ICML 2021): f(β·v / (|v| + 10⁻¹⁰)^λ), λ = `art_lambda` (default 0.25), which pushes
-  small differences away from 0 and so keeps the mixing of a deep network low.
-- 'gaussian': Φ(u), the standard normal CDF.
-- 'reciprocal': ½·u / (2 + |u|) + ½,
-- 'cauchy': arctan(u)/π + ½ (the default),
-- 'optimal': u + ½ for |u| ≤ ¼, 1 − 1/(16u) above, −1/(16u) below:
-  the monotonic sigmoids of Petersen et al. (ICLR 2022), whose derivative decays as
-  1/u², which makes the relaxed network monotonic (its outputs are non-decreasing in
-  every input, so gradients have the right sign) with a bounded error.
-
-Orientation: as for every relaxed permutation matrix of the package, row i of P̂ is
-the distribution over the inputs of the entry at position i of the `direction` order
-('DESCENDING' by default), so `P̂ @ x` soft-sorts x. The network sorts ascending keys:
-the scores for 'ASCENDING' (then P̂ is the transpose of diffsort's matrix) and the
-negated scores for 'DESCENDING'.
-
-Shapes and dtypes: scores `[..., n]`; P̂ `[..., n, n]`. The layers are a static list
-when n is known at trace time; for an unknown n (`tf.function` with `None`
-dimensions) the network is built from n in a `tf.while_loop` (bitonic: on 2^⌈log₂ n⌉
-wires), and both compile with XLA (`jit_compile=True`). float16/bfloat16 are computed
-in float32.
-
-Padding (`mask=`, ragged inputs; see softsort_tf._masking): the valid entries are
-placed, in their input order, on the wires the unpadded list would occupy; the other
-wires hold values that sort after them (before them, for the first wires of a bitonic
-network) and are routed by exact comparators, and the layers the unpadded list would
-not have (odd-even: l ≥ n_valid; bitonic: blocks of the longer network) leave the row
-unchanged. So the valid block of P̂ is the unpadded list's matrix, rows of positions
-≥ n_valid and columns of padded entries are 0, and padded entries get zero gradient.
-
-Cost: O(L·n²) time per list for P̂ (L = n layers for odd-even, ~½log₂²n for bitonic),
-and, for the gradient, the L intermediate matrices: prefer 'bitonic' for long lists.
+Networks (`network=`): 'odd_even' (transposition sort: n layers, layer l compares the
+wires (i, i + 1) with i ≡ l mod 2) and 'bitonic' (Batcher's: ⌈log₂ n⌉(⌈log₂ n⌉ + 1)/2
+layers on 2^⌈log₂ n⌉ wires, the first of which hold values below every score, routed by
+exact comparators, so that it sorts every n; diffsort's network, which drops the
+comparators of those wires, differs for n = 11, 19, 21, 22, 23, 27 among n ≤ 33).
+Sigmoids: `relaxed_step`. Padded entries (`mask=`, ragged lists) sit on wires of their
+own, routed by exact comparators, and layers the unpadded list would not have leave a
+row unchanged: the valid block of P̂ is that of the unpadded list. n may be unknown at
+trace time (the layers then run in a `tf.while_loop`); both compile with XLA. Cost:
+O(L·n²) per list for L layers (n odd-even, ~½log₂²n bitonic), the L intermediate
+matrices kept for the gradient.
 """
 
 from __future__ import annotations
@@ -72,7 +33,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _special
+from softsort_tf import _checks, _docs, _masking, _special
 from softsort_tf.ops.family import Family
 from softsort_tf.ops.permutation import (
     _exact_permutation_2d,
@@ -97,9 +58,7 @@ _ART_EPSILON = 1e-10
 _BELOW, _ENTRY, _ABOVE = -1, 0, 1
 
 
-# ---------------------------------------------------------------------------------
-# Arguments.
-# ---------------------------------------------------------------------------------
+# -- Arguments and sigmoids ------------------------------------------------------------
 def check_network(network) -> str:
     if network not in NETWORKS:
         raise ValueError(f"`network` must be one of {NETWORKS}, got {network!r}.")
@@ -123,22 +82,28 @@ def check_art_lambda(art_lambda) -> float:
     return value
 
 
-# ---------------------------------------------------------------------------------
-# Sigmoids.
-# ---------------------------------------------------------------------------------
 def relaxed_step(v, steepness: float, sigmoid: str = DEFAULT_SIGMOID,
                  art_lambda: float = DEFAULT_ART_LAMBDA):
     """σ = f(β·v): the weight a relaxed comparator gives to "already in order" when
     the value on its max wire exceeds the value on its min wire by v.
 
-    Every f is a CDF of a symmetric distribution (f(−u) = 1 − f(u), f(0) = ½) that
-    tends to the step function as β → ∞. `v` must be finite; β·v may overflow to ±inf,
-    which gives exactly 0 or 1 (and zero gradient).
+    Each f is the CDF of a symmetric distribution (f(0) = ½), diffsort's
+    parameterisation, with u = β·v:
+
+    - 'logistic': 1/(1 + e^(−u)); 'logistic_phi': the logistic of β·v/(|v| + 10⁻¹⁰)^λ
+      (the activation replacement trick, ICML 2021, λ = `art_lambda`);
+    - 'gaussian': Φ(u); 'reciprocal': ½·u/(2 + |u|) + ½; 'cauchy': arctan(u)/π + ½;
+    - 'optimal': u + ½ for |u| ≤ ¼, 1 − 1/(16u) above, −1/(16u) below.
+
+    'reciprocal', 'cauchy' and 'optimal' are the monotonic sigmoids of ICLR 2022
+    (derivative decaying as 1/u²: the relaxed network's outputs are non-decreasing in
+    every input). `v` must be finite; β·v may overflow to ±inf, which gives exactly 0
+    or 1 (and zero gradient).
 
     Args:
       v: differences b − a, a float tensor.
       steepness: β > 0.
-      sigmoid: one of `SIGMOIDS` (see the module docstring).
+      sigmoid: one of `SIGMOIDS`.
       art_lambda: λ of 'logistic_phi'.
 
     Returns:
@@ -151,38 +116,32 @@ def relaxed_step(v, steepness: float, sigmoid: str = DEFAULT_SIGMOID,
     dtype = v.dtype
     beta = tf.constant(steepness, dtype)
     half = tf.constant(0.5, dtype)
-    if sigmoid == "logistic":
-        return tf.sigmoid(beta * v)
     if sigmoid == "logistic_phi":
-        scaled = v / tf.pow(tf.abs(v) + tf.constant(_ART_EPSILON, dtype), art_lambda)
-        return tf.sigmoid(beta * scaled)
+        v = v / tf.pow(tf.abs(v) + tf.constant(_ART_EPSILON, dtype), art_lambda)
     u = beta * v
+    if sigmoid in ("logistic", "logistic_phi"):
+        return tf.sigmoid(u)
     if sigmoid == "gaussian":
         return half + half * _special.erf(u * tf.constant(1.0 / math.sqrt(2.0), dtype))
     if sigmoid == "cauchy":
-        # arctan as atan2(u, 1): the same values (bit for bit on CPU, float32 and
-        # float64), and a TFLite builtin where Atan is not.
+        # arctan as atan2(u, 1): the same values, and a TFLite builtin where Atan is not.
         return tf.math.atan2(u, tf.ones_like(u)) * tf.constant(1.0 / math.pi, dtype) + half
+    a = tf.abs(u)
     if sigmoid == "reciprocal":
-        # ½·u/(2 + |u|) + ½, written as ½·sign(u)/(1 + 2/|u|) + ½ for |u| >= 1 so that
-        # u = ±inf gives 0 or 1 (not inf/inf).
-        a = tf.abs(u)
+        # ½·sign(u)/(1 + 2/|u|) + ½ for |u| >= 1, so that u = ±inf gives 0 or 1.
         large = a >= 1.0
         inner = tf.where(large, tf.sign(u) / (1.0 + 2.0 / tf.where(large, a, tf.ones_like(a))),
                          u / (2.0 + tf.where(large, tf.ones_like(a), a)))
         return half * inner + half
     if sigmoid == "optimal":
-        a = tf.abs(u)
         quarter = tf.constant(0.25, dtype)
         tail = 1.0 / (16.0 * tf.maximum(a, quarter))  # 1/(16|u|), bounded
         centre = tf.clip_by_value(u, -quarter, quarter) + half
         return tf.where(a <= quarter, centre, tf.where(u > 0, 1.0 - tail, tail))
-    raise ValueError(f"`sigmoid` must be one of {SIGMOIDS}, got {sigmoid!r}.")
+    return check_sigmoid(sigmoid)  # raises: not a sigmoid
 
 
-# ---------------------------------------------------------------------------------
-# The networks' layers.
-# ---------------------------------------------------------------------------------
+# -- The networks' layers --------------------------------------------------------------
 def network_wires(network: str, n: int) -> int:
     """The number of wires of the network for n entries (bitonic: 2^⌈log₂ n⌉)."""
     if network == "odd_even" or n <= 1:
@@ -198,20 +157,13 @@ def network_layers(network: str, n: int) -> list[tuple[np.ndarray, np.ndarray, i
     exists for a list of n_valid <= n entries: the layer index l (odd-even, which has
     n_valid layers) or the block b (bitonic, ⌈log₂ n_valid⌉ blocks).
     """
-    wires = network_wires(network, n)
-    w = np.arange(wires)
-    layers = []
+    w = np.arange(network_wires(network, n))
     if network == "odd_even":
-        for layer in range(n):
-            partner, is_lo = _odd_even_layer(w, layer, n, np)
-            layers.append((partner.astype(np.int32), is_lo, layer))
-        return layers
-    blocks = wires.bit_length() - 1
-    for block in range(blocks):
-        for step in range(block + 1):
-            partner, is_lo = _bitonic_layer(w, block, step, np)
-            layers.append((partner.astype(np.int32), is_lo, block))
-    return layers
+        layers = [(_odd_even_layer(w, layer, n, np.where), layer) for layer in range(n)]
+    else:
+        layers = [(_bitonic_layer(w, block, step), block)
+                  for block in range(w.size.bit_length() - 1) for step in range(block + 1)]
+    return [(partner.astype(np.int32), is_lo, stage) for (partner, is_lo), stage in layers]
 
 
 def layer_swaps(network: str, n: int) -> list[tuple[str, int]]:
@@ -243,37 +195,24 @@ def _swap_static(t, swap, wires: int):
                                            strict=True) if size], axis=1)
 
 
-def _odd_even_layer(w, layer, n, xp):
-    """Partners of layer `layer` of odd-even transposition sort on n wires: pairs
-    (i, i + 1) with i ≡ layer (mod 2); `xp` is numpy or a TF-like namespace."""
+def _odd_even_layer(w, layer, n, where):
+    """`(partner, is_lo)` of layer `layer` of odd-even transposition sort on n wires
+    `w`: pairs (i, i + 1) with i ≡ layer (mod 2); `where` is `np.where` or `tf.where`."""
     shifted = w - layer % 2
     first = (shifted >= 0) & (shifted % 2 == 0) & (w + 1 < n)
     second = (shifted >= 1) & (shifted % 2 == 1)
-    partner = xp.where(first, w + 1, xp.where(second, w - 1, w))
-    return partner, first
+    return where(first, w + 1, where(second, w - 1, w)), first
 
 
-def _bitonic_layer(w, block, step, xp):
-    """Partners of step `step` of block `block` of the bitonic sorter: wires w and
-    w XOR m, m = 2^(block − step); the comparator sorts ascending in the groups of
-    2^(block + 1) wires of even index, descending in the others."""
-    if xp is np:
-        m = 1 << (block - step)
-        partner = w ^ m
-        lower = (w & m) == 0
-        descending = ((w >> (block + 1)) & 1) == 1
-    else:
-        m = tf.bitwise.left_shift(1, block - step)
-        partner = tf.bitwise.bitwise_xor(w, m)
-        lower = tf.equal(tf.bitwise.bitwise_and(w, m), 0)
-        descending = tf.equal(tf.bitwise.bitwise_and(tf.bitwise.right_shift(w, block + 1), 1), 1)
-    return partner, lower != descending
-
-
-class _TfWhere:
-    """The two numpy functions `_odd_even_layer` uses, for tensors."""
-
-    where = staticmethod(tf.where)
+def _bitonic_layer(w, block, step):
+    """`(partner, is_lo)` of step `step` of block `block` of the bitonic sorter on the
+    wires `w` (numpy or tensors): wires w and w XOR m, m = 2^(block − step); the
+    comparator sorts ascending in the groups of 2^(block + 1) wires of even index,
+    descending in the others."""
+    m = 2 ** (block - step)
+    bit = (w // m) % 2                                 # w is the upper wire of its pair
+    descending = (w // (2 * 2 ** block)) % 2
+    return w + m * (1 - 2 * bit), bit == descending
 
 
 @tf.custom_gradient
@@ -287,66 +226,53 @@ def _partner_rows(t, partner):
     return tf.gather(t, partner, axis=1), grad
 
 
-def _mix(state, other, sigma):
-    """Rows σ·state + (1 − σ)·other of `[batch, wires, n + 1]` states (σ `[batch, wires]`);
-    σ = 1 keeps a row bit for bit."""
+def _mix(state, other, sign, step_fn, relaxed, hard):
+    """Rows σ·state + (1 − σ)·other of `[batch, wires, n + 1]` states (σ = 1 keeps a row
+    bit for bit), σ `[batch, wires]` = step_fn(b − a) on the `relaxed` wires (None: all)
+    and `hard` on the others; b − a = (value on the max wire) − (value on the min wire)
+    (`sign` +1 on min wires, −1 on max wires), clipped to the finite range (the
+    difference of two finite floats may overflow)."""
+    dtype = state.dtype
+    diff = (other[:, :, -1] - state[:, :, -1]) * sign
+    limit = tf.constant(np.finfo(dtype.as_numpy_dtype).max, dtype)
+    diff = tf.clip_by_value(diff, -limit, limit)
+    if relaxed is None:
+        sigma = step_fn(diff)
+    else:
+        sigma = tf.where(relaxed, step_fn(tf.where(relaxed, diff, tf.zeros_like(diff))), hard)
     sigma = sigma[:, :, None]
     return sigma * state + (1.0 - sigma) * other
 
 
-def _finite_difference(other_values, values, sign):
-    """b − a of each comparator, (value on its max wire) − (value on its min wire):
-    the same float on both of its wires, clipped to the finite range (the difference of
-    two finite floats may overflow)."""
-    diff = (other_values - values) * sign
-    limit = tf.constant(np.finfo(values.dtype.as_numpy_dtype).max, values.dtype)
-    return tf.clip_by_value(diff, -limit, limit)
-
-
 def _apply_layer(state, kind, partner, is_lo, active, step_fn, swap=None):
-    """One layer of relaxed comparators, for lists whose wire kinds are tensors.
-
-    Args:
-      state: `[batch, wires, n + 1]`: the rows of the relaxed permutation matrix on the
-        wires, and the values on the wires (ascending keys) as the last column.
-      kind: `[batch or 1, wires]` int32 `_BELOW`/`_ENTRY`/`_ABOVE`.
-      partner, is_lo: `[wires]` the layer (see `network_layers`).
-      active: `[batch, 1]` bool (the layer exists for the row) or None (all rows).
-      step_fn: σ of a difference.
-      swap: `state[:, partner]` as a function of `state` (default a gather).
-
-    Returns:
-      `(state, kind)` after the layer. A comparator of two entries mixes them with
-      σ = step_fn(b − a); one that involves a padding wire is exact (σ ∈ {0, 1}); rows
-      where the layer is not active are unchanged.
-    """
-    wires = tf.shape(state)[1]
+    """`(state, kind)` after one layer (`partner`, `is_lo` `[wires]`: `network_layers`)
+    of `state` (`[batch, wires, n + 1]`: the rows of P̂ on the wires, and the ascending
+    keys as the last column) whose wire kinds `kind` `[batch or 1, wires]` are tensors.
+    A comparator of two entries is relaxed, one with a padding wire exact; rows where
+    `active` `[batch, 1]` (None: all) is False are unchanged. `swap`: `state[:, partner]`
+    as a function of `state` (default a gather)."""
+    dtype = state.dtype
     other = _partner_rows(state, partner) if swap is None else swap(state)
     other_kind = tf.gather(kind, partner, axis=1)
-    has_comparator = tf.not_equal(partner, tf.range(wires, dtype=partner.dtype))
+    has_comparator = tf.not_equal(partner, tf.range(tf.shape(state)[1], dtype=partner.dtype))
     entries = tf.logical_and(tf.equal(kind, _ENTRY), tf.equal(other_kind, _ENTRY))
     relaxed = tf.logical_and(entries, has_comparator)
     in_order = tf.where(is_lo, kind <= other_kind, other_kind <= kind)
     if active is not None:
         relaxed = tf.logical_and(relaxed, active)
         in_order = tf.logical_or(in_order, tf.logical_not(active))
-    dtype = state.dtype
     sign = tf.where(is_lo, tf.ones([], dtype), -tf.ones([], dtype))
-    diff = _finite_difference(other[:, :, -1], state[:, :, -1], sign)
-    diff = tf.where(relaxed, diff, tf.zeros_like(diff))
     hard = tf.where(in_order, tf.ones([], dtype), tf.zeros([], dtype))
-    state = _mix(state, other, tf.where(relaxed, step_fn(diff), hard))
-    kind = tf.where(tf.logical_or(relaxed, in_order), kind, other_kind)
-    return state, kind
+    state = _mix(state, other, sign, step_fn, relaxed, hard)
+    return state, tf.where(tf.logical_or(relaxed, in_order), kind, other_kind)
 
 
 @functools.lru_cache(maxsize=512)
 def static_plan(network: str, n: int):
     """The layers of the network for a full list of static length n, with the wire
-    kinds resolved: `(wires, layers)`, each layer `(swap, sign, relaxed, hard)` with
-    `swap` its pairing (`layer_swaps`),
-    `sign` +1 on min wires and −1 on max wires, `relaxed` the wires of comparators of
-    two entries and `hard` σ (0 or 1) of the other wires."""
+    kinds resolved: `(wires, layers)`, each layer `(swap, sign, relaxed, hard)`: its
+    pairing (`layer_swaps`), +1 on min wires and −1 on max wires, the wires of
+    comparators of two entries and σ (0 or 1) of the other wires."""
     wires = network_wires(network, n)
     w = np.arange(wires)
     kind = np.where(w < wires - n, _BELOW, _ENTRY)  # odd-even: wires == n
@@ -363,7 +289,7 @@ def static_plan(network: str, n: int):
 
 def _run_static(keys, network: str, step_fn):
     """`_run_network` for full lists of a static length: the wire kinds are known at
-    trace time, so each layer is gathers and elementwise ops with constant masks."""
+    trace time, so each layer is data movement and elementwise ops with constant masks."""
     dtype = keys.dtype
     n = keys.shape[-1]
     wires, layers = static_plan(network, n)
@@ -373,18 +299,8 @@ def _run_static(keys, network: str, step_fn):
     if wires > n:  # bitonic: the first wires hold values below every entry
         state = tf.concat([tf.zeros(tf.stack([batch, wires - n, n + 1]), dtype), state], axis=1)
     for swap, sign, relaxed, hard in layers:
-        other = _swap_static(state, swap, wires)
-        if relaxed.any():
-            diff = _finite_difference(other[:, :, -1], state[:, :, -1],
-                                      tf.constant(sign, dtype))
-            if relaxed.all():
-                sigma = step_fn(diff)
-            else:
-                diff = tf.where(relaxed, diff, tf.zeros_like(diff))
-                sigma = tf.where(relaxed, step_fn(diff), tf.constant(hard, dtype))
-        else:
-            sigma = tf.broadcast_to(tf.constant(hard, dtype), tf.shape(state)[:2])
-        state = _mix(state, other, sigma)
+        state = _mix(state, _swap_static(state, swap, wires), tf.constant(sign, dtype),
+                     step_fn, None if relaxed.all() else relaxed, tf.constant(hard, dtype))
     state = state[:, wires - n:]
     return state[:, :, -1], state[:, :, :-1]
 
@@ -397,19 +313,10 @@ def _ceil_log2(count):
 
 
 def _run_network(keys, valid, network: str, step_fn):
-    """The relaxed network on `[batch, n]` ascending `keys`.
-
-    Args:
-      keys: `[batch, n]` finite values (padded entries replaced).
-      valid: `[batch, n]` bool or None.
-      network: one of `NETWORKS`.
-      step_fn: σ of a difference.
-
-    Returns:
-      `(sorted_keys, perm)`: `[batch, n]` relaxed ascending keys and `[batch, n, n]`
-      P̂ (row i: position i of the ascending order); with `valid`, positions >= n_valid
-      are 0.
-    """
+    """`(sorted_keys, perm)`: the relaxed network on `[batch, n]` finite ascending `keys`
+    (padded entries replaced; `valid` bool `[batch, n]` or None), `[batch, n]` relaxed
+    sorted keys and `[batch, n, n]` P̂ (row i: position i of the ascending order; with
+    `valid`, positions >= n_valid are 0)."""
     static_n = keys.shape[-1]
     if valid is None and static_n is not None:
         return _run_static(keys, network, step_fn)
@@ -422,7 +329,6 @@ def _run_network(keys, valid, network: str, step_fn):
         wires = n
     else:
         wires = tf.bitwise.left_shift(1, _ceil_log2(n)[0])
-    order = None
     if valid is None:
         count = tf.reshape(tf.cast(n, tf.int32), [1])
     else:
@@ -436,8 +342,7 @@ def _run_network(keys, valid, network: str, step_fn):
     else:
         stages = _ceil_log2(count)
         start = tf.bitwise.left_shift(1, stages) - count
-    w = tf.range(wires, dtype=tf.int32)[None, :]
-    slot = w - start[:, None]  # [batch or 1, wires]: index among the valid entries
+    slot = tf.range(wires, dtype=tf.int32)[None, :] - start[:, None]  # among the entries
     holds = tf.logical_and(slot >= 0, slot < count[:, None])
     clipped = tf.clip_by_value(slot, 0, tf.maximum(n - 1, 0))
     if valid is None:
@@ -452,10 +357,9 @@ def _run_network(keys, valid, network: str, step_fn):
                            tf.stack([batch, wires, n]))
     state = tf.concat([perm, tf.where(holds, values, zero)[:, :, None]], axis=-1)
     kind = tf.where(slot < 0, _BELOW, tf.where(holds, _ENTRY, _ABOVE))
-    active_rows = None if valid is None else stages[:, None]
 
     def active(stage):
-        return None if active_rows is None else stage < active_rows
+        return None if valid is None else stage < stages[:, None]
 
     if static_n is not None:
         for (partner, is_lo, stage), swap in zip(network_layers(network, static_n),
@@ -468,12 +372,11 @@ def _run_network(keys, valid, network: str, step_fn):
     # Read out the unpadded list's wires.
     positions = tf.range(n, dtype=tf.int32)[None, :]
     wire = tf.clip_by_value(start[:, None] + positions, 0, wires - 1)
-    keep = positions < count[:, None]
     if valid is None:
         state = tf.gather(state, wire[0], axis=1)
     else:
         state = tf.gather(state, wire, axis=1, batch_dims=1)
-    state = tf.where(keep[:, :, None], state, zero)
+    state = tf.where((positions < count[:, None])[:, :, None], state, zero)
     return state[:, :, -1], state[:, :, :-1]
 
 
@@ -484,8 +387,7 @@ def _run_dynamic(state, kind, n, wires, network, active, step_fn):
         layers = n
 
         def layer_of(t):
-            partner, is_lo = _odd_even_layer(w, t, n, _TfWhere)
-            return partner, is_lo, t
+            return (*_odd_even_layer(w, t, n, tf.where), t)
     else:
         blocks = _ceil_log2(wires)[0]
         layers = blocks * (blocks + 1) // 2
@@ -494,9 +396,7 @@ def _run_dynamic(state, kind, n, wires, network, active, step_fn):
             # Layer t is step t − b(b + 1)/2 of block b, the largest b with b(b+1)/2 <= t.
             b = tf.range(32, dtype=tf.int32)
             block = tf.reduce_sum(tf.cast(b * (b + 1) // 2 <= t, tf.int32)) - 1
-            step = t - block * (block + 1) // 2
-            partner, is_lo = _bitonic_layer(w, block, step, tf)
-            return partner, is_lo, block
+            return (*_bitonic_layer(w, block, t - block * (block + 1) // 2), block)
 
     def body(t, state, kind):
         partner, is_lo, stage = layer_of(t)
@@ -509,72 +409,55 @@ def _run_dynamic(state, kind, n, wires, network, active, step_fn):
     return state
 
 
-# ---------------------------------------------------------------------------------
-# Public operators.
-# ---------------------------------------------------------------------------------
-def _checked(steepness, network, sigmoid, art_lambda, direction, hard):
-    steepness = _checks.check_positive("steepness", steepness)
-    network = check_network(network)
-    sigmoid = check_sigmoid(sigmoid)
-    art_lambda = check_art_lambda(art_lambda)
-    direction = _checks.check_direction(direction)
-    hard = check_hard(hard)
-
-    def step_fn(v):
-        return relaxed_step(v, steepness, sigmoid, art_lambda)
-
-    return network, step_fn, direction, hard
-
-
-def _network_lists(lists: Lists, network, step_fn, direction):
-    """`(sorted values in direction order, P̂, keys)` of a batch of lists.
+# -- Public operators ------------------------------------------------------------------
+def _network_lists(lists: Lists, steepness, network, sigmoid, art_lambda, direction, hard):
+    """`(sorted values in direction order, P̂, exact P or None)` of a batch of lists,
+    the arguments checked; `exact` is the exact permutation matrix when `hard`.
 
     The network runs on the values minus a per-list reference c (it mixes values by
     convex combinations, so the shift commutes; c is added back to the sorted values):
     its results do not depend on the scores' offset. A list with a non-finite value
     gives NaN (`permutation.centred_finite_rows`)."""
+    steepness = _checks.check_positive("steepness", steepness)
+    network, sigmoid = check_network(network), check_sigmoid(sigmoid)
+    art_lambda = check_art_lambda(art_lambda)
+    ascending = _checks.check_direction(direction) == "ASCENDING"
+    hard = check_hard(hard)
     centred, bad = centred_finite_rows(lists.values)
     centre = tf.stop_gradient(lists.values - centred)[:, :1]
-    keys = centred if direction == "ASCENDING" else -centred
-    sorted_keys, perm = _run_network(keys, lists.mask, network, step_fn)
-    sorted_values = (sorted_keys if direction == "ASCENDING" else -sorted_keys) + centre
-    return poison_rows(sorted_values, bad), poison_rows(perm, bad), keys
+    keys = centred if ascending else -centred
+    sorted_keys, perm = _run_network(
+        keys, lists.mask, network, lambda v: relaxed_step(v, steepness, sigmoid, art_lambda))
+    sorted_values = (sorted_keys if ascending else -sorted_keys) + centre
+    exact = _exact_permutation_2d(tf.stop_gradient(-keys), lists.mask) if hard else None
+    return poison_rows(sorted_values, bad), poison_rows(perm, bad), exact
 
 
 @list_operator
+@_docs.fill
 def sorting_network_permutation_matrix(scores, steepness: float = DEFAULT_STEEPNESS,
                            network: str = DEFAULT_NETWORK, sigmoid: str = DEFAULT_SIGMOID,
                            art_lambda: float = DEFAULT_ART_LAMBDA,
                            direction: str = "DESCENDING", hard: bool = False, *, mask=None):
-    """Relaxed permutation matrix of a differentiable sorting network (Petersen et al.,
-    ICML 2021; monotonic sigmoids: ICLR 2022).
-
-    The scores run through an odd-even or bitonic network whose comparators are relaxed
-    with a sigmoid of steepness β; P̂ is the product of the layers' doubly-stochastic
-    mixing matrices (see the module docstring).
+    """Relaxed permutation matrix P̂ of a differentiable sorting network: the product of
+    the layers' doubly-stochastic mixing matrices (module docstring).
 
     Args:
-      scores: `[..., n]` real tensor, sorted along the last axis; or a
-        `tf.RaggedTensor` `[batch, (n)]` (ragged output `[batch, (n), (n)]`).
-      steepness: β > 0 (default 10), in inverse units of the scores: a comparator is
-        nearly exact when its two values differ by much more than 1/β. As β → ∞, P̂
-        tends to the exact permutation matrix.
+      scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (ragged
+        output `[batch, (n), (n)]`).
+      steepness: β > 0, in inverse units of the scores: a comparator is nearly exact
+        when its two values differ by much more than 1/β; P̂ is exact as β → ∞.
       network: 'odd_even' (default; n layers) or 'bitonic' (~½log₂²n layers).
-      sigmoid: 'cauchy' (default), 'reciprocal', 'optimal' (monotonic, ICLR 2022),
-        'logistic', 'logistic_phi' (logistic with the activation replacement trick)
-        or 'gaussian'.
-      art_lambda: λ ∈ [0, 1) of 'logistic_phi' (default 0.25).
-      direction: 'DESCENDING' (default) or 'ASCENDING'.
+      sigmoid: one of `SIGMOIDS` (`relaxed_step`), default 'cauchy'.
+      art_lambda: λ ∈ [0, 1) of 'logistic_phi'.
+      direction: 'DESCENDING' (default; row 0 = the largest score) or 'ASCENDING'.
       hard: straight-through: the exact permutation matrix in the forward pass, the
         gradient of the relaxation in the backward pass.
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid block
-        is P̂ of the unpadded list, rows of positions >= n_valid and columns of padded
-        entries are 0. See softsort_tf._masking.
+      {mask}
 
     Returns:
-      P̂ `[..., n, n]` in the dtype of `scores`: doubly stochastic (the valid block,
-      with a mask), row i the soft one-hot of the input at position i of the
-      `direction` order.
+      P̂ `[..., n, n]` in the dtype of `scores`, doubly stochastic (0 outside the valid
+      block).
 
     Example:
     >>> P = sorting_network_permutation_matrix([[1.0, 3.0, 2.0]], steepness=1000.0)
@@ -586,57 +469,49 @@ def sorting_network_permutation_matrix(scores, steepness: float = DEFAULT_STEEPN
     >>> np.round(P.numpy()[0].sum(axis=0), 4), np.round(P.numpy()[0].sum(axis=1), 4)
     (array([1., 1., 1.], dtype=float32), array([1., 1., 1.], dtype=float32))
     """
-    network, step_fn, direction, hard = _checked(steepness, network, sigmoid, art_lambda,
-                                                 direction, hard)
-    _, perm, keys = _network_lists(scores, network, step_fn, direction)
-    if hard:
-        perm = straight_through(_exact_permutation_2d(tf.stop_gradient(-keys), scores.mask),
-                                perm)
-    return ListResult(perm, "square")
+    _, perm, exact = _network_lists(scores, steepness, network, sigmoid, art_lambda,
+                                    direction, hard)
+    return ListResult(perm if exact is None else straight_through(exact, perm), "square")
 
 
 @list_operator
+@_docs.fill
 def sorting_network_sort(x, steepness: float = DEFAULT_STEEPNESS, network: str = DEFAULT_NETWORK,
                          sigmoid: str = DEFAULT_SIGMOID, art_lambda: float = DEFAULT_ART_LAMBDA,
                          direction: str = "ASCENDING", hard: bool = False, axis: int = -1, *,
                          mask=None):
-    """Soft-sorted values: the outputs of a relaxed sorting network (Petersen et al.,
-    ICML 2021), equal to `sorting_network_permutation_matrix(x, ...) @ x`.
+    """Soft-sorted values: the outputs of a relaxed sorting network, equal to
+    `sorting_network_permutation_matrix(x, ...) @ x`.
 
     Args:
       x: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]`.
       steepness, network, sigmoid, art_lambda: see `sorting_network_permutation_matrix`.
-      direction: 'ASCENDING' (default, as `tf.sort`) or 'DESCENDING'.
+      {direction}
       hard: straight-through: the exact sort forward, the relaxed gradient backward.
-      axis: the axis to sort along (default the last).
-      mask: optional boolean of the shape of `x` (or `[n]`), True = valid: the first
-        n_valid outputs are the soft-sorted valid values, the others 0.
+      {axis}
+      {mask}
 
     Returns:
-      The soft-sorted values, the shape and (floating) dtype of `x`.
+      The soft-sorted values, the shape and (floating) dtype of `x` (with a mask: the
+      first n_valid are the valid values', then 0).
 
     Example:
     >>> v = sorting_network_sort([[2.5, -1.0, 0.3, 4.0]], steepness=1000.0)
     >>> np.round(v.numpy(), 2)
     array([[-1. ,  0.3,  2.5,  4. ]], dtype=float32)
     """
-    network, step_fn, direction, hard = _checked(steepness, network, sigmoid, art_lambda,
-                                                 direction, hard)
-    values, _, keys = _network_lists(x, network, step_fn, direction)
+    values, _, exact = _network_lists(x, steepness, network, sigmoid, art_lambda, direction,
+                                      hard)
+    if exact is not None:
+        values = straight_through(tf.linalg.matvec(exact, tf.stop_gradient(x.values)), values)
     lengths = None if x.mask is None else _masking.n_valid(x.mask)
-    if hard:
-        exact = tf.linalg.matvec(_exact_permutation_2d(tf.stop_gradient(-keys), x.mask),
-                                 tf.stop_gradient(x.values))
-        values = straight_through(exact, values)
     return ListResult(values, "sorted", lengths=lengths)
 
 
-# Odd-even (default) or bitonic networks (`network=`): products of doubly-stochastic
-# relaxed swaps (`softsort_tf.ops.family`).
 DIFFSORT = Family(
     "sorting_network", "steepness", DEFAULT_STEEPNESS,
     "steepness β of the relaxed swaps' sigmoid, in inverse units of the scores: values "
     "closer than about 1/β are blurred together (β → ∞: exact)",
     "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)",
     matrix_fn=sorting_network_permutation_matrix, doubly_stochastic=True,
-    temperature_units="inverse_scores", scale_free_temperature=1.0)
+    temperature_units="inverse_scores")
