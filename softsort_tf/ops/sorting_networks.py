@@ -411,13 +411,11 @@ def _run_dynamic(state, kind, n, wires, network, active, step_fn):
 
 # -- Public operators ------------------------------------------------------------------
 def _network_lists(lists: Lists, steepness, network, sigmoid, art_lambda, direction, hard):
-    """`(sorted values in direction order, P̂, exact P or None)` of a batch of lists,
-    the arguments checked; `exact` is the exact permutation matrix when `hard`.
-
-    The network runs on the values minus a per-list reference c (it mixes values by
-    convex combinations, so the shift commutes; c is added back to the sorted values):
-    its results do not depend on the scores' offset. A list with a non-finite value
-    gives NaN (`permutation.centred_finite_rows`)."""
+    """`(values, perm, exact)` of a batch of lists, the arguments checked: the sorted
+    values in direction order, P̂, and the exact P when `hard` (else None). The network
+    runs on the values minus a per-list reference (`permutation.centred_finite_rows`;
+    convex combinations commute with the shift), so its results do not depend on the
+    scores' offset; a list with a non-finite value gives NaN."""
     steepness = _checks.check_positive("steepness", steepness)
     network, sigmoid = check_network(network), check_sigmoid(sigmoid)
     art_lambda = check_art_lambda(art_lambda)
