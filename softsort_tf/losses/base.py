@@ -1,27 +1,13 @@
 """Base classes of the losses: a Keras loss that wraps its functional form.
 
-`LossFunctionWrapper` follows the pattern of Keras' own losses: the class holds a
-functional form `fn(y_true, y_pred, **kwargs)` and its validated keyword arguments,
-no maths; `get_config` is those arguments. `SinkhornLoss` adds the settings every
-Sinkhorn-based loss takes, validated once at construction: one `SinkhornOptions` and
-the operator settings `squash` and `targets`.
-
-Masks: Keras attaches a mask to a model's output (`keras.layers.Masking`,
-`Embedding(mask_zero=True)`, ...) and `keras.losses.Loss.__call__` reads it (with Keras'
-accessor, `softsort_tf._keras.get_keras_mask`) to weight the per-example losses. The
-losses of lists `[..., n]` with one value per list (`item_mask = True`) read a mask of
-`y_pred`'s own shape (one flag per item) as the padding of the lists instead, handed
-to `fn` as its `mask` argument, and Keras reduces the per-list losses as usual.
-
-Inputs are checked before Keras casts them to the loss's dtype (a cast would drop an
-imaginary part or fail on strings without naming the argument): `y_pred` must be a
-real tensor (`_checks.check_real_dtype`). The losses of ranked lists derive from
-`ListLoss`, the one list-loss base (the shape of Keras-RS's list losses and TF-Ranking's
-`_prepare_and_validate_params`): it reads Keras-RS's `y_true = {"labels": ..., "mask":
-...}` and the Keras mask of `y_pred`, checks labels, scores and mask once per call with
-`softsort_tf._lists.check_lists` (dtypes, shapes, the padding rule, the mask cast to
-bool), and the functional form then only unpacks them (`lists_checked`): a subclass
-gives its per-list maths alone.
+`LossFunctionWrapper` (the pattern of Keras' own losses) holds a functional form
+`fn(y_true, y_pred, **kwargs)` and its validated keyword arguments, which are its
+config; `y_pred` must be a real tensor (checked before Keras casts it). `ListLoss` is
+the one base of the losses of ranked lists (the shape of Keras-RS's list losses): it
+reads Keras-RS's `y_true = {"labels": ..., "mask": ...}` and the Keras mask of `y_pred`
+(one flag per item) and checks labels, scores and mask once per call
+(`softsort_tf._lists.check_lists`), so a subclass gives its per-list maths alone.
+`SinkhornLoss` takes the Sinkhorn settings, validated once at construction.
 """
 
 from __future__ import annotations
@@ -55,7 +41,8 @@ class LossFunctionWrapper(keras.losses.Loss):
       **kwargs: the (validated) keyword arguments of `fn`; they are the config.
 
     Class attribute `item_mask`: if True, a Keras mask of `y_pred` of its own shape is
-    the padding of the lists, passed to `fn` as `mask=` (see the module docstring).
+    the padding of the lists, passed to `fn` as `mask=` (Keras would otherwise weight
+    the per-list losses by it).
     """
 
     item_mask: bool = False
@@ -99,14 +86,10 @@ class LossFunctionWrapper(keras.losses.Loss):
 
 
 class ListLoss(LossFunctionWrapper):
-    """The one base of the losses of ranked lists (see the module docstring).
-
-    `y_true` holds one label per item of `y_pred` `[..., n]` (or is Keras-RS's dict), a
-    Keras mask of `y_pred` of its shape marks padding; both are read and checked once
-    per call (`check_lists`) and handed to `fn` as `(labels, scores, mask=)`, which
+    """The one base of the losses of ranked lists: labels, scores `[..., n]` and mask
+    are checked once per call and handed to `fn` as `(labels, scores, mask=)`, which
     returns one loss per list. A subclass that also takes `method=` lists `ListLoss`
-    first (`class SoftNDCGLoss(ListLoss, MethodLoss)`).
-    """
+    first (`class SoftNDCGLoss(ListLoss, MethodLoss)`)."""
 
     item_mask = True
 
@@ -126,17 +109,14 @@ class SinkhornLoss(LossFunctionWrapper):
       fn: the functional form; it receives `options`, `squash` and `targets`.
       fn_kwargs: its other (validated) keyword arguments.
       options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
-      squash: how inputs are mapped into [0, 1] ('logistic', 'atan', 'robust' or None;
-        see `softsort_tf.ops.squash`).
-      targets: where the targets sit on [0, 1] ('regular' or 'centres'; see
-        `sinkhorn_rank`).
+      squash: how inputs are mapped into [0, 1] (`softsort_tf.ops.squash`).
+      targets: where the targets sit on [0, 1] ('regular' or 'centres').
       reduction, name, dtype: as in `LossFunctionWrapper`.
-      **option_kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`,
-        ...) overriding those of `options`; another name raises a `TypeError`.
+      **option_kwargs: fields of `SinkhornOptions` (`epsilon`, `threshold`, ...)
+        overriding those of `options`; another name raises a `TypeError`.
 
-    The config holds `fn_kwargs`, one key per field of the options, `squash` and
-    `targets`. ε must be one the loss's compute dtype resolves (at least 3.8e-6 in
-    float32), checked at construction.
+    The config holds `fn_kwargs`, the fields of the options, `squash` and `targets`. ε
+    must be one the compute dtype resolves (`Family.temperature_range`).
     """
 
     def __init__(self, fn: Callable, fn_kwargs: dict, *,
@@ -151,7 +131,6 @@ class SinkhornLoss(LossFunctionWrapper):
                             f"{list(SinkhornOptions.field_names())}.")
         super().__init__(fn, reduction=reduction, name=name, dtype=dtype, **fn_kwargs,
                          **settings.operator_kwargs())
-        # ε in the range of the compute dtype (`Family.temperature_range`).
         settings.check_temperature(None, _keras.compute_dtype(dtype))
 
     @property

@@ -30,36 +30,29 @@ class KendallTauLoss(ListLoss):
 
         loss = 1 − τ̃(y, ŷ),   τ̃ = E_ε[τ_b(y, ŷ + ε)],  ε ~ N(0, σ² I),
 
-    the expected Kendall's τ-b of the targets and the predictions perturbed by
-    Gaussian noise (`softsort_tf.ops.kendall.soft_kendall_tau`): a sum over pairs of
-    target signs times the soft sign erf((ŷ_j − ŷ_i)/(2σ)), the smooth signed Kendall
-    embedding of the predictions (Jiao & Vert 2015, §2). In [0, 2]; as σ → 0 it tends
-    to 1 − τ-b. σ is in units of the scores: pairs of predictions further apart than a
-    few σ have a saturated soft sign and no gradient, so the loss also rewards
-    separating the scores. O(n²) time and memory per list. A list with fewer than two
-    valid items or all targets tied has no order: loss 1, zero gradient. A NaN
-    prediction or target at a valid entry gives a NaN loss for that list.
+    the expected Kendall's τ-b of the targets and the predictions perturbed by Gaussian
+    noise (`softsort_tf.ops.kendall.soft_kendall_tau`; Jiao & Vert 2015, §2). In [0, 2];
+    → 1 − τ-b as σ → 0. σ is in units of the scores: pairs further apart than a few σ
+    get no gradient, so the loss also rewards separating the scores. O(n²) per list. A
+    list with fewer than two valid items or all targets tied has loss 1 and zero
+    gradient; a NaN at a valid entry gives a NaN loss for that list.
 
     Args:
       smooth_scale: σ > 0 (default 1).
       axis: the list axis (default −1).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
-        targets of a correlation are real values; the padding rule of
-        `softsort_tf._lists`). A Keras mask of `y_pred` of its shape (one flag
-        per item) also marks padding; padded entries get zero gradient.
-      reduction, name, dtype: as in `keras.losses.Loss`; under a float16/bfloat16
-        policy the loss computes in float32.
+        targets of a correlation are real values). A Keras mask of `y_pred` of its
+        shape also marks padding.
+      reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch, n]` (lists along `axis`; n may be unknown when the model is
-    built, also under XLA); `sample_weight` one weight per list. Output: a scalar, or
-    the per-list losses for reduction 'none'.
+    built, also under XLA); `sample_weight` one weight per list.
 
     Example:
     >>> loss = KendallTauLoss(smooth_scale=0.01)
     >>> round(float(loss([[1.0, 2.0, 3.0]], [[0.1, 0.2, 0.3]])), 4)
     0.0
     """
-
 
     def __init__(self, smooth_scale: float = 1.0, axis: int = -1, *,
                  negative_labels_are_padding: bool = False,

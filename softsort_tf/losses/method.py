@@ -1,12 +1,4 @@
-"""The base class of the losses computed with any family of `FAMILIES`.
-
-`MethodLoss` takes `method`, `temperature`, `method_kwargs` and the family's settings
-by the rule of `softsort_tf._methods` (stated there once), validates them once at
-construction (`_methods.MethodArguments`), and hands the functional form `method`,
-`temperature` and the family's own keywords (Sinkhorn's `options`, `squash`,
-`targets`, or the entries of `method_kwargs`), which it forwards to the front door
-(`softsort_tf.ops.soft`).
-"""
+"""The base class of the losses computed with any family of `FAMILIES`."""
 
 from __future__ import annotations
 
@@ -31,11 +23,10 @@ class MethodLoss(LossFunctionWrapper):
         `TypeError`).
       reduction, name, dtype: as in `LossFunctionWrapper`.
 
-    The config holds `fn_kwargs`, `method`, `temperature`, `method_kwargs` and the
-    family's settings (for 'sinkhorn': the fields of the options, `squash` and
-    `targets`, `temperature` then held as `epsilon`). The temperature (Sinkhorn's ε,
-    however given) must be one the loss's compute dtype resolves
-    (`Family.temperature_range`: at least 3.8e-6 for Sinkhorn in float32), checked here.
+    The arguments are validated once (`_methods.MethodArguments`; the temperature in
+    the range of the compute dtype, `Family.temperature_range`). The config holds
+    `fn_kwargs`, `method`, `temperature`, `method_kwargs` and the family's settings (for
+    'sinkhorn': the fields of the options, `squash`, `targets`; ε held as `epsilon`).
 
     Example (`SpearmanLoss` is a `MethodLoss`):
     >>> from softsort_tf.losses.spearman import SpearmanLoss
