@@ -1,45 +1,19 @@
-"""Loss and metrics for learning to sort with relaxed permutation matrices.
+"""Targets of the losses and metrics of relaxed permutation matrices.
 
-`y_pred` is a relaxed permutation matrix P̂ `[..., n, n]` from any operator of
-`softsort_tf.ops.permutation` (rows = positions in sorted order). `y_true` is given
-either as
+`y_pred` is P̂ `[..., (S...,) n, n]` (rows = sorted positions; sample axes before the
+last two are averaged over). `y_true` is a permutation matrix `[..., n, n]` or an
+ordering `[..., n]` (position i holds the index of the i-th item, integer or float
+holding integers). `y_true_format='auto'` decides by dtype and rank alone: an integer
+`y_true` is an ordering; a floating one of the rank of `y_pred` a matrix, of rank
+rank(y_pred) − 1 an ordering when `y_pred` has rank ≤ 3 (else ambiguous: a
+`ValueError` asks for `y_true_format`), of lower rank an ordering.
 
-- a permutation matrix `[..., n, n]` (row i one-hot on the item at position i), or
-- an ordering `[..., n]` of item indices: position i holds the index of the i-th
-  item in sorted order, i.e. `argsort(values, direction)` — integer, or float
-  holding integers (Keras casts `y_true` to float before calling a loss).
-
-`y_pred` may carry extra sample axes just before its last two axes (the stochastic
-operators' `[..., S, n, n]`); `y_true` is broadcast over them and the result is
-averaged over them.
-
-`y_true_format='auto'` (default) decides by the dtype and rank of `y_true` alone,
-never by its values or by sizes that happen to match:
-
-- an integer `y_true` is an ordering;
-- a floating `y_true` of the rank of `y_pred` is a matrix (no sample axes);
-- a floating `y_true` of rank rank(y_pred) − 1 is an ordering when `y_pred` has rank
-  ≤ 3 (`[batch, n]` against `[batch, n, n]`); when `y_pred` has rank ≥ 4 it could be a
-  matrix per example against a stochastic `[batch, S, n, n]` or an ordering per list of
-  `[batch, S, n, n]`, and 'auto' raises a `ValueError` asking for `y_true_format`;
-- a floating `y_true` of lower rank is an ordering (with sample axes).
-
-Padding (see softsort_tf._masking): an ordering of a padded list holds the indices of
-its n_valid valid items followed by negative entries (−1) at the positions
-n_valid..n − 1 (TF-Ranking's convention: a negative label is padding); these rows
-(sorted positions) are ignored, as are the rows of sorted positions >= n_valid given by
-an explicit `mask` `[..., n]` of the valid items (for matrix targets, whose zero rows
-otherwise count as rows of cost 0). Per-example values are then means over the valid
-rows; a list without valid rows gives 0.
-
-Orderings are checked: each must hold the integers 0..n − 1 once each (a permutation),
-or, with padding, distinct integers in [0, n) followed by negative entries only.
-Eagerly a violation raises a `ValueError`; in a graph (`tf.function`, `model.fit`) it
-raises `InvalidArgumentError` with the same message from a `tf.debugging` assertion
-(under XLA, where assertions are compiled out, an invalid ordering is not detected).
-
-Every function returns one value per example: the shape of `y_true` without its
-last axis (ordering) or last two axes (matrix), e.g. `[batch]`.
+Padding (softsort_tf._masking): an ordering may end with negative entries after its
+n_valid indices, and a `mask` `[..., n]` of the valid items marks the rows of sorted
+positions >= n_valid; those rows are ignored (means over the valid rows; 0 for none).
+An ordering must hold distinct indices in [0, n), then padding only: eagerly a
+`ValueError`, in a graph an `InvalidArgumentError` (not checked under XLA).
+Results are per example: the shape of `y_true` without its list (or matrix) axes.
 """
 from __future__ import annotations
 
@@ -85,41 +59,31 @@ def read_targets(y_true, y_pred, y_true_format: str, mask=None):
     else:
         is_matrix = y_true_format == "matrix"
     num_sample_axes = rank_p - rank_t - (0 if is_matrix else 1)
+    kind = "a permutation matrix [..., n, n]" if is_matrix else "an ordering [..., n]"
+    misfit = (f"`y_true` of shape {y_true.shape} read as {kind} does not fit `y_pred` of "
+              f"shape {y_pred.shape}; pass `y_true_format`.")
     if num_sample_axes < 0 or rank_t < (2 if is_matrix else 1):
-        kind = "a permutation matrix [..., n, n]" if is_matrix else "an ordering [..., n]"
-        raise ValueError(f"`y_true` of shape {y_true.shape} read as {kind} does not fit "
-                         f"`y_pred` of shape {y_pred.shape}; pass `y_true_format`.")
+        raise ValueError(misfit)
     n = y_pred.shape[-1]
     if y_true.shape[-1] is not None and n is not None and y_true.shape[-1] != n:
         raise ValueError(f"`y_true` must have last dimension n = {n}, got shape {y_true.shape}.")
     rows_valid = None
     if mask is not None:
-        mask = tf.convert_to_tensor(mask)
-        if mask.dtype != tf.bool:
-            mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+        mask = _masking.as_bool(mask)
         if mask.shape.rank is None or mask.shape.rank < 1:
             raise ValueError(f"`mask` must have shape [..., n], got {mask.shape}.")
         rows_valid = _sorted_prefix(mask)
-    if is_matrix:
-        for _ in range(num_sample_axes):
-            y_true = y_true[..., None, :, :]
-        target_shape = y_pred.shape
-    else:
+    if not is_matrix:
         y_true, filled = _checked_ordering(y_true)
         rows_valid = _masking.combine(rows_valid, filled)
         y_true = tf.where(filled, y_true, tf.zeros_like(y_true))
-        for _ in range(num_sample_axes):
-            y_true = y_true[..., None, :]
-        target_shape = y_pred.shape[:-1]
-    if rows_valid is not None:
-        for _ in range(num_sample_axes):
-            rows_valid = rows_valid[..., None, :]
+    for _ in range(num_sample_axes):  # the sample axes, before the list (matrix) axes
+        y_true = tf.expand_dims(y_true, -3 if is_matrix else -2)
+        rows_valid = None if rows_valid is None else rows_valid[..., None, :]
     try:
-        tf.broadcast_static_shape(y_true.shape, target_shape)
+        tf.broadcast_static_shape(y_true.shape, y_pred.shape if is_matrix else y_pred.shape[:-1])
     except ValueError:
-        kind = "a permutation matrix" if is_matrix else "an ordering"
-        raise ValueError(f"`y_true` of shape {y_true.shape} read as {kind} does not fit "
-                         f"`y_pred` of shape {y_pred.shape}; pass `y_true_format`.") from None
+        raise ValueError(misfit) from None
     return y_true, y_pred, is_matrix, num_sample_axes, rows_valid
 
 
@@ -176,16 +140,14 @@ def check_at_run_time(valid, tensor, message: str):
 def per_example_mean(row_values, num_sample_axes: int, rows_valid=None):
     """Mean of `[..., S..., n]` per-row values over the (valid) rows and the sample axes;
     0 for a list without valid rows."""
-    if rows_valid is None:  # a mean that is 0, not 0/0, for a list of no rows
-        rows = tf.cast(tf.maximum(tf.shape(row_values)[-1], 1), row_values.dtype)
-        mean = tf.reduce_sum(row_values, axis=-1) / rows
-        if num_sample_axes:
-            mean = tf.reduce_mean(mean, axis=list(range(-num_sample_axes, 0)))
-        return mean
-    valid = tf.broadcast_to(rows_valid, tf.shape(row_values))
-    total = tf.reduce_sum(tf.where(valid, row_values, tf.zeros_like(row_values)), axis=-1)
-    count = tf.reduce_sum(tf.cast(valid, row_values.dtype), axis=-1)
-    mean = total / tf.maximum(count, 1.0)
+    if rows_valid is None:
+        total = tf.reduce_sum(row_values, axis=-1)
+        count = tf.cast(tf.shape(row_values)[-1], row_values.dtype)
+    else:
+        valid = tf.broadcast_to(rows_valid, tf.shape(row_values))
+        total = tf.reduce_sum(tf.where(valid, row_values, tf.zeros_like(row_values)), axis=-1)
+        count = tf.reduce_sum(tf.cast(valid, row_values.dtype), axis=-1)
+    mean = total / tf.maximum(count, 1.0)  # 0, not 0/0, for a list of no rows
     if num_sample_axes:
         mean = tf.reduce_mean(mean, axis=list(range(-num_sample_axes, 0)))
     return mean
@@ -193,11 +155,8 @@ def per_example_mean(row_values, num_sample_axes: int, rows_valid=None):
 
 @tf.custom_gradient
 def _gather_flat(flat, index):
-    """`tf.gather(flat, index)` for unique indices, with a scatter as gradient.
-
-    The default gradient of a gather goes through an `UnsortedSegmentSum` over the
-    whole n²-sized output, several times slower on CPU than this `scatter_nd`.
-    """
+    """`tf.gather(flat, index)` for unique indices, with a `scatter_nd` as gradient
+    (several times faster on CPU than the default `UnsortedSegmentSum`)."""
 
     def grad(upstream):
         shape = tf.shape(flat, out_type=tf.int64)

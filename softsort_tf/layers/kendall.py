@@ -15,13 +15,10 @@ _PACKAGE = "softsort_tf"
 class KendallEmbedding(keras.layers.Layer):
     """Maps scores `[..., n]` to the Kendall embedding of their ranking `[..., n(n−1)/2]`.
 
-    Φ_ij = 1[x_i < x_j] for the pairs i < j in the order of `numpy.triu_indices(n, 1)`
-    (`softsort_tf.ops.kendall.kendall_embedding`), or with `smooth_scale=σ` its
-    expectation under Gaussian noise N(0, σ²) on every score, Φ_N((x_j − x_i)/(σ√2)),
-    which is differentiable (Jiao & Vert 2015, §2; talk, "The Kendall embedding"). A
-    linear model on this embedding is a linear function of the pairwise comparisons
-    of the items ("feature i larger than feature j"), and the inner product of two
-    embeddings is the Kendall kernel (number of concordant pairs).
+    Φ_ij = 1[x_i < x_j] for the pairs i < j, or with `smooth_scale=σ` its
+    differentiable expectation under Gaussian noise N(0, σ²) on every score
+    (`softsort_tf.ops.kendall.kendall_embedding`): a linear model on it is a linear
+    function of the pairwise comparisons of the items.
 
     Args:
       smooth_scale: None (hard, default: 0/1, no gradient) or the noise scale σ > 0.
@@ -31,13 +28,11 @@ class KendallEmbedding(keras.layers.Layer):
 
     Call arguments:
       inputs: `[..., n]` scores; n may be unknown when the model is built.
-      mask: boolean `[..., n]` (or the Keras mask of the inputs; one of shape `[...]`
-        is broadcast along the items), False for padding: a pair with a padded item
-        is 0. The output has no item axis, so no mask is
-        propagated (`compute_mask` returns None).
+      mask: boolean `[..., n]` (or a Keras mask, broadcast along the items), False for
+        padding: a pair with a padded item is 0. No mask is propagated.
 
     Output: `[..., n(n − 1)/2]` in the layer's compute dtype (float32 under a
-    float16/bfloat16 policy, as every layer of the package).
+    float16/bfloat16 policy).
 
     Example:
     >>> layer = KendallEmbedding()

@@ -1,51 +1,16 @@
-"""Keras layers over the relaxed permutation matrices of the families (`FAMILIES`).
+"""Keras layers over the relaxed permutation matrices of the families: `SoftSort`,
+`NeuralSort`, `SinkhornPermutation` (`Family.matrix`, `softsort_tf.ops.family`).
 
-`SoftSort`, `NeuralSort` and `SinkhornPermutation` share one base class: each layer
-validates its arguments at construction and calls the matrix of its family
-(`Family.matrix`, `softsort_tf.ops.family`) in `call`.
-Scores are sorted along the last axis, in `direction` order ('DESCENDING' by
-default: the largest first, the rule stated in `softsort_tf.ops.soft`); the layer
-returns, by `output_mode`:
-
-- 'matrix' (default): P̂ `[batch, n, n]` (feed it to `PermutationCrossEntropy`);
-- 'sorted': soft-sorted values P̂ @ x `[batch, n]`, of the scores themselves, or of
-  `values` when called on `[scores, values]`;
-- 'ranks': soft ranks P̂ᵀ @ (1..n) `[batch, n]` (rank 1 = first in `direction`).
-
-Variable-length lists (see softsort_tf._masking): the layers support Keras masking
-(e.g. `Embedding(mask_zero=True)` or `Masking` upstream) and an explicit `mask` call
-argument (boolean `[batch, n]`, True = valid). Padded scores get no mass and zero
-gradient; the valid block of P̂ is that of the unpadded list. Output masks
-(`compute_mask`): 'ranks' returns the input mask (padded ranks are 0); 'sorted' the
-first n_valid positions (the valid sorted values, then 0); 'matrix' returns None: P̂'s
-padding is in its zero rows (sorted positions >= n_valid) and zero columns, and a
-`[batch, n]` Keras mask would be applied by Keras losses to the per-example loss; give
-the loss padded orderings (−1 after the n_valid indices) instead. A `tf.RaggedTensor`
-`[batch, (n)]` input gives ragged outputs (`[batch, (n), (n)]` for 'matrix').
-
-Shapes: n may be unknown (`keras.Input((None,))`, fed lists of several lengths);
-the batch may be unknown too.
-
-Stochastic mode (`stochastic=True`): the scores are read as log-scores and perturbed
-with Gumbel noise (reparameterised Plackett–Luce, see `permutation_ops`) when
-`training=True`, or always with `sample_at_inference=True`; otherwise the layer is
-deterministic. Fresh noise is drawn at every call from a
-`keras.random.SeedGenerator(seed)` whose state is saved with the model. With
-`num_samples=S` a sample axis of static size S is inserted before the matrix axes
-(`[batch, S, n, n]` or `[batch, S, n]`), in training and inference alike, so that a
-`Flatten`/`Dense` may follow: when no noise is drawn (inference without
-`sample_at_inference`) its S entries are all the deterministic, noise-free output.
-With the default `num_samples=None` one sample is drawn and no axis is added.
-
-Temperatures (SoftSort's and NeuralSort's τ, Sinkhorn's ε) must be ones the layer's
-compute dtype holds, checked at construction (`Family.check_temperature`: a normal
-number, and for Sinkhorn at least 3.8e-6 in float32).
-
-Mixed precision: the layers always compute in float32 (float64 stays float64). Under a
-policy whose compute dtype is float16 or bfloat16 (e.g. `mixed_float16`, or
-`dtype="mixed_bfloat16"`) they take a float32 policy instead: the scores are cast to
-float32 on the way in and the outputs are float32 (P̂ holds entries far below float16's
-resolution, and the gradient of a cross-entropy on it, ≈ 1/P̂, overflows float16).
+Scores `[batch, n]` are sorted along the last axis; `output_mode` returns P̂ `[batch,
+n, n]` ('matrix'), P̂ @ x of the scores or of `values` called as `[scores, values]`
+('sorted'), or soft ranks ('ranks'). Padding (Keras masks, a `mask` call argument,
+ragged inputs) is that of softsort_tf._masking; the output mask is the input mask for
+'ranks', the first n_valid positions for 'sorted', None for 'matrix' (its padding is in
+P̂'s zero rows and columns). `stochastic=True` perturbs the scores by Gumbel noise
+(`softsort_tf.ops.sampling`) in training, or always with `sample_at_inference`, from a
+`keras.random.SeedGenerator` saved with the model; `num_samples=S` adds a sample axis
+before the matrix axes (S copies of the noise-free output when no noise is drawn). The
+layers compute in float32 (or float64) under any policy: P̂ does not fit float16.
 """
 
 from __future__ import annotations
@@ -54,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
-from softsort_tf._keras import full_precision_layer_kwargs, layer_compute_dtype
+from softsort_tf._keras import full_precision_layer_kwargs, layer_compute_dtype, sorted_mask
 from softsort_tf.layers.sinkhorn import sinkhorn_settings
 from softsort_tf.ops import permutation as permutation_ops
 from softsort_tf.ops import permutation_readout, sampling
@@ -68,30 +33,25 @@ OUTPUT_MODES = ("matrix", "sorted", "ranks")
 class _PermutationLayer(keras.layers.Layer):
     """Common arguments, call and config of the permutation layers.
 
-    Input scores `[batch, n]` (or `[scores, values]` with `output_mode='sorted'`); output
-    P̂ `[batch, n, n]`, or `[batch, n]` sorted values / ranks.
-
     Args:
       direction: 'DESCENDING' (default) or 'ASCENDING'.
       hard: straight-through estimator: exact permutation forward, relaxed gradient.
       output_mode: 'matrix' (default), 'sorted' or 'ranks' (see the module docstring).
       stochastic: perturb the scores with Gumbel noise when training.
-      num_samples: None (default: one sample, no sample axis) or the number S of
-        Gumbel samples, returned along a new axis.
+      num_samples: None (one sample, no sample axis) or the number S of samples.
       sample_at_inference: also draw noise when `training` is False.
       seed: int seed of the layer's `keras.random.SeedGenerator` (None: random).
       **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
 
     Call arguments:
       inputs: scores `[batch, n]` (n may be unknown), `[scores, values]` with
-        `output_mode='sorted'`, or a `tf.RaggedTensor` `[batch, (n)]` (ragged output;
-        not under XLA, which cannot convert ragged tensors).
+        `output_mode='sorted'`, or a `tf.RaggedTensor` `[batch, (n)]` (not under XLA).
       training: whether to draw Gumbel noise (stochastic layers).
-      mask: boolean `[batch, n]`, True = valid; Keras passes the mask of the input
-        (for `[scores, values]`: both masks, combined). See softsort_tf._masking.
+      mask: boolean `[batch, n]`, True = valid (for `[scores, values]`: both masks).
     """
 
     method: str = ""
+    op_arguments: tuple = ()  # the attributes passed to the matrix (tau, ...)
 
     def __init__(self, direction: str = "DESCENDING", hard: bool = False,
                  output_mode: str = "matrix", stochastic: bool = False,
@@ -111,23 +71,16 @@ class _PermutationLayer(keras.layers.Layer):
         if self.num_samples is not None and not self.stochastic:
             raise ValueError("`num_samples` needs `stochastic=True`.")
         self.sample_at_inference = bool(sample_at_inference)
-        if seed is not None:
-            seed = _checks.check_positive_int("seed", seed, minimum=0)
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.stochastic else None
+        self.seed = None if seed is None else _checks.check_positive_int("seed", seed, minimum=0)
+        self.seed_generator = keras.random.SeedGenerator(self.seed) if self.stochastic else None
+
+    def _checked_tau(self, tau) -> float:
+        """τ checked > 0 and in the range the layer's compute dtype holds."""
+        return get_family(self.method).check_temperature(
+            _checks.check_positive("tau", tau), layer_compute_dtype(self), name="tau")
 
     def _op_kwargs(self) -> dict:
-        """The operator's own arguments (tau, epsilon, ...)."""
-        raise NotImplementedError
-
-    def _checked_temperature(self, value, name: str = "temperature") -> float | None:
-        """`value` (τ; None: the temperature its settings hold, Sinkhorn's ε) checked > 0
-        and in the range the layer's compute dtype holds (`Family.check_temperature`)."""
-        dtype = layer_compute_dtype(self)
-        if value is None:
-            return self._settings.check_temperature(None, dtype)
-        return get_family(self.method).check_temperature(_checks.check_positive(name, value),
-                                                         dtype, name=name)
+        return {name: getattr(self, name) for name in self.op_arguments}
 
     def _permutation(self, scores, training, mask=None):
         kwargs = dict(direction=self.direction, hard=self.hard, mask=mask, **self._op_kwargs())
@@ -209,10 +162,9 @@ class _PermutationLayer(keras.layers.Layer):
                                   name="scores")
 
     def compute_mask(self, inputs, mask=None):
-        """The input mask for 'ranks', the first n_valid positions for 'sorted' (both
-        with the sample axis of `num_samples`), None for 'matrix' (see the module
-        docstring). Written with `keras.ops`, as Keras also calls it on symbolic
-        tensors when a functional model is built."""
+        """The input mask for 'ranks', the first n_valid positions for 'sorted', None for
+        'matrix' (`keras.ops`, for symbolic tensors too)."""
+        ops = keras.ops
         if self.output_mode == "matrix" or mask is None:
             return None
         if isinstance(mask, (list, tuple)):
@@ -221,31 +173,26 @@ class _PermutationLayer(keras.layers.Layer):
                 return None
             mask = masks[0]
             for other in masks[1:]:
-                mask = keras.ops.logical_and(mask, other)
+                mask = ops.logical_and(mask, other)
         scores = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
         if _masking.is_ragged(scores):
             return None
-        mask = keras.ops.cast(mask, "bool")
+        mask = ops.cast(mask, "bool")
         if len(mask.shape) == len(scores.shape) - 1:  # a Keras mask without the list axis
-            mask = keras.ops.logical_and(keras.ops.expand_dims(mask, -1),
-                                         keras.ops.ones_like(scores, dtype="bool"))
-        if self.output_mode == "sorted":  # True first: the n_valid sorted positions
-            mask = keras.ops.cast(keras.ops.flip(keras.ops.sort(
-                keras.ops.cast(mask, "int32"), axis=-1), axis=-1), "bool")
+            mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(scores, "bool"))
+        if self.output_mode == "sorted":
+            mask = sorted_mask(scores, mask, -1)
         if self.num_samples is not None:
-            mask = keras.ops.repeat(keras.ops.expand_dims(mask, -2), self.num_samples,
-                                    axis=-2)
+            mask = ops.repeat(ops.expand_dims(mask, -2), self.num_samples, axis=-2)
         return mask
 
     def compute_output_shape(self, input_shape):
         if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0],
                                                                         (list, tuple)):
             input_shape = input_shape[0]
-        shape = tuple(input_shape)
-        lead, n = shape[:-1], shape[-1]
-        if self.num_samples is not None:
-            lead = lead + (self.num_samples,)
-        return lead + (n, n) if self.output_mode == "matrix" else lead + (n,)
+        *lead, n = input_shape
+        lead = (*lead, *(() if self.num_samples is None else (self.num_samples,)))
+        return (*lead, n, n) if self.output_mode == "matrix" else (*lead, n)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -261,10 +208,8 @@ class SoftSort(_PermutationLayer):
     """SoftSort relaxed permutation (Prillo & Eisenschlos, 2020); see `softsort_permutation_matrix`.
 
     Args:
-      tau: temperature τ > 0 (default 1.0), in the units of the scores.
-      distance_power: exponent p > 0 of |s_[i] − s_j|^p (default 1).
-      **kwargs: `direction`, `hard`, `output_mode`, `stochastic`, `num_samples`,
-        `sample_at_inference`, `seed` (see `_PermutationLayer`) and Layer arguments.
+      tau, distance_power: as in `softsort_permutation_matrix`.
+      **kwargs: the arguments of `_PermutationLayer` and of a Layer.
 
     Example:
     >>> layer = SoftSort(tau=0.1, output_mode="sorted")
@@ -272,16 +217,13 @@ class SoftSort(_PermutationLayer):
     array([[2. , 1. , 0.3]], dtype=float32)
     """
 
-    method = "softsort"
+    method, op_arguments = "softsort", ("tau", "distance_power")
 
     def __init__(self, tau: float = permutation_ops.DEFAULT_TAU,
                  distance_power: float = permutation_ops.DEFAULT_DISTANCE_POWER, **kwargs):
         super().__init__(**kwargs)
-        self.tau = self._checked_temperature(tau, "tau")
+        self.tau = self._checked_tau(tau)
         self.distance_power = _checks.check_positive("distance_power", distance_power)
-
-    def _op_kwargs(self):
-        return dict(tau=self.tau, distance_power=self.distance_power)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -289,7 +231,7 @@ class NeuralSort(_PermutationLayer):
     """NeuralSort relaxed permutation (Grover et al., 2019); see `neuralsort_permutation_matrix`.
 
     Args:
-      tau: temperature τ > 0 (default 1.0), in the units of the scores.
+      tau: as in `neuralsort_permutation_matrix`.
       **kwargs: as in `SoftSort`.
 
     Example:
@@ -298,14 +240,11 @@ class NeuralSort(_PermutationLayer):
     array([[3., 1., 2.]], dtype=float32)
     """
 
-    method = "neuralsort"
+    method, op_arguments = "neuralsort", ("tau",)
 
     def __init__(self, tau: float = permutation_ops.DEFAULT_TAU, **kwargs):
         super().__init__(**kwargs)
-        self.tau = self._checked_temperature(tau, "tau")
-
-    def _op_kwargs(self):
-        return dict(tau=self.tau)
+        self.tau = self._checked_tau(tau)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -316,10 +255,8 @@ class SinkhornPermutation(_PermutationLayer):
       options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
       squash: how scores are mapped into [0, 1] ('logistic', 'atan', 'robust' or None).
       targets: where the targets sit on [0, 1] ('regular' or 'centres').
-      **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, `threshold`, ...)
-        overriding those of `options`; `direction`, `hard`, `output_mode`,
-        `stochastic`, `num_samples`, `sample_at_inference`, `seed` (see
-        `_PermutationLayer`) and Layer arguments.
+      **kwargs: fields of `SinkhornOptions` (`epsilon`, `power`, ...) overriding those
+        of `options`, and the arguments of `_PermutationLayer` and of a Layer.
 
     Example:
     >>> layer = SinkhornPermutation(epsilon=1e-3, output_mode="ranks")
@@ -327,7 +264,7 @@ class SinkhornPermutation(_PermutationLayer):
     array([[3., 1., 2.]], dtype=float32)
     """
 
-    method = "sinkhorn"
+    method, op_arguments = "sinkhorn", ("options", "squash", "targets")
 
     def __init__(self, options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
@@ -335,14 +272,11 @@ class SinkhornPermutation(_PermutationLayer):
         super().__init__(**layer_kwargs)
         for name, value in self._settings.attributes().items():
             setattr(self, name, value)
-        self._checked_temperature(None)  # the options' ε
-
-    def _op_kwargs(self):
-        return dict(options=self.options, squash=self.squash, targets=self.targets)
+        self._settings.check_temperature(None, layer_compute_dtype(self))  # the options' ε
 
     def get_config(self) -> dict:
         config = super().get_config()
-        for name in ("options", "squash", "targets"):
+        for name in self.op_arguments:
             del config[name]
         config.update(self._settings.get_config())
         return config

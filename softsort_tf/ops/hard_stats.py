@@ -1,19 +1,6 @@
-"""Exact (hard) ranks, quantiles, trimmed means and correlations in TensorFlow.
-
-These are the non-differentiable references that the soft losses of
-`softsort_tf.losses` approach as ε → 0, and the statistics that the metrics of
-`softsort_tf.metrics` report. All of them run in graph mode and under XLA.
-
-- `rankdata`: 1-based ranks with ties averaged, as `scipy.stats.rankdata(x)`.
-- `weighted_quantile`: the τ-quantile of a weighted sample, the inverse of its
-  empirical CDF averaged at jumps (numpy's `method='averaged_inverted_cdf'` for
-  uniform weights); the hard limit of the S-quantile of eq. (4) as its bin width → 0.
-- `interval_mean`: the weighted mean of the part of a sample whose cumulative mass lies
-  in [low, high] (a sample straddling a boundary counts with the fraction of its mass
-  inside): the trimmed mean, and the hard (K-transport) limit of reading one target
-  bin of mass high − low out of `sinkhorn_sort`.
-- `pearson_correlation`: Pearson correlation along an axis, 0 (not NaN) for
-  constant inputs.
+"""Exact (hard) ranks, quantiles, trimmed means and correlations: the references the
+soft operators approach as ε → 0 and the statistics the metrics report (graph mode and
+XLA included).
 """
 
 from __future__ import annotations
@@ -30,21 +17,19 @@ _MASS_TOLERANCE = 1e-9
 def rankdata(x, axis: int = -1, *, mask=None):
     """1-based ranks along `axis` with ties averaged (`scipy.stats.rankdata`).
 
-    O(n log n) time, O(n) memory, also under XLA: one stable sort, then each run of
-    equal sorted values gets the mean of its positions (segment sums over the runs).
+    One stable sort, then each run of equal sorted values gets the mean of its
+    positions: O(n log n) time, O(n) memory.
 
     Args:
       x: `[..., n, ...]` real tensor (no NaN at valid entries), or a `tf.RaggedTensor`
         `[batch, (n)]` (ranked along its last axis; ragged output).
       axis: the axis to rank along.
-      mask: optional boolean of the shape of x (or `[n]`), True = valid entry: the
-        valid entries are ranked among themselves (ranks in [1, n_valid]) and padded
-        entries (any value, NaN included) get rank 0. See softsort_tf._masking.
+      mask: optional boolean of the shape of x (or `[n]`), True = valid entry: valid
+        entries are ranked among themselves, padded ones (NaN included) get rank 0.
 
     Returns:
       Float ranks in [1, n] with the shape of x (float32 for reduced precision and
-      up to 32-bit integer inputs, float64 for 64-bit integers, else the dtype of x).
-      Works with an unknown n and under XLA.
+      up to 32-bit integers, float64 for 64-bit integers, else the dtype of x).
 
     Example:
     >>> rankdata([[10.0, 30.0, 20.0, 20.0]]).numpy()
@@ -86,52 +71,40 @@ def rankdata(x, axis: int = -1, *, mask=None):
     return _shapes.from_batch(ranks, view, cast=False)
 
 
-def _sorted_with_cumulative_mass(x2d, weights2d):
-    """Sorts each row of x and returns (sorted x, mass before, mass up to) in float64."""
-    order = tf.argsort(x2d, axis=-1, stable=True)
-    xs = tf.gather(x2d, order, batch_dims=1)
-    if weights2d is None:
-        w = tf.ones_like(xs, dtype=tf.float64)
+def _sorted_masses(x, axis, weights, mask):
+    """`(xs, before, upto, view, valid)`: the rows of x sorted (padded entries replaced
+    by the largest valid value of their row, without mass) and the normalised
+    cumulative masses (float64) before and up to each sorted value."""
+    x2d, view = _shapes.to_batch(x, axis)
+    valid = _masking.mask_to_batch(mask, view)
+    x2d = _masking.replace_padded(x2d, valid)
+    if weights is None:
+        w = tf.ones_like(x2d, tf.float64) if valid is None else tf.cast(valid, tf.float64)
     else:
-        w = tf.gather(tf.cast(weights2d, tf.float64), order, batch_dims=1)
+        w = _shapes.weights_to_batch(weights, view, tf.float64)
+        w = w if valid is None else tf.where(valid, w, tf.zeros_like(w))
+    order = tf.argsort(x2d, axis=-1, stable=True)
+    w = tf.gather(w, order, batch_dims=1)
     total = tf.reduce_sum(w, axis=-1, keepdims=True)
     w = w / tf.where(total > 0, total, tf.ones_like(total))  # a row of zero mass stays 0
     upto = tf.cumsum(w, axis=-1)
-    before = upto - w
-    return xs, before, upto
+    return tf.gather(x2d, order, batch_dims=1), upto - w, upto, view, valid
 
 
-def _batch_weights(weights, view, valid=None):
-    """Weights `[n]` or of the shape of x as `[batch, n]` float64, zero at padded
-    entries (None stays None when there is no mask either)."""
-    if weights is None:
-        return None if valid is None else tf.cast(valid, tf.float64)
-    w = _shapes.weights_to_batch(weights, view, tf.float64)
-    return w if valid is None else tf.where(valid, w, tf.zeros_like(w))
-
-
-def _masked_batch(x, axis, mask):
-    """`(x2d, view, valid)`: `to_batch` of x with padded entries replaced (before any
-    arithmetic) by the largest valid value of their row, which has no mass."""
-    x2d, view = _shapes.to_batch(x, axis)
-    valid = _masking.mask_to_batch(mask, view)
-    return _masking.replace_padded(x2d, valid), view, valid
-
-
-def _per_list(value, valid):
-    """A per-list `[batch]` result, 0 for a list without valid entry."""
-    if valid is None:
-        return value
-    return tf.where(tf.reduce_any(valid, axis=-1), value, tf.zeros_like(value))
+def _per_list(value, view, valid):
+    """A per-list `[batch]` result, 0 for a list without valid entry, in the shape of x
+    without its axis."""
+    if valid is not None:
+        value = tf.where(tf.reduce_any(valid, axis=-1), value, tf.zeros_like(value))
+    return _shapes.from_batch(value, view, keep_axis=False)
 
 
 def weighted_quantile(x, quantile: float, axis: int = -1, weights=None, *, mask=None):
     """The τ-quantile of the (weighted) sample along `axis`.
 
-    With cumulative masses W_1 ≤ … ≤ W_n of the sorted values s_1 ≤ … ≤ s_n, the
-    quantile is s_j for the first j with W_j ≥ τ, averaged with s_{j+1} when W_j = τ
-    exactly. For uniform weights this is numpy's `method='averaged_inverted_cdf'`
-    (the median of an even sample is the mean of the two middle values).
+    s_j for the first j with W_j ≥ τ (W the cumulative masses of the sorted values s),
+    averaged with s_{j+1} when W_j = τ: numpy's `method='averaged_inverted_cdf'` for
+    uniform weights.
 
     Args:
       x: `[..., n, ...]` real tensor.
@@ -140,8 +113,7 @@ def weighted_quantile(x, quantile: float, axis: int = -1, weights=None, *, mask=
       weights: non-negative weights `[n]` or of the shape of x (default uniform),
         with a positive sum along `axis`.
       mask: optional boolean of the shape of x (or `[n]`), True = valid entry: padded
-        entries get no mass (on top of `weights`) and zero gradient; a list without
-        valid entries gives 0. See softsort_tf._masking.
+        entries get no mass; a list without valid entries gives 0.
 
     Returns:
       The shape of x without `axis`.
@@ -151,24 +123,20 @@ def weighted_quantile(x, quantile: float, axis: int = -1, weights=None, *, mask=
     2.5
     """
     tau = float(_checks.check_in_open_interval("quantile", quantile, 0.0, 1.0))
-    x2d, view, valid = _masked_batch(x, axis, mask)
-    xs, _, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view, valid))
-    n = view.n
+    xs, _, upto, view, valid = _sorted_masses(x, axis, weights, mask)
     lower = tf.reduce_sum(tf.cast(upto < tau - _MASS_TOLERANCE, tf.int32), axis=-1)
     upper = tf.reduce_sum(tf.cast(upto <= tau + _MASS_TOLERANCE, tf.int32), axis=-1)
-    lower = tf.minimum(lower, n - 1)
-    upper = tf.minimum(upper, n - 1)
-    q = 0.5 * (tf.gather(xs, lower, batch_dims=1) + tf.gather(xs, upper, batch_dims=1))
-    return _shapes.from_batch(_per_list(q, valid), view, keep_axis=False)
+    q = 0.5 * (tf.gather(xs, tf.minimum(lower, view.n - 1), batch_dims=1)
+               + tf.gather(xs, tf.minimum(upper, view.n - 1), batch_dims=1))
+    return _per_list(q, view, valid)
 
 
 def interval_mean(x, low: float, high: float, axis: int = -1, weights=None, *, mask=None):
     """Weighted mean of the values whose cumulative mass lies in [low, high].
 
-    Each sorted value s_j owns the mass interval [W_{j−1}, W_j]; it enters the mean
-    with the length of the overlap of that interval with [low, high]. With
-    low = α and high = 1 − α this is the α-trimmed mean; it is also the exact limit of
-    a Sinkhorn transport onto a target bin of mass high − low placed after mass `low`.
+    Each sorted value s_j enters with the overlap of its mass interval [W_{j−1}, W_j]
+    with [low, high]: the α-trimmed mean for [α, 1 − α], and the limit of a Sinkhorn
+    transport onto a target bin of mass high − low placed after mass `low`.
 
     Args:
       x, axis, weights, mask: as in `weighted_quantile`.
@@ -182,14 +150,12 @@ def interval_mean(x, low: float, high: float, axis: int = -1, weights=None, *, m
     3.0
     """
     low, high = check_mass_interval(low, high, "low", "high")
-    x2d, view, valid = _masked_batch(x, axis, mask)
-    xs, before, upto = _sorted_with_cumulative_mass(x2d, _batch_weights(weights, view, valid))
+    xs, before, upto, view, valid = _sorted_masses(x, axis, weights, mask)
     overlap = tf.nn.relu(tf.minimum(upto, high) - tf.maximum(before, low))
     inside = tf.reduce_sum(overlap, axis=-1)
     mean = tf.reduce_sum(overlap * tf.cast(xs, tf.float64), axis=-1) / tf.where(
         inside > 0, inside, tf.ones_like(inside))
-    return _shapes.from_batch(_per_list(tf.cast(mean, x2d.dtype), valid), view,
-                              keep_axis=False)
+    return _per_list(tf.cast(mean, xs.dtype), view, valid)
 
 
 def check_mass_interval(low, high, low_name: str, high_name: str) -> tuple[float, float]:
@@ -197,8 +163,7 @@ def check_mass_interval(low, high, low_name: str, high_name: str) -> tuple[float
     try:
         lo, hi = float(low), float(high)
     except (TypeError, ValueError):
-        raise ValueError(f"`{low_name}` and `{high_name}` must be numbers with "
-                         f"0 <= {low_name} < {high_name} <= 1, got {low!r}, {high!r}.") from None
+        lo = hi = float("nan")
     if not (0.0 <= lo < hi <= 1.0):
         raise ValueError(f"`{low_name}` and `{high_name}` must satisfy 0 <= {low_name} < "
                          f"{high_name} <= 1, got {low!r} and {high!r}.")
@@ -208,9 +173,8 @@ def check_mass_interval(low, high, low_name: str, high_name: str) -> tuple[float
 def pearson_correlation(u, v, axis: int = -1):
     """Pearson correlation of u and v along `axis`, reducing it.
 
-    Computed as the inner product of the centred, unit-normalised vectors; a
-    constant input has no direction and gives correlation 0 (not NaN) with finite
-    (zero) gradients.
+    The inner product of the centred, unit-normalised vectors; a constant input gives
+    0 (not NaN) with zero gradients.
 
     Args:
       u, v: tensors of the same shape and floating dtype.

@@ -46,17 +46,9 @@ def _is_pairwise(algorithm: str, static_n, limit: int) -> bool:
     return static_n is not None and static_n <= limit
 
 
-# ------------------------------------------------------------------------ embedding
-
-
 def pair_indices(n):
-    """The pairs (i, j), i < j, of n items in row-major order (`numpy.triu_indices(n, 1)`).
-
-    Args:
-      n: a Python int, or a scalar integer tensor (n unknown at trace time).
-
-    Returns:
-      `(i, j)`, two int32 vectors of length n(n − 1)/2.
+    """The pairs (i, j), i < j, of n items (a Python int, or a scalar integer tensor) in
+    row-major order (`numpy.triu_indices(n, 1)`): two int32 vectors of length n(n − 1)/2.
 
     Example:
     >>> i, j = pair_indices(3)
@@ -85,19 +77,14 @@ def pair_indices(n):
 
 def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = False,
                       axis: int = -1, mask=None):
-    """The Kendall embedding of the ranking of x (Jiao & Vert 2015, §2), hard or
-    smoothed by Gaussian noise.
-
-    Hard (`smooth_scale=None`): Φ_ij = 1[x_i < x_j] for the pairs i < j. Smooth
-    (`smooth_scale=σ`): its expectation under x + ε, ε ~ N(0, σ² I),
-    Φ_ij = Φ_N((x_j − x_i) / (σ√2)) with Φ_N the standard normal CDF: differentiable,
-    1/2 at a tie. `signed=True` gives sign(x_j − x_i) (smooth: erf((x_j − x_i)/(2σ))),
-    the embedding whose cosine is τ-b. O(n²) time and memory.
+    """The Kendall embedding of the ranking of x (Jiao & Vert 2015, §2): Φ_ij = 1[x_i < x_j]
+    for the pairs i < j, or with `smooth_scale=σ` its expectation under Gaussian noise
+    N(0, σ² I) on x, Φ_N((x_j − x_i) / (σ√2)). O(n²) time and memory.
 
     Args:
       x: `[..., n, ...]` scores (float16/bfloat16 computed in float32).
       smooth_scale: None (hard) or the noise scale σ > 0, in units of x.
-      signed: return the signed embedding (values in [−1, 1]).
+      signed: return sign(x_j − x_i) (smooth: erf((x_j − x_i)/(2σ))) instead.
       axis: the item axis; the output has the pair axis there.
       mask: optional boolean of the shape of x (or `[n]`), False for padding: a pair
         with a padded item is 0 (its value, NaN included, is not read).
@@ -129,9 +116,6 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
         pair_valid = tf.logical_and(tf.gather(valid, i, axis=1), tf.gather(valid, j, axis=1))
         phi = tf.where(pair_valid, phi, tf.zeros_like(phi))
     return _shapes.from_batch(phi, view)
-
-
-# ------------------------------------------------------------------- pair counting
 
 
 def _take(a, order):
@@ -272,25 +256,28 @@ def _counts_pairwise(x, y, valid):
             count(tf.cast(sx * sy < 0, tf.float64)))
 
 
+def _normalised(numerator, squared_norms):
+    """`(numerator / √squared_norms, weight)`: 0 with weight 0 where the norms are 0."""
+    defined = squared_norms > 0
+    safe = tf.sqrt(tf.where(defined, squared_norms, tf.ones_like(squared_norms)))
+    return (tf.where(defined, numerator / safe, tf.zeros_like(numerator)),
+            tf.cast(defined, numerator.dtype))
+
+
 def _tau_b(n0, n1, n2, n3, nd):
     """τ-b and its weight (1 where defined, else 0) as float64 `[batch]`."""
     n0, n1, n2, n3, nd = (tf.cast(t, tf.float64) for t in (n0, n1, n2, n3, nd))
-    numerator = n0 - n1 - n2 + n3 - 2.0 * nd
-    denominator = (n0 - n1) * (n0 - n2)
-    defined = denominator > 0
-    tau = tf.where(defined, numerator / tf.sqrt(tf.where(defined, denominator, 1.0)), 0.0)
-    return tau, tf.cast(defined, tf.float64)
+    return _normalised(n0 - n1 - n2 + n3 - 2.0 * nd, (n0 - n1) * (n0 - n2))
 
 
-# ------------------------------------------------------------------------ τ (lists)
-
-
-def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
-    """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B], exact_scores)`:
-    NaN-free values in the compute dtype (integer labels as int64, compared exactly),
-    padding from the mask, negative labels and ragged rows; `missing` marks lists with
-    a NaN at a valid entry; `exact_scores` are integer scores as int64 (None for
-    floats). Inputs are checked (and Keras-RS's dict unpacked) by `ranking.check_lists`."""
+def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores=False):
+    """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B])`: NaN-free values
+    in the compute dtype (integers as int64, compared exactly: labels always, scores
+    with `exact_scores`), padding from the mask, negative labels and ragged rows;
+    `missing` marks lists with a NaN at a valid entry. Inputs are checked (and
+    Keras-RS's dict unpacked) by `ranking.check_lists`."""
+    negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
+                                                     negative_labels_are_padding)
     y_true, y_pred, mask = ranking.check_lists(y_true, y_pred, mask)
     if _masking.is_ragged(y_true) or _masking.is_ragged(y_pred):
         if axis != -1:
@@ -309,7 +296,8 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     scores, view = _shapes.to_batch(y_pred, axis, "y_pred")
     labels, _ = _shapes.to_batch(y_true, axis, "y_true")
     labels = tf.cast(labels, _shapes.batch_compute_dtype(y_pred.dtype))
-    exact_labels, exact_scores = _integer_batch(y_true, view), _integer_batch(y_pred, view)
+    exact_labels = _integer_batch(y_true, view)
+    exact_scores = _integer_batch(y_pred, view) if exact_scores else None
     valid = _masking.mask_to_batch(mask, view)
     if valid is None:
         valid = tf.ones_like(scores, dtype=tf.bool)
@@ -322,7 +310,9 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding):
     scores = tf.where(keep, scores, tf.zeros_like(scores))
     if exact_labels is not None:
         labels = tf.where(valid, exact_labels, tf.zeros_like(exact_labels))
-    return labels, scores, valid, view, missing, exact_scores
+    if exact_scores is not None:
+        scores = tf.where(valid, exact_scores, tf.zeros_like(exact_scores))
+    return labels, scores, valid, view, missing
 
 
 def _integer_batch(t, view):
@@ -347,11 +337,8 @@ def _finish(values, weights, missing, view, return_weights: bool):
 def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
                 negative_labels_are_padding: bool = False, algorithm: str = "auto",
                 return_weights: bool = False):
-    """Kendall's τ-b of each list: (n_c − n_d) / √((n₀ − n₁)(n₀ − n₂)).
-
-    n_c, n_d: concordant and discordant pairs of (y_true, y_pred); n₀ = n(n − 1)/2;
-    n₁, n₂: pairs tied in y_true, in y_pred. Equal to `scipy.stats.kendalltau`
-    (variant 'b') where it is defined; 0 with weight 0 where scipy returns NaN.
+    """Kendall's τ-b of each list, (n_c − n_d) / √((n₀ − n₁)(n₀ − n₂)) (n₁, n₂ the pairs
+    tied in y_true, y_pred): `scipy.stats.kendalltau`, 0 with weight 0 where it is NaN.
 
     Args:
       y_true, y_pred: `[..., n, ...]` tensors of the same shape (or ragged
@@ -364,21 +351,16 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
 
     Returns:
       τ with the shape of the inputs without `axis` (the dtype of y_pred; float32 for
-      reduced precision), and the weights with `return_weights=True`. Not
-      differentiable (see `soft_kendall_tau`). Works with an unknown n and under XLA.
+      reduced precision), and the weights with `return_weights=True`.
 
     Example:
     >>> round(float(kendall_tau([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0])), 4)
     0.6667
     """
     algorithm = check_algorithm(algorithm)
-    negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
-                                                     negative_labels_are_padding)
     return_weights = _checks.check_bool("return_weights", return_weights)
-    labels, scores, valid, view, missing, exact_scores = _lists(
-        y_true, y_pred, mask, axis, negative_labels_are_padding)
-    if exact_scores is not None:
-        scores = tf.where(valid, exact_scores, tf.zeros_like(exact_scores))
+    labels, scores, valid, view, missing = _lists(
+        y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores=True)
     counts = (_counts_pairwise if _is_pairwise(algorithm, view.static_n, PAIRWISE_MAX_N)
               else _counts_merge)
     tau, weights = _tau_b(*counts(labels, scores, valid))
@@ -387,15 +369,9 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
 
 def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, axis: int = -1,
                      negative_labels_are_padding: bool = False, return_weights: bool = False):
-    """Differentiable Kendall's τ: the expected τ-b of y_true and y_pred + ε,
-    ε ~ N(0, σ² I), σ = `smooth_scale`.
-
-        τ̃ = Σ_{i<j} sign(t_j − t_i) · erf((p_j − p_i)/(2σ)) / √((n₀ − n₁) n₀)
-
-    (the smooth signed Kendall embedding of the predictions; exact, as the perturbed
-    predictions have no ties and τ-b is linear in their signs). Tends to τ-b as σ → 0
-    for predictions without ties; 0 with weight 0 (no gradient) for a list with fewer
-    than two valid items or all targets tied. O(n²) time and memory per list.
+    """Differentiable Kendall's τ: the expected τ-b of y_true and y_pred + ε, ε ~ N(0, σ²
+    I), τ̃ = Σ_{i<j} sign(t_j − t_i) · erf((p_j − p_i)/(2σ)) / √((n₀ − n₁) n₀) (exact:
+    the perturbed predictions have no ties). O(n²) time and memory per list.
 
     Args:
       y_true: `[..., n, ...]` targets (or ragged `[batch, (n)]`); not differentiated.
@@ -405,8 +381,7 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
         padded entries get zero gradient and are not read.
 
     Returns:
-      τ̃ with the shape of the inputs without `axis` (the dtype of y_pred; float32 for
-      reduced precision), and the weights with `return_weights=True`.
+      τ̃ and the weights, as in `kendall_tau`.
 
     Example:
     >>> tau = soft_kendall_tau([1.0, 2.0, 3.0], [0.0, 10.0, 20.0], smooth_scale=0.1)
@@ -414,25 +389,18 @@ def soft_kendall_tau(y_true, y_pred, *, smooth_scale: float = 1.0, mask=None, ax
     1.0
     """
     smooth_scale = _checks.check_positive("smooth_scale", smooth_scale)
-    negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
-                                                     negative_labels_are_padding)
     return_weights = _checks.check_bool("return_weights", return_weights)
-    labels, scores, valid, view, missing, _ = _lists(y_true, y_pred, mask, axis,
-                                                      negative_labels_are_padding)
+    labels, scores, valid, view, missing = _lists(y_true, y_pred, mask, axis,
+                                                   negative_labels_are_padding)
     dtype = scores.dtype
     st = tf.cast(_pairs(labels, valid)[1], dtype)
     soft = tf.math.erf((scores[:, None, :] - scores[:, :, None]) / (2.0 * smooth_scale))
     nv = tf.reduce_sum(tf.cast(valid, dtype), axis=1)
     untied_true = tf.reduce_sum(tf.abs(st), axis=[1, 2]) / 2.0  # n₀ − n₁
     all_pairs = nv * (nv - 1.0) / 2.0  # n₀
-    numerator = tf.reduce_sum(st * soft, axis=[1, 2]) / 2.0
-    defined = untied_true > 0
-    denominator = tf.sqrt(tf.where(defined, untied_true * all_pairs, tf.ones_like(nv)))
-    tau = tf.where(defined, numerator / denominator, tf.zeros_like(nv))
-    return _finish(tau, tf.cast(defined, dtype), missing, view, return_weights)
-
-
-# -------------------------------------------------------------------------- kernels
+    tau, weights = _normalised(tf.reduce_sum(st * soft, axis=[1, 2]) / 2.0,
+                               untied_true * all_pairs)
+    return _finish(tau, weights, missing, view, return_weights)
 
 
 def _rows(x, name: str):
@@ -448,13 +416,14 @@ def _rows(x, name: str):
 
 
 def _xy_rows(x, y):
-    """Checked rows x `[..., p, n]` and y `[..., q, n]` (y = x when None)."""
+    """Checked rows x `[..., p, n]` and y `[..., q, n]` (y = x when None), and the output
+    dtype."""
     x = _rows(x, "x")
     y = x if y is None else _rows(y, "y")
     if x.shape[-1] is not None and y.shape[-1] is not None and x.shape[-1] != y.shape[-1]:
         raise ValueError(f"`x` and `y` must rank the same n items (last axis), got "
                          f"{x.shape[-1]} and {y.shape[-1]}.")
-    return x, y
+    return x, y, (x.dtype if x.dtype.is_floating else tf.float32)
 
 
 def _row_mask(mask, x, name: str):
@@ -481,13 +450,7 @@ def _merge_gram(x, y, xm, ym):
     n0, n1, n2, n3, nd = _counts_merge(xs, ys, valid)
     tau, _ = _tau_b(n0, n1, n2, n3, nd)
     discord = tf.cast(nd, tf.float64) + 0.5 * tf.cast(n1 + n2 - 2 * n3, tf.float64)
-
-    def unflat(t):
-        t = tf.reshape(t, shape[:-1])
-        t.set_shape(static[:-1])
-        return t
-
-    return unflat(tau), unflat(discord)
+    return tuple(tf.ensure_shape(tf.reshape(t, shape[:-1]), static[:-1]) for t in (tau, discord))
 
 
 def _pairwise_gram(x, y, xm, ym):
@@ -498,11 +461,8 @@ def _pairwise_gram(x, y, xm, ym):
     def dot(a, b):
         return tf.linalg.matmul(a, b, transpose_b=True)
 
-    numerator = dot(sign_x, sign_y)
     untied_x, untied_y = dot(tf.abs(sign_x), valid_y), dot(valid_x, tf.abs(sign_y))
-    denominator = untied_x * untied_y
-    defined = denominator > 0
-    tau = tf.where(defined, numerator / tf.sqrt(tf.where(defined, denominator, 1.0)), 0.0)
+    tau, _ = _normalised(dot(sign_x, sign_y), untied_x * untied_y)
     discord = 0.5 * (dot(less_x, valid_y) + dot(valid_x, less_y)) - dot(less_x, less_y)
     return tau, tf.round(2.0 * discord) / 2.0
 
@@ -512,8 +472,7 @@ def _kernel_stats(x, y, x_mask, y_mask, algorithm):
     where a pair of rows has a NaN at an item valid in both."""
     algorithm = check_algorithm(algorithm)
     y_given = y is not None
-    x, y = _xy_rows(x, y)
-    out_dtype = x.dtype if x.dtype.is_floating else tf.float32
+    x, y, out_dtype = _xy_rows(x, y)
     dtype = _shapes.batch_compute_dtype(x.dtype)
     xm = _row_mask(x_mask, x, "x_mask")
     ym = _row_mask(y_mask, y, "y_mask") if (y_given or y_mask is not None) else xm
@@ -539,10 +498,8 @@ def _kernel_stats(x, y, x_mask, y_mask, algorithm):
 def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "auto"):
     """Gram matrix of the Kendall kernel: Kendall's τ-b between the rows of x and y.
 
-    K(x, y) = ⟨s(x), s(y)⟩ / (‖s(x)‖ ‖s(y)‖), s the signed Kendall embedding
-    (`kendall_embedding(signed=True)`); (n_c − n_d)/n₀ for rankings without ties (Jiao
-    & Vert 2015, Def. 1 up to the normalisation). Positive definite and
-    right-invariant (K(x∘π, y∘π) = K(x, y)); a row whose items are all tied gives 0.
+    K(x, y) = ⟨s(x), s(y)⟩ / (‖s(x)‖ ‖s(y)‖), s the signed Kendall embedding (Jiao &
+    Vert 2015, Def. 1): positive definite and right-invariant; 0 for a row all tied.
 
     Args:
       x: `[..., p, n]` rows of n scores each (float16/bfloat16 computed in float32).
@@ -554,7 +511,7 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "aut
 
     Returns:
       `[..., p, q]` in the dtype of x (float32 for integer x); NaN where a pair of rows
-      has a NaN at an item valid in both. Works with an unknown n and under XLA.
+      has a NaN at an item valid in both.
 
     Example:
     >>> k = kendall_kernel([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
@@ -615,10 +572,8 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
 
         K_U(x, y) = Σ_{i ≠ j} U(r_i(x), r_j(x)) U(r_i(y), r_j(y)) 1[x_i < x_j] 1[y_i < y_j],
 
-    r(x) the ranks 1..n of x (ties by position; a tied pair contributes 0) and the pair
-    weight U(a, b) = u_a + u_b ('additive') or u_a u_b ('multiplicative'). Positive
-    definite and right-invariant. u ≡ 1 ('multiplicative') gives n_c; u_r = 1[r > n − k]
-    the top-k Kendall kernel. O(n²) time and memory per row.
+    r(x) the ranks 1..n of x (ties by position) and U(a, b) = u_a + u_b ('additive') or
+    u_a u_b ('multiplicative'); u_r = 1[r > n − k] gives the top-k Kendall kernel.
 
     Args:
       x: `[..., p, n]` rows of scores.
@@ -638,8 +593,7 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
         raise ValueError(f"`combination` must be one of {COMBINATIONS}, got {combination!r}.")
     if rank_weights is None:
         raise ValueError("`rank_weights` must be a vector of n rank weights, got None.")
-    x, y = _xy_rows(x, y)
-    out_dtype = x.dtype if x.dtype.is_floating else tf.float32
+    x, y, out_dtype = _xy_rows(x, y)
     dtype = tf.float64 if out_dtype == tf.float64 else tf.float32
     u = tf.cast(tf.convert_to_tensor(rank_weights), dtype)
     if u.shape.rank != 1:
@@ -654,10 +608,8 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
         shape = tf.shape(t)
         order = _argsort(tf.reshape(t, tf.stack([-1, shape[-1]])))
         w = tf.gather(u, tf.reshape(_inverse_permutation(order), shape))  # u at rank − 1
-        if combination == "additive":
-            pair_w = w[..., :, None] + w[..., None, :]
-        else:
-            pair_w = w[..., :, None] * w[..., None, :]
+        pair_w = (tf.add if combination == "additive" else tf.multiply)(
+            w[..., :, None], w[..., None, :])
         return _flat_pairs(pair_w * tf.cast(t[..., :, None] < t[..., None, :], dtype))
 
     return tf.cast(tf.linalg.matmul(embed(x), embed(y), transpose_b=True), out_dtype)

@@ -1,67 +1,14 @@
-"""Relaxed permutation matrices: SoftSort, NeuralSort and the Sinkhorn plan.
+"""Relaxed permutation matrices: SoftSort (Prillo & Eisenschlos 2020, eq. 4) and
+NeuralSort (Grover et al. 2019, in O(n²)), the exact matrix, and the straight-through
+plumbing the families share.
 
-All three operators map scores s ∈ Rⁿ to an n × n matrix P̂ whose row i is a
-distribution over the inputs that may occupy position i of the sort, in
-`direction` order ('DESCENDING' by default, as in both papers). So
-
-    P̂ @ x          soft-sorts any values x by the scores  (`permute_values`),
-    P̂ᵀ @ (1..n)    gives soft ranks of the scores           (`ranks_from_permutation`),
-
-and the row-wise argmax of P̂ is the sorting permutation. The operators:
-
-- SoftSort (Prillo & Eisenschlos, 2020, eq. 4): row i of P̂ is
-  softmax_j(−|s_[i] − s_j|^p / τ), where s_[i] is the i-th score in `direction` order.
-- NeuralSort (Grover et al., 2019, eq. 3 of the SoftSort paper): row i of P̂ is
-  softmax(((n + 1 − 2i)·s − A_s·1) / τ) with A_s[i, j] = |s_i − s_j|. A_s·1 is
-  computed as a vector, so time and memory are O(n²) (never the O(n³) product
-  A_s·(1·1ᵀ) of the original code, SoftSort paper App. A.4.5).
-- Sinkhorn (Cuturi et al., 2019): `softsort_tf.sinkhorn_permutation_matrix`, the
-  n × n transport plan scaled to a doubly-stochastic matrix with the same
-  orientation. `permutation_matrix(method='sinkhorn', ...)` adds `hard=` and the
-  stochastic variant to it.
-
-SoftSort and NeuralSort are unimodal row-stochastic (URS): non-negative, rows sum
-to 1, and the row-wise argmax is the argsort; columns do not sum to 1. Both tend to
-the exact permutation matrix as τ → 0.
-
-The temperature τ (default 1.0) is in the units of the scores: SoftSort rows are
-sharp when neighbouring sorted scores differ by much more than τ (for p = 1),
-NeuralSort rows when they differ by much more than τ / 2 — so rescale τ with the
-scale of your scores (the SoftSort paper uses τ ∈ [128, 4096] on raw CNN scores,
-and τ ≈ 0.03 for scores in [0, 1] with n up to 4000).
-
-Straight-through (`hard=True`): the forward value is the exact permutation matrix
-(one-hot rows of `tf.argsort(scores, direction)`, stable), the backward pass uses
-the gradient of the relaxed matrix.
-
-Stochastic variants (reparameterised Plackett–Luce, Grover et al. §4.1): the scores
-are read as log-scores, perturbed with i.i.d. standard Gumbel noise,
-s̃ = s + g, g = −log(−log u), u ~ U(0, 1), and the operator is applied to s̃. Sorting
-s̃ exactly draws a permutation from the Plackett–Luce distribution with weights
-exp(s); the relaxation makes it differentiable. `num_samples` samples are drawn
-along a new axis inserted before the last one, with a stateless counter-based
-generator (`stateless_uniform`) seeded by `seed`: an int or an int32/int64 tensor of
-shape [2]. The same seed gives bit-identical samples in eager mode and under
-`tf.function`; with XLA, float32 samples are bit-identical too except about one in
-10⁷ (one ulp off), float64 samples agree to ~2e-15 (XLA's logarithm differs from the
-CPU kernel's in the last bits, see `sampling.gumbel_noise`). Pass a different seed per
-step (e.g. from a `keras.random.SeedGenerator`, as the layers do) to draw fresh noise.
-
-Shapes: scores `[..., n]` (any number of leading batch dims, sorted along the last
-axis); P̂ `[..., n, n]`; stochastic P̂ `[..., num_samples, n, n]`. float16/bfloat16
-scores are computed in float32 and the result is returned in the input dtype. n and
-the batch may be unknown when tracing (`tf.function` with `None` dimensions, Keras
-`Input((None,))`); every operator here compiles with XLA (`jit_compile=True`) for an
-unknown n, except on `tf.RaggedTensor` inputs (XLA has no kernel for the ragged ↔ dense
-conversion: under XLA pass the padded tensor and its `mask`).
-
-Padding (`mask=`, ragged inputs; see softsort_tf._masking): the valid entries are
-sorted alone. Padded scores (any value, NaN and ±inf included) are replaced before any
-arithmetic; SoftSort's row i < n_valid is a softmax over the valid columns only and
-NeuralSort's uses n_valid + 1 − 2i and A_s·1 summed over the valid entries, so the
-valid block (rows 0..n_valid − 1, valid columns) is exactly P̂ of the unpadded list;
-rows of sorted positions >= n_valid and columns of padded entries are 0, and padded
-scores get exactly zero gradient. A list without valid entries gives P̂ = 0.
+Row i of P̂ `[..., n, n]` is a distribution over the items that may occupy position i
+in `direction` order ('DESCENDING' by default, as in both papers); rows sum to 1, the
+row-wise argmax is the argsort, and P̂ tends to the exact matrix as τ → 0 (τ in the
+units of the scores). Scores are sorted along the last axis; n may be unknown at trace
+time. With a `mask` (or ragged input) the valid block of P̂ is P̂ of the unpadded list,
+the rows of sorted positions >= n_valid and the columns of padded entries are 0, and
+padded scores get zero gradient; a list with a non-finite valid score gives NaN.
 """
 
 from __future__ import annotations
@@ -80,10 +27,6 @@ DEFAULT_TAU = 1.0
 DEFAULT_DISTANCE_POWER = 1.0
 
 
-
-# ---------------------------------------------------------------------------------
-# Shared plumbing.
-# ---------------------------------------------------------------------------------
 def check_log(log, hard: bool = False) -> bool:
     """Validates `log` (log P̂ instead of P̂), which excludes `hard`."""
     if not isinstance(log, (bool, np.bool_)):
@@ -100,18 +43,10 @@ def check_hard(hard) -> bool:
     return bool(hard)
 
 
-def _descending_scores(s2d, direction: str):
-    """Scores whose DESCENDING order is the `direction` order of `s2d`."""
-    return -s2d if direction == "ASCENDING" else s2d
-
-
 def _descending_order(d, valid=None):
     """Stable DESCENDING argsort of `[batch, n]` scores `d`; with a `[batch, n]` boolean
-    `valid`, the valid entries come first (in their order) and the padded ones last.
-
-    A second stable sort on validity (not a fill value such as −inf) places the
-    padding, so a valid entry equal to any fill value still sorts among the valid ones.
-    """
+    `valid`, the valid entries come first (in their order) and the padded ones last (a
+    second stable sort on validity, so no fill value can tie with a valid entry)."""
     order = tf.argsort(d, axis=-1, direction="DESCENDING", stable=True)
     if valid is None:
         return order
@@ -134,12 +69,20 @@ def _sorted_positions_valid(valid):
     return _masking.valid_prefix(_masking.n_valid(valid), tf.shape(valid)[-1])
 
 
+def _masked_log_softmax(logits, valid):
+    """Row-wise log-softmax of `[batch, n, n]` logits over the valid columns; −inf at
+    padded columns and in the rows of sorted positions >= n_valid."""
+    if valid is None:
+        return tf.nn.log_softmax(logits, axis=-1)
+    minus_inf = tf.constant(-np.inf, logits.dtype)
+    log_perm = tf.nn.log_softmax(tf.where(valid[:, None, :], logits, minus_inf), axis=-1)
+    return tf.where(_sorted_positions_valid(valid)[:, :, None], log_perm, minus_inf)
+
+
 def _masked_normalise(weights, valid):
     """Row-normalised `weights` `[batch, n, n]` over the valid columns; rows of sorted
     positions >= n_valid and columns of padded entries are 0 (no division by 0)."""
-    # Three passes over [batch, n, n] (column factor, row sums, row factor): the row
-    # masking and the normalisation share one [batch, n, 1] factor. `weights` are
-    # finite (padded scores were replaced), so the factor 0 of a padded column is exact.
+    # `weights` are finite (padded scores were replaced): a padded column's 0 is exact.
     weights = weights * tf.cast(valid, weights.dtype)[:, None, :]
     sums = tf.reduce_sum(weights, axis=-1, keepdims=True)
     keep = tf.logical_and(_sorted_positions_valid(valid)[:, :, None], sums > 0)
@@ -151,19 +94,12 @@ def _masked_normalise(weights, valid):
 def straight_through(hard, soft):
     """Straight-through estimator: the value of `hard`, the gradient of `soft`.
 
-    Computed as `hard + (soft − stop_gradient(soft))`: the bracket is exactly zero,
-    so the forward value is bit-for-bit `hard` (an exact permutation matrix stays
-    exact), and the gradient w.r.t. `soft` is the identity.
+    `hard + (soft − stop_gradient(soft))`: the bracket is exactly zero, so the value is
+    bit-for-bit `hard`, and the gradient w.r.t. `soft` is the identity.
 
     Args:
-      hard: the forward value, e.g. `hard_permutation_matrix(scores)` `[..., n, n]`
-        (ragged `[lists, (n), (n)]` for ragged scores).
-      soft: a differentiable tensor of the same shape, e.g. a relaxed P̂ (ragged with
-        the row lengths of `hard` when `hard` is ragged).
-
-    Returns:
-      A tensor equal to `hard` whose gradient flows into `soft` (ragged for ragged
-      inputs).
+      hard: the forward value, e.g. `hard_permutation_matrix(scores)` (or ragged).
+      soft: a differentiable tensor of the same shape (ragged like `hard`), e.g. P̂.
 
     Example:
     >>> s = tf.constant([[0.3, 2.0, 1.0]])
@@ -183,9 +119,8 @@ def straight_through(hard, soft):
 
 
 def with_straight_through(matrix_fn):
-    """A relaxed-matrix function `matrix_fn(scores, *, direction, mask, **kwargs)` with
-    the straight-through option `hard=` added (ragged inputs included): the matrix
-    function of a family whose own operator has none."""
+    """`matrix_fn(scores, *, direction, mask, **kwargs)` with the straight-through option
+    `hard=` added (ragged inputs included), for a family whose operator has none."""
 
     def matrix(scores, *, direction: str = "DESCENDING", hard: bool = False, mask=None,
                **kwargs):
@@ -220,20 +155,18 @@ def _with_hard_signature(fn):
 def hard_permutation_matrix(scores, direction: str = "DESCENDING", *, mask=None):
     """The exact sorting permutation matrix of `scores` (no gradient).
 
-    Row i is the one-hot vector of the index of the i-th score in `direction` order
-    (a stable sort: ties keep their input order), so `P @ scores` is
-    `tf.sort(scores, direction=direction)`.
+    Row i is the one-hot vector of the i-th item in `direction` order (a stable sort),
+    so `P @ scores` is `tf.sort(scores, direction=direction)`.
 
     Args:
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]`.
       direction: 'DESCENDING' (default) or 'ASCENDING'.
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: the valid
-        entries are sorted alone, rows of sorted positions >= n_valid and columns of
-        padded entries are 0. See softsort_tf._masking.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry (see the module
+        docstring).
 
     Returns:
-      `[..., n, n]` 0/1 matrix in the dtype of `scores` (float32 for integers, float64
-      for 64-bit integers); ragged `[batch, (n), (n)]` for a ragged input.
+      `[..., n, n]` 0/1 in the dtype of `scores` (float32 for integers, float64 for
+      64-bit integers); ragged `[batch, (n), (n)]` for a ragged input.
 
     Example:
     >>> hard_permutation_matrix([[0.3, 2.0, 1.0]]).numpy()[0]
@@ -247,19 +180,16 @@ def hard_permutation_matrix(scores, direction: str = "DESCENDING", *, mask=None)
 
 
 def _matrix(lists: Lists, core, direction: str) -> ListResult:
-    """Applies `core(d, valid)` to the scores `d` whose DESCENDING order is the
-    `direction` order of the lists (padded entries already replaced) and returns the
-    `[batch, n, n]` matrices."""
-    d = _descending_scores(lists.values, direction)
+    """The `[batch, n, n]` matrices `core(d, valid)` of the scores `d` whose DESCENDING
+    order is the `direction` order of the lists (padded entries already replaced)."""
+    d = -lists.values if direction == "ASCENDING" else lists.values
     return ListResult(core(d, lists.mask), "square")
 
 
 def centred_finite_rows(values):
-    """`(values − c, bad)` for `[batch, n]` rows: c a per-row reference (the midrange,
-    no gradient), so that a relaxation whose result depends on differences only is
-    computed on numbers of the size of the differences (not of the scores' offset);
-    `bad` `[batch]` marks the rows with a non-finite entry, whose values are set to 0
-    (their results are NaN, `poison_rows`: the package's rule for non-finite scores)."""
+    """`(values − c, bad)` for `[batch, n]` rows, c the per-row midrange (no gradient),
+    so that a relaxation of differences works at their size, not the offset's; `bad`
+    `[batch]` marks the rows with a non-finite entry, set to 0 (then `poison_rows`)."""
     finite = tf.math.is_finite(values)
     bad = tf.reduce_any(tf.logical_not(finite), axis=-1)
     safe = tf.where(bad[:, None], tf.zeros_like(values), values)
@@ -275,9 +205,8 @@ def poison_rows(values, bad):
 
 
 def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False) -> ListResult:
-    """`_matrix` of a relaxation `core(d, valid)` (DESCENDING `[batch, n]` → `[batch, n,
-    n]`), with the straight-through option; computed on the scores minus a per-list
-    reference, NaN for a list with a non-finite score (`centred_finite_rows`)."""
+    """`_matrix` of a relaxation `core(d, valid)` with the straight-through option, on
+    centred scores, NaN for a list with a non-finite score (`centred_finite_rows`)."""
     direction = _checks.check_direction(direction)
     hard = check_hard(hard)
     check_log(log, hard)
@@ -292,9 +221,6 @@ def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False) 
     return _matrix(lists, relaxed_core, direction)
 
 
-# ---------------------------------------------------------------------------------
-# The deterministic operators.
-# ---------------------------------------------------------------------------------
 def _in_xla_context() -> bool:
     """Whether the op is being traced for XLA (`jit_compile=True`), to pick the faster
     of two equivalent formulations; False if TensorFlow cannot tell."""
@@ -308,24 +234,12 @@ def _in_xla_context() -> bool:
 def _soft_sort_rows(top, s, power: float, tau: float, valid=None, log: bool = False):
     """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p / τ) for `[batch, n]` `top`, `s`.
 
-    The differences are taken before any scaling, so scores near the float range or
-    a tiny τ give logits of −inf (weight 0) instead of inf − inf = NaN; the diagonal
-    pair (difference 0) keeps logit 0. The 1/τ factor is applied as a scale of the
-    differences, τ^(−1/p), when that is a normal number of the dtype (so |d|^p / τ
-    stays finite where |d|^p alone would overflow), and to the cost otherwise (e.g.
-    p = 0.1, τ = 1e-4: τ^(−10) overflows float32).
-
-    The gradient is written by hand. Autodiff would take the sign of
-    top_i − s_j from a recomputed difference; under XLA the diagonal entry
-    (top_i and s_j the same score, difference exactly 0 in the forward pass) can be
-    recomputed with a fused multiply-add upstream as ±1 ulp, with opposite signs in
-    the two reductions, which corrupts the gradient. Here the sign comes from an exact
-    comparison, and the diagonal pairs, whose difference is identically zero, get
-    the same sign (or slope 0) on both paths so that they cancel.
-
-    With a `[batch, n]` boolean `valid` (padded entries of `s` already finite), the
-    softmax runs over the valid columns only and the rows i >= n_valid are 0
-    (`_masked_normalise`); `top` must then hold the valid sorted scores first.
+    Differences are taken before any scaling (a huge |d| or tiny τ gives weight 0, not
+    inf − inf); 1/τ scales the differences by τ^(−1/p) when that is a normal number,
+    else the cost. The gradient is written by hand: the sign of d comes from an exact
+    comparison, so the zero diagonal differences (which XLA may recompute as ±1 ulp)
+    cancel. With `valid` (padded entries of `s` finite), the softmax runs over the
+    valid columns and rows i >= n_valid are 0; `top` holds the valid sorted scores first.
     """
     xla = _in_xla_context()
     info = np.finfo(s.dtype.as_numpy_dtype)
@@ -348,14 +262,7 @@ def _soft_sort_rows(top, s, power: float, tau: float, valid=None, log: bool = Fa
         if not by_scale:
             cost = cost * cost_factor
         if log:
-            # log P̂ = −cost − logsumexp(−cost) over the valid columns; −inf elsewhere.
-            logits = -cost
-            if valid is not None:
-                logits = tf.where(valid[:, None, :], logits, tf.constant(-np.inf, s.dtype))
-            log_perm = tf.nn.log_softmax(logits, axis=-1)
-            if valid is not None:
-                rows_valid = _sorted_positions_valid(valid)[:, :, None]
-                log_perm = tf.where(rows_valid, log_perm, tf.constant(-np.inf, s.dtype))
+            log_perm = _masked_log_softmax(-cost, valid)
             perm = tf.exp(log_perm)
         elif valid is not None:
             # Valid row i contains s_[i] among the valid columns: its largest logit is 0.
@@ -420,35 +327,25 @@ def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
                      log: bool = False):
     """SoftSort relaxed permutation matrix (Prillo & Eisenschlos, 2020, eq. 4).
 
-    P̂[i, :] = softmax(−|s_[i] − s|^p / τ), with s_[i] the i-th score in `direction`
-    order: row i is a softmax over the inputs of their distance to the i-th sorted
-    score. Cost O(n log n) for the sort plus O(n²) time and memory for P̂.
+    P̂[i, :] = softmax(−|s_[i] − s|^p / τ), s_[i] the i-th score in `direction` order.
+    O(n log n) for the sort plus O(n²) time and memory.
 
     Args:
-      scores: `[..., n]` real tensor; sorted along the last axis.
+      scores: `[..., n]` real tensor (or ragged `[batch, (n)]`: ragged output).
       tau: temperature τ > 0 (default 1.0), in the units of the scores: rows are
-        nearly one-hot when neighbouring sorted scores differ by much more than
-        τ^{1/p}. As τ → 0, P̂ tends to the exact permutation matrix.
-      distance_power: exponent p > 0 of the distance |s_[i] − s_j|^p (default 1, the
-        absolute value preferred in the paper; p = 2 is the squared distance). Named
-        apart from the Sinkhorn cost exponent `power` of `SinkhornOptions`.
+        nearly one-hot when neighbouring sorted scores differ by much more than τ^{1/p}.
+      distance_power: exponent p > 0 of the distance |s_[i] − s_j|^p (default 1; 2 is
+        the squared distance).
       direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
-      hard: straight-through: return the exact permutation matrix in the forward
-        pass and use the gradient of the relaxation in the backward pass.
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row i < n_valid
-        is the softmax over the valid entries alone, rows i >= n_valid and the columns
-        of padded entries are 0, so the valid block is P̂ of the unpadded list; padded
-        scores (NaN and ±inf included) get zero gradient. A `tf.RaggedTensor`
-        `[batch, (n)]` input gives a ragged `[batch, (n), (n)]` output. See
-        softsort_tf._masking.
-      log: return log P̂, computed in the log domain (a log-softmax: entries far below
-        the smallest float stay finite; −inf where P̂ is 0 by padding), for
+      hard: straight-through: the exact permutation matrix forward, the gradient of
+        the relaxation backward.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry (see the module
+        docstring).
+      log: return log P̂, computed as a log-softmax (−inf where P̂ is 0 by padding), for
         `permutation_cross_entropy(..., from_log=True)`. Excludes `hard`.
 
     Returns:
-      P̂ `[..., n, n]` in the dtype of `scores`: non-negative, rows sum to 1 (rows of
-      padding: 0), and `P̂ @ x` soft-sorts x. Works with an unknown n (under
-      `tf.function` and XLA).
+      P̂ `[..., n, n]` in the dtype of `scores`: rows sum to 1 (rows of padding: 0).
 
     Example:
     >>> P = softsort_permutation_matrix([[1.0, 3.0, 2.0]], tau=0.1)
@@ -465,13 +362,9 @@ def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
 
 def _abs_row_sums(s, weights=None):
     """(A_s·w)_j = Σ_k w_k |s_j − s_k| for `[batch, n]` scores (w = 1 by default; 0/1
-    weights sum over the valid entries), in O(n²) time and memory.
-
-    The gradient, ∂/∂s_m = g_m Σ_k w_k σ_mk + w_m Σ_j σ_mj g_j with
-    σ_jk = sign(s_j − s_k), takes σ from exact comparisons (see `_soft_sort_rows` for
-    why not autodiff), and needs two matrix-vector products, O(n²). `weights` get no
-    gradient.
-    """
+    weights sum over the valid entries), in O(n²) time and memory. The gradient,
+    g_m Σ_k w_k σ_mk + w_m Σ_j σ_mj g_j with σ_jk = sign(s_j − s_k), takes σ from exact
+    comparisons (as `_soft_sort_rows`); `weights` get no gradient."""
 
     @tf.custom_gradient
     def row_sums(s):
@@ -499,16 +392,11 @@ def _abs_row_sums(s, weights=None):
 def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
     """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory.
 
-    The logits are linear in s: they are computed for s / M, with M the power of two
-    at or above max |s| of the row (an exact scaling), so they are bounded by 2n, and
-    then shifted to a maximum of 0 and multiplied by M / τ, capped at the largest float.
-    Scores near the float range or a tiny τ thus give a one-hot row instead of
-    inf − inf = NaN.
-
-    With a `[batch, n]` boolean `valid` (padded entries of `s` already replaced by a
-    valid score), row i = 1..n_valid is the softmax over the valid entries of
-    (n_valid + 1 − 2i)·s − A_s·w, with A_s·w summed over the valid entries (w = 0/1):
-    exactly the matrix of the valid list alone; rows i > n_valid are 0.
+    The logits, linear in s, are computed for s / M (M the power of two at or above
+    max |s|: exact, logits bounded by 2n), shifted to a maximum of 0 and multiplied by
+    M / τ capped at the largest float, so that huge scores or a tiny τ give a one-hot
+    row, not NaN. With `valid`, n and A_s·1 are those of the valid entries (n_valid,
+    A_s·w with 0/1 weights) and rows i > n_valid are 0.
     """
     n = tf.shape(s)[-1]
     dtype = s.dtype
@@ -538,12 +426,7 @@ def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
     inv_tau = tf.constant(min(1.0 / tau, largest_float), dtype)
     factor = tf.minimum(scale * inv_tau, largest_float)  # inf (overflow) → largest float
     if log:
-        scaled = logits * factor[:, :, None]
-        if valid is None:
-            return tf.nn.log_softmax(scaled, axis=-1)
-        minus_inf = tf.constant(-np.inf, dtype)
-        log_perm = tf.nn.log_softmax(tf.where(valid[:, None, :], scaled, minus_inf), axis=-1)
-        return tf.where(_sorted_positions_valid(valid)[:, :, None], log_perm, minus_inf)
+        return _masked_log_softmax(logits * factor[:, :, None], valid)
     if valid is None:
         logits = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
         return tf.nn.softmax(logits * factor[:, :, None], axis=-1)
@@ -561,29 +444,16 @@ def neuralsort_permutation_matrix(scores, tau: float = DEFAULT_TAU, direction: s
                        hard: bool = False, *, mask=None, log: bool = False):
     """NeuralSort relaxed permutation matrix (Grover et al., 2019).
 
-    P̂[i, :] = softmax(((n + 1 − 2i)·s − A_s·1) / τ), i = 1..n, with
-    A_s[j, k] = |s_j − s_k| (eq. 3 of the SoftSort paper). A_s·1 is a vector, so the
-    cost is O(n²) time and memory; no n × n × n tensor is ever built. 'ASCENDING'
-    applies the formula to −s.
+    P̂[i, :] = softmax(((n + 1 − 2i)·s − A_s·1) / τ), i = 1..n, A_s[j, k] = |s_j − s_k|
+    (eq. 3 of the SoftSort paper), in O(n²) time and memory ('ASCENDING': on −s).
 
     Args:
-      scores: `[..., n]` real tensor; sorted along the last axis.
-      tau: temperature τ > 0 (default 1.0), in the units of the scores: entry
-        (i, j) of the logits changes by 2(s_[i] − s_j)/τ between neighbouring rows,
-        so rows are sharp when sorted neighbours differ by much more than τ / 2.
-        As τ → 0, P̂ tends to the exact permutation matrix.
-      direction: 'DESCENDING' (default, the papers' convention) or 'ASCENDING'.
-      hard: straight-through (see `softsort_permutation_matrix`).
-      log: return log P̂, computed in the log domain (see `softsort_permutation_matrix`).
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: row
-        i = 1..n_valid is softmax(((n_valid + 1 − 2i)·s − A_s·w) / τ) over the valid
-        entries, A_s·w summing over the valid entries only, so the valid block is P̂
-        of the unpadded list; rows i > n_valid and the columns of padded entries are
-        0. Ragged input: ragged output. See softsort_tf._masking.
+      scores, direction, hard, mask, log: as in `softsort_permutation_matrix`.
+      tau: temperature τ > 0 (default 1.0), in the units of the scores: rows are sharp
+        when sorted neighbours differ by much more than τ / 2.
 
     Returns:
-      P̂ `[..., n, n]` in the dtype of `scores`, unimodal row-stochastic (rows of
-      padding: 0). Works with an unknown n (under `tf.function` and XLA).
+      P̂ `[..., n, n]` in the dtype of `scores` (rows of padding: 0).
 
     Example:
     >>> P = neuralsort_permutation_matrix([[1.0, 3.0, 2.0]], tau=0.1)

@@ -7,21 +7,21 @@ import tensorflow as tf
 from softsort_tf import _masking, _shapes
 
 
-# ---------------------------------------------------------------------------------
-# Reading a relaxed permutation matrix.
-# ---------------------------------------------------------------------------------
-def _align_values(perm, values):
-    """Casts both to one compute dtype and inserts sample axes into `values`.
-
-    `values` of shape `[..., n]` may have fewer leading axes than `perm[..., :, 0]`
-    (e.g. `[batch, n]` against a stochastic `[batch, S, n, n]`): the missing axes are
-    inserted just before its last axis.
-    """
+def _square(perm):
+    """`perm` as a tensor, checked `[..., n, n]`."""
     perm = tf.convert_to_tensor(perm)
-    values = tf.convert_to_tensor(values)
     if perm.shape.rank is None or perm.shape.rank < 2 or not perm.shape[-1:].is_compatible_with(
             perm.shape[-2:-1]):
         raise ValueError(f"`perm` must have shape [..., n, n], got {perm.shape}.")
+    return perm
+
+
+def _align_values(perm, values):
+    """Both cast to one compute dtype, with the sample axes that `values` `[..., n]` lacks
+    against `perm[..., :, 0]` (e.g. `[batch, n]` against `[batch, S, n, n]`) inserted
+    before its last axis; and the output dtype."""
+    perm = _square(perm)
+    values = tf.convert_to_tensor(values)
     n = perm.shape[-1]
     if values.shape.rank is None or values.shape.rank < 1 or (
             n is not None and values.shape[-1] is not None and values.shape[-1] != n):
@@ -39,11 +39,6 @@ def _align_values(perm, values):
     if perm.dtype == tf.float64 or values.dtype == tf.float64:
         dtype = tf.float64
     return tf.cast(perm, dtype), tf.cast(values, dtype), out_dtype
-
-
-def _dense_square(perm):
-    """A ragged `[batch, (n), (n)]` P̂ as a dense zero-padded `[batch, longest, longest]`."""
-    return perm.to_tensor() if isinstance(perm, tf.RaggedTensor) else perm
 
 
 def _masked_values(values, mask, name: str = "mask"):
@@ -72,24 +67,18 @@ def _values_per_matrix(perm: tf.RaggedTensor, values: tf.RaggedTensor) -> tf.Rag
 
 
 def permute_values(perm, values, *, mask=None):
-    """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂.
-
-    Entry i is the P̂[i]-weighted average of `values`: in the hard limit, the value
-    of the item at position i of the sort.
+    """Soft-sorted values P̂ @ x for any relaxed permutation matrix P̂: entry i is the
+    P̂[i]-weighted average of `values`.
 
     Args:
-      perm: `[..., n, n]` relaxed permutation matrix (rows = sorted positions).
-      values: `[..., n]` values to sort; leading axes broadcast against those of
-        `perm`, and missing sample axes are inserted before the last axis (so
-        `[batch, n]` values go with a stochastic `[batch, S, n, n]`).
-
+      perm: `[..., n, n]` relaxed permutation matrix (rows = sorted positions), or
+        ragged `[batch, (S,) (n), (n)]`.
+      values: `[..., n]` values to sort (ragged `[batch, (n)]` with a ragged `perm`);
+        leading axes broadcast against those of `perm`, missing sample axes are
+        inserted before the last axis (`[batch, n]` with `[batch, S, n, n]`).
       mask: optional boolean `[..., n]` (or `[n]`) of the valid entries of `values`:
-        padded values (NaN and ±inf included) are replaced by 0 before the product and
-        get zero gradient. With a P̂ masked the same way (e.g. `softsort_permutation_matrix(s,
-        mask=mask)`), the first n_valid outputs are the soft-sorted valid values and
-        the others 0. Ragged `perm` `[batch, (n), (n)]` and `values` `[batch, (n)]`
-        give a ragged `[batch, (n)]` output (`[batch, (S), (n)]` for a sampled ragged
-        `perm` `[batch, (S), (n), (n)]`). See softsort_tf._masking.
+        padded values are read as 0 (zero gradient). With a P̂ masked the same way,
+        the first n_valid outputs are the soft-sorted valid values, the others 0.
 
     Returns:
       `[..., n]` (the broadcast leading shape), in the floating dtype of `values`
@@ -106,17 +95,18 @@ def permute_values(perm, values, *, mask=None):
             values = _values_per_matrix(perm, values)
             if isinstance(mask, tf.RaggedTensor):
                 mask = _values_per_matrix(perm, mask)
-        if isinstance(perm, tf.RaggedTensor) and perm.ragged_rank == values.ragged_rank + 1:
-            # The lists' matrices are gathered with them (groups of similar length).
-            return _masking.map_lists(
-                lambda lists, aligned, group: lists.to_elementwise(permute_values(
-                    lists.pad_matrices(aligned[0]), lists.dense, mask=lists.mask)),
-                values, mask, aligned=(perm,), name="values")
+        # Ragged matrices, one per list, are gathered with their lists (groups of
+        # similar length); a dense `perm` serves all the lists in one group.
+        per_list = isinstance(perm, tf.RaggedTensor) and perm.ragged_rank == values.ragged_rank + 1
         return _masking.map_lists(
             lambda lists, aligned, group: lists.to_elementwise(permute_values(
-                lists.pad_matrices(perm), lists.dense, mask=lists.mask)),
-            values, mask, name="values", num_buckets=1)
-    perm, values, out_dtype = _align_values(_dense_square(perm), values)
+                lists.pad_matrices(aligned[0] if per_list else perm), lists.dense,
+                mask=lists.mask)),
+            values, mask, aligned=(perm,) if per_list else (), name="values",
+            num_buckets=None if per_list else 1)
+    if isinstance(perm, tf.RaggedTensor):
+        perm = perm.to_tensor()
+    perm, values, out_dtype = _align_values(perm, values)
     if mask is not None:
         mask = tf.convert_to_tensor(mask)
         for _ in range(values.shape.rank - mask.shape.rank if mask.shape.rank > 1 else 0):
@@ -128,21 +118,16 @@ def permute_values(perm, values, *, mask=None):
 def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
     """Soft ranks P̂ᵀ @ (1, …, n) for any relaxed permutation matrix P̂.
 
-    Entry j is Σ_i i·P̂[i, j]: the rank of item j in the operator's `direction`
-    (rank 1 = first position, i.e. the largest score for 'DESCENDING'). Exact for a
-    hard permutation. For a doubly-stochastic P̂ (Sinkhorn) it is a weighted average
-    of positions; for the URS matrices of SoftSort/NeuralSort the columns need not
-    sum to 1, so soft ranks of nearly tied items can leave [1, n] slightly.
+    Entry j is Σ_i i·P̂[i, j], the rank of item j in the operator's `direction`; exact
+    for a hard permutation. The columns of SoftSort's and NeuralSort's P̂ need not sum
+    to 1, so ranks of nearly tied items may leave [1, n] slightly.
 
     Args:
-      perm: `[..., n, n]` relaxed permutation matrix.
+      perm: `[..., n, n]` relaxed permutation matrix, or ragged `[batch, (S,) (n), (n)]`
+        (ragged ranks).
       zero_based: ranks in 0..n − 1 instead of 1..n.
-      mask: optional boolean `[..., n]` (or `[n]`) of the valid entries: ranks at padded
-        entries are set to 0 (zero gradient). A P̂ masked by its operator already has
-        zero columns there, so its padded ranks are 0 without `mask` (1-based ranks of
-        the valid entries lie in [1, n_valid]). A ragged `[batch, (n), (n)]` `perm`
-        gives ragged `[batch, (n)]` ranks (`[batch, (S), (n)]` for a sampled ragged
-        `perm` `[batch, (S), (n), (n)]`). See softsort_tf._masking.
+      mask: optional boolean `[..., n]` (or `[n]`) of the valid entries: padded ranks
+        are 0 (zero gradient; a P̂ masked by its operator has them 0 already).
 
     Returns:
       `[..., n]` ranks in the dtype of `perm` (float32 for integer inputs).
@@ -164,16 +149,11 @@ def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
             ranks = ranks.with_flat_values(_masked_values(ranks.flat_values, mask.flat_values))
         return tf.RaggedTensor.from_nested_row_splits(
             ranks.flat_values, perm.nested_row_splits[:-1], validate=False)
-    perm = tf.convert_to_tensor(perm)
-    if perm.shape.rank is None or perm.shape.rank < 2 or not perm.shape[-1:].is_compatible_with(
-            perm.shape[-2:-1]):
-        raise ValueError(f"`perm` must have shape [..., n, n], got {perm.shape}.")
+    perm = _square(perm)
     out_dtype = perm.dtype if perm.dtype.is_floating else tf.float32
     dtype = _shapes.compute_dtype(out_dtype)
     p = tf.cast(perm, dtype)
     start = 0 if zero_based else 1
     positions = tf.cast(tf.range(start, start + tf.shape(perm)[-1]), dtype)
     ranks = tf.reduce_sum(p * positions[:, None], axis=-2)
-    if mask is not None:
-        ranks = _masked_values(ranks, mask)
-    return tf.cast(ranks, out_dtype)
+    return tf.cast(_masked_values(ranks, mask), out_dtype)

@@ -1,9 +1,6 @@
-"""Stochastic relaxed permutations: Gumbel-perturbed scores (reparameterised Plackett–Luce).
-
-The scores are read as log-scores, perturbed with i.i.d. standard Gumbel noise,
-s̃ = s + g, g = −log(−log u), u ~ U(0, 1), and a relaxed-permutation operator is applied
-to s̃ (Grover et al. 2019, §4.1). Noise comes from a stateless counter-based generator
-(`stateless_uniform`) seeded by `seed`: an int or an int32/int64 tensor of shape [2].
+"""Stochastic relaxed permutations (reparameterised Plackett–Luce, Grover et al. 2019,
+§4.1): a relaxed permutation matrix of log-scores perturbed by Gumbel noise, drawn by a
+stateless counter-based generator keyed by `seed` (an int or an integer tensor `[2]`).
 """
 
 from __future__ import annotations
@@ -12,16 +9,10 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking, _shapes
-from softsort_tf.ops.permutation import (
-    DEFAULT_DISTANCE_POWER,
-    DEFAULT_TAU,
-)
+from softsort_tf.ops.permutation import DEFAULT_DISTANCE_POWER, DEFAULT_TAU
 from softsort_tf.ops.soft import permutation_matrix
 
 
-# ---------------------------------------------------------------------------------
-# Stochastic variants: reparameterised Plackett–Luce.
-# ---------------------------------------------------------------------------------
 def _as_seed(seed):
     """An int or a shape-[2] integer tensor → an int64 seed of shape [2]."""
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
@@ -54,16 +45,12 @@ def _mix64(z):
 def stateless_uniform(shape, seed, dtype=tf.float32):
     """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
 
-    Element k (in row-major order) is splitmix64(k·γ + key) with γ the golden-ratio
-    increment and key = seed[0] ⊕ splitmix64(seed[1] + salt), its top b = 23 (float32)
-    or 52 (float64) bits m mapped to (m + 1/2)·2⁻ᵇ, which the dtype represents exactly
-    (2m + 1 has at most 24 / 53 significant bits): the largest value is 1 − 2⁻ᵇ⁻¹ < 1.
-    (With b = 24 / 53 the top value rounded to exactly 1, and −log(−log 1) = +∞: one
-    Gumbel sample in 2²⁴ was infinite and a stochastic training run turned to NaN
-    after a few hundred steps of 100 × 100 × 5 samples.) Integer arithmetic only, so the samples
-    are bit-identical in eager mode, under `tf.function` and with XLA, on any device
-    (`tf.random.stateless_uniform` draws different streams on the CPU kernel and
-    under XLA).
+    Element k (row-major) is splitmix64(k·γ + key), γ the golden-ratio increment and
+    key = seed[0] ⊕ splitmix64(seed[1] + salt), its top b = 23 (float32) or 52
+    (float64) bits m mapped to (m + 1/2)·2⁻ᵇ, exact in the dtype, so the largest value
+    is 1 − 2⁻ᵇ⁻¹ < 1 (one more bit would round it to 1, an infinite Gumbel sample).
+    Integer arithmetic only: bit-identical eagerly, under `tf.function` and XLA, on any
+    device (unlike `tf.random.stateless_uniform`).
 
     Args:
       shape: 1-D int tensor or list, the output shape.
@@ -88,18 +75,12 @@ def stateless_uniform(shape, seed, dtype=tf.float32):
 def gumbel_noise(shape, seed, dtype=tf.float32):
     """Standard Gumbel noise g = −log(−log u), u from `stateless_uniform`.
 
-    Reproducibility, exactly: the uniforms u are bit-identical in eager mode, under
-    `tf.function` and with XLA, on any device. The logarithms are the backend's: eager
-    mode and `tf.function` run the same kernels (bit-identical noise), while XLA's
-    logarithm differs from the CPU kernel's in the last bits (float64 samples by at
-    most a few ulps). float32 noise is therefore computed in float64
-    and rounded once, so that it agrees bit for bit under XLA except where the two
-    float64 values straddle a float32 rounding boundary (then by one ulp).
+    u is bit-identical everywhere; XLA's logarithm differs from the CPU kernel's in the
+    last bits, so float64 noise may differ by a few ulps under XLA, and float32 noise
+    (computed in float64, rounded once) by one ulp where it straddles a rounding boundary.
 
     Args:
-      shape: 1-D int tensor or list, the output shape.
-      seed: an int or an int32/int64 tensor of shape [2].
-      dtype: float32 (default) or float64 (float16/bfloat16 are drawn in float32).
+      shape, seed, dtype: as in `stateless_uniform`.
 
     Returns:
       A tensor of `shape` and `dtype` (float32 for reduced precision).
@@ -113,28 +94,19 @@ def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     """Plackett–Luce samples of log-scores: s̃ = s + g, g i.i.d. standard Gumbel.
 
     Sorting each row of s̃ draws a permutation from the Plackett–Luce distribution
-    with item weights exp(s) (Grover et al., 2019, §4.1); any relaxation applied to
-    s̃ makes the draw differentiable in s (the reparameterisation trick). The noise
-    g = −log(−log u) comes from `gumbel_noise`: a given seed gives bit-identical
-    samples eagerly and under `tf.function`; with XLA, float32 samples are
-    bit-identical except about one in 10⁷ (one ulp off) and float64 samples agree to
-    ~2e-15 (see `gumbel_noise`).
+    with item weights exp(s); a relaxation of the sort makes it differentiable in s.
 
     Args:
       scores: `[..., n]` real tensor of log-scores.
       num_samples: number of samples S >= 1.
       seed: an int, or an int32/int64 tensor of shape [2] (e.g. from
         `keras.random.SeedGenerator.next()`).
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: only valid
-        entries are perturbed; padded entries are returned as 0 (whatever their value,
-        NaN included; zero gradient). The noise of an entry is drawn from its flat
-        position in the padded `[..., S, n]` tensor, so a padded list does not get the
-        noise of its unpadded version for the same seed (same distribution, different
-        sample). See softsort_tf._masking.
+      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: padded entries
+        are returned as 0 (zero gradient). The noise depends on the padded shape, so a
+        padded list gets another sample than its unpadded version.
 
     Returns:
-      `[..., S, n]` perturbed scores, in the dtype of `scores` (noise drawn in float32
-      for float16/bfloat16 inputs).
+      `[..., S, n]` perturbed scores, in the dtype of `scores`.
 
     Example:
     >>> s = gumbel_perturb([[0.0, 1.0, 2.0]], num_samples=4, seed=0)
@@ -191,26 +163,16 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
                                   mask=None, **kwargs):
     """A relaxed permutation matrix of Gumbel-perturbed scores (stochastic variant).
 
-    `permutation_matrix(gumbel_perturb(scores, num_samples, seed), method, ...)`:
-    each of the S matrices relaxes a Plackett–Luce sample of permutations with
-    log-scores `scores` (stochastic NeuralSort / SoftSort; for 'sinkhorn', Sinkhorn
-    applied to perturbed scores). With `hard=True` the forward value is the exact
-    permutation matrix of each perturbed sample.
+    `permutation_matrix(gumbel_perturb(scores, num_samples, seed), method, ...)`: each
+    of the S matrices relaxes a Plackett–Luce sample with log-scores `scores` (with
+    `hard=True`, the exact matrix of each sample forward).
 
     Args:
-      scores: `[..., n]` real tensor of log-scores.
-      num_samples: number of samples S >= 1.
-      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      method: 'softsort', 'neuralsort' or 'sinkhorn'.
-      direction: 'DESCENDING' (default) or 'ASCENDING'.
-      hard: straight-through estimator.
-      mask: optional boolean `[..., n]` (or `[n]`), True = valid entry: Gumbel noise on
-        the valid entries only, and each sample's P̂ is masked as in
-        `permutation_matrix` (valid block = P̂ of the perturbed valid list; padded rows
-        and columns 0). The noise depends on the padded shape (see `gumbel_perturb`).
-        A ragged `[batch, (n)]` input gives a ragged `[batch, S, (n), (n)]` output.
-        See softsort_tf._masking.
-      **kwargs: the operator's own arguments (see `permutation_matrix`).
+      scores, num_samples, seed, mask: as in `gumbel_perturb`; each sample's P̂ is
+        masked as in `permutation_matrix`. A ragged `[batch, (n)]` input gives a ragged
+        `[batch, S, (n), (n)]` output.
+      method: a family with a permutation matrix ('softsort', 'neuralsort', ...).
+      direction, hard, **kwargs: as in `permutation_matrix`.
 
     Returns:
       `[..., S, n, n]` in the dtype of `scores`.
@@ -222,15 +184,10 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
     """
     if _masking.is_ragged(scores):
         num_samples = _checks.check_positive_int("num_samples", num_samples)
-
-        def run(lists, aligned, group):
-            del aligned
-            dense = stochastic_permutation_matrix(
+        return _masking.map_lists(
+            lambda lists, aligned, group: ragged_samples(lists, stochastic_permutation_matrix(
                 lists.dense, num_samples, group_seed(seed, group), method, direction, hard,
-                mask=lists.mask, **kwargs)
-            return ragged_samples(lists, dense, num_samples)
-
-        return _masking.map_lists(run, scores, mask, name="scores")
+                mask=lists.mask, **kwargs), num_samples), scores, mask, name="scores")
     scores = tf.convert_to_tensor(scores)
     dtype = _shapes.compute_dtype(scores.dtype)
     perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed, mask=mask)
@@ -241,21 +198,14 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
     return tf.cast(perm, scores.dtype) if scores.dtype.is_floating else perm
 
 
-def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed, tau: float = DEFAULT_TAU,
-                                distance_power: float = DEFAULT_DISTANCE_POWER,
-                                direction: str = "DESCENDING", hard: bool = False, *,
-                                mask=None):
-    """Stochastic SoftSort: `softsort_permutation_matrix` of Gumbel-perturbed log-scores.
-
-    Args:
-      scores: `[..., n]` log-scores.
-      num_samples: number of samples S >= 1.
-      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      tau, distance_power, direction, hard: as in `softsort_permutation_matrix`.
-      mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
-
-    Returns:
-      `[..., S, n, n]` in the dtype of `scores`.
+def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed,
+                                           tau: float = DEFAULT_TAU,
+                                           distance_power: float = DEFAULT_DISTANCE_POWER,
+                                           direction: str = "DESCENDING", hard: bool = False,
+                                           *, mask=None):
+    """Stochastic SoftSort: `softsort_permutation_matrix` `[..., S, n, n]` of
+    Gumbel-perturbed log-scores (the arguments of `stochastic_permutation_matrix` and
+    of the matrix).
 
     Example:
     >>> P = stochastic_softsort_permutation_matrix([[0.0, 1.0, 2.0]], num_samples=2, seed=7)
@@ -269,21 +219,11 @@ def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed, tau: 
 
 def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
                                              tau: float = DEFAULT_TAU,
-                                  direction: str = "DESCENDING", hard: bool = False, *,
-                                  mask=None):
-    """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neuralsort_permutation_matrix` of
-    Gumbel-perturbed log-scores.
-
-    Args:
-      scores: `[..., n]` log-scores.
-      num_samples: number of samples S >= 1.
-      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      tau, direction, hard: as in `neuralsort_permutation_matrix`.
-      mask: see `stochastic_permutation_matrix` and softsort_tf._masking.
-
-    Returns:
-      `[..., S, n, n]` in the dtype of `scores`.
-    """
+                                             direction: str = "DESCENDING",
+                                             hard: bool = False, *, mask=None):
+    """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neuralsort_permutation_matrix`
+    `[..., S, n, n]` of Gumbel-perturbed log-scores (the arguments of
+    `stochastic_permutation_matrix` and of the matrix)."""
     return stochastic_permutation_matrix(scores, num_samples, seed, "neuralsort",
                                          direction=direction, hard=hard, mask=mask, tau=tau)
 
@@ -291,18 +231,8 @@ def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
 def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
                                            direction: str = "DESCENDING", hard: bool = False,
                                            **sinkhorn_kwargs):
-    """`sinkhorn_permutation_matrix` of Gumbel-perturbed log-scores.
-
-    Args:
-      scores: `[..., n]` log-scores.
-      num_samples: number of samples S >= 1.
-      seed: an int or an integer tensor of shape [2] (see `gumbel_perturb`).
-      direction, hard: as in `permutation_matrix`.
-      **sinkhorn_kwargs: `epsilon`, `power`, `max_iterations`, ... of
-        `sinkhorn_permutation_matrix`, and `mask` (see `stochastic_permutation_matrix`).
-
-    Returns:
-      `[..., S, n, n]` in the dtype of `scores`.
-    """
+    """`sinkhorn_permutation_matrix` `[..., S, n, n]` of Gumbel-perturbed log-scores (the
+    arguments of `stochastic_permutation_matrix`; `**sinkhorn_kwargs`: `mask` and those
+    of the matrix)."""
     return stochastic_permutation_matrix(scores, num_samples, seed, "sinkhorn",
                                          direction=direction, hard=hard, **sinkhorn_kwargs)
