@@ -19,22 +19,16 @@ def _kendall_tau_and_weights(y_true, y_pred, **kwargs):
 class KendallTau(PerListMean):
     """Mean Kendall's τ-b (`softsort_tf.ops.kendall.kendall_tau`) over lists.
 
-    Each list (along `axis`) contributes τ-b of its targets and predictions, equal to
-    `scipy.stats.kendalltau`; the metric is their (sample-weighted) mean over all
-    lists seen (`PerListMean`). Padding follows the ranking metrics
-    (`softsort_tf.metrics.ranking`): a False entry of the Keras mask of `y_pred` (one
-    flag per item), the end of a ragged row or, with
-    `negative_labels_are_padding=True`, a negative target is padding, and τ is that of
-    the valid items. A list with fewer than two valid items, or whose valid targets or
-    predictions are all tied, has no concordant or discordant structure: it is skipped
-    (weight 0). An empty stream gives 0, never NaN; a NaN at a valid entry gives NaN,
-    as the other metrics.
+    The (sample-weighted) mean over all lists seen (`PerListMean`) of τ-b of each
+    list's valid targets and predictions (`scipy.stats.kendalltau`); padding as for
+    `SpearmanCorrelation`. A list with fewer than two valid items, or whose valid
+    targets or predictions are all tied, is skipped (weight 0). An empty stream gives
+    0; a NaN at a valid entry gives NaN.
 
     Args:
       axis: the list axis (default −1).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
-        targets of a correlation are real values; the padding rule of
-        `softsort_tf._lists`).
+        targets of a correlation are real values).
       algorithm: 'auto', 'pairwise' or 'merge' (see `kendall_tau`).
       name, dtype: as in `keras.metrics.Metric`.
 

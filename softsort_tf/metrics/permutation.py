@@ -11,19 +11,17 @@ _PACKAGE = "softsort_tf"
 
 
 def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, mask=None):
-    """1.0 where the row-wise argmax of P̂ recovers the whole true permutation, else 0.0.
-
-    Averaged over sample axes for stochastic `y_pred`. This is the papers'
-    "proportion of whole permutations correct".
+    """1.0 where the row-wise argmax of P̂ recovers the whole true permutation, else 0.0
+    (the papers' "proportion of whole permutations correct"); averaged over the sample
+    axes of a stochastic `y_pred`.
 
     Args:
       y_true: the true permutation matrix `[..., n, n]` or ordering `[..., n]`.
       y_pred: P̂ `[..., (S,) n, n]`.
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
-      mask: optional boolean `[..., n]` of the valid items; padded lists may also be
-        given as orderings with −1 after the n_valid indices. Only the valid rows
-        (sorted positions < n_valid) count; a list without any gives 0. See
-        softsort_tf._masking.
+      mask: optional boolean `[..., n]` of the valid items (orderings may instead hold
+        −1 after the n_valid indices): only the valid rows count; a list without any
+        gives 0.
 
     Returns:
       float32 per-example values, the leading shape of `y_true`.
@@ -44,10 +42,9 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, m
 
 def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *,
                                      mask=None):
-    """Fraction of positions whose row-wise argmax of P̂ is the true item.
-
-    The papers' "proportion of elements correctly placed"; averaged over sample axes
-    for stochastic `y_pred`. Arguments as in `exact_permutation_accuracy`.
+    """Fraction of positions whose row-wise argmax of P̂ is the true item (the papers'
+    "proportion of elements correctly placed"); arguments as in
+    `exact_permutation_accuracy`.
 
     Returns:
       float32 per-example values in [0, 1], the leading shape of `y_true`.
@@ -62,12 +59,11 @@ def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto"
 
 
 class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
-    """Mean of a per-example accuracy (`_metric_fn`) of hard (row-wise argmax)
-    permutations; honours `sample_weight`.
+    """A `keras.metrics.Mean` of a per-example accuracy (`_metric_fn`) of the row-wise
+    argmax permutations.
 
     Args:
-      name: metric name (default: the name of `_metric_fn`).
-      dtype: dtype of the result.
+      name, dtype: as in `keras.metrics.Metric` (default name: that of `_metric_fn`).
       y_true_format: 'auto' (default), 'indices' or 'matrix'.
     """
 

@@ -1,24 +1,19 @@
 """Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
 
-The padding convention is that of `softsort_tf._lists` (label < 0, an optional
-boolean mask, a Keras mask of the scores with one flag per item, or the ends of
-`tf.RaggedTensor` rows mark padding). Items are ranked by
-decreasing score; tied scores keep their input order (a stable sort). Both metrics
-work with lists of any length, also unknown at trace time (no static n needed).
-
-`y_true` may also be Keras-RS's `{"labels": ..., "mask": ...}`. Gains are 2^label − 1,
-discounts 1/log₂(1 + position), as in `keras_rs.metrics.NDCG`; NDCG@k and MRR@k equal
+Padding as in docs/api.md ("Padding"): label < 0, a mask, a Keras mask of the scores
+(one flag per item), the ends of ragged rows, or Keras-RS's `y_true = {"labels": ...,
+"mask": ...}`. Items are ranked by decreasing score, tied scores in input order (a
+stable sort); lists may be of any length, also unknown at trace time. Gains are
+2^label − 1 and discounts 1/log₂(1 + position): NDCG@k and MRR@k equal
 `keras_rs.metrics.NDCG(k)` and `keras_rs.metrics.MeanReciprocalRank(k)` but for two
 conventions:
 
-- A list without a relevant item (no valid label > 0) has no ideal ranking. By default
-  (`lists_without_relevant='skip'`) it is left out of the means (weight 0), for NDCG
-  and MRR alike; Keras-RS counts it with value 0 and weight 1, which
-  `lists_without_relevant='zero'` does too (a list without valid items is left out by
-  both). With per-list sample weights, 'zero' gives such a list its own weight, where
-  Keras-RS gives it the mean weight of the batch's lists with a relevant item.
-- Tied scores keep their input order here; Keras-RS orders them at random. MRR counts
-  labels > 0 as relevant, Keras-RS labels ≥ 1 (the same for integer labels).
+- A list without a relevant item (no valid label > 0) is left out of the means by
+  default (`lists_without_relevant='skip'`); Keras-RS counts it with value 0, as
+  'zero' does (with per-list sample weights, 'zero' gives it its own weight, Keras-RS
+  the batch's mean weight). A list without valid items is always left out.
+- Keras-RS orders tied scores at random, and its MRR counts labels ≥ 1 as relevant
+  (here > 0; the same for integer labels).
 """
 
 from __future__ import annotations
@@ -63,11 +58,16 @@ def _weights(has_relevant, valid, lists_without_relevant: str, dtype):
     return tf.cast(counted, dtype)
 
 
-def _predicted_order(scores, valid):
-    """Indices of the items in decreasing score order, padded items last (stable)."""
+def _ordered_lists(y_true, y_pred, mask, k):
+    """`(k, labels, valid, order)`: the checked cut-off, the padded lists
+    (`padded_lists`) and the indices of the items in decreasing score order, padded
+    items last (stable)."""
+    k = _check_k(k)
+    labels, scores, valid = padded_lists(y_true, y_pred, mask)
     low = tf.constant(-np.inf, scores.dtype)
     keyed = tf.where(valid, tf.where(tf.math.is_nan(scores), low, scores), low)
-    return tf.argsort(keyed, axis=-1, direction="DESCENDING", stable=True)
+    order = tf.argsort(keyed, axis=-1, direction="DESCENDING", stable=True)
+    return k, labels, valid, order
 
 
 @per_list_over_groups
@@ -75,9 +75,8 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None, *,
          lists_without_relevant: str = "skip"):
     """NDCG@k of each list: DCG@k of the predicted order over the ideal DCG@k.
 
-    DCG@k = Σ_{i ≤ k} (2^{label of the i-th item} − 1) / log₂(1 + i), computed with the
-    gains of each list scaled by its largest (`_lists.gains`): finite for labels
-    of any size (2^128 overflows float32).
+    DCG@k = Σ_{i ≤ k} (2^{label of the i-th item} − 1) / log₂(1 + i), with the gains
+    of each list scaled by its largest (`_lists.gains`: finite for labels of any size).
 
     Args:
       y_true: relevance labels `[..., n]` (< 0 = padding), or ragged, or Keras-RS's
@@ -90,17 +89,15 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None, *,
 
     Returns:
       `(values, weights)`, both `[...]`: NDCG@k in [0, 1] (0 for a list without a
-      relevant item), and the weights: 1 for lists with a relevant item, for the others
-      as `lists_without_relevant` says.
+      relevant item), and the weights (1 for lists with a relevant item, for the others
+      as `lists_without_relevant` says).
 
     Example:
     >>> v, w = ndcg([[0.0, 1.0, 2.0, -1.0]], [[3.0, 2.0, 1.0, 9.0]], k=2)
     >>> round(float(v[0]), 4), float(w[0])
     (0.1738, 1.0)
     """
-    k = _check_k(k)
-    labels, scores, valid = padded_lists(y_true, y_pred, mask)
-    order = _predicted_order(scores, valid)
+    k, labels, valid, order = _ordered_lists(y_true, y_pred, mask, k)
     g = tf.gather(gains(labels), order, batch_dims=order.shape.rank - 1)
     positions = tf.cast(tf.range(1, tf.shape(g)[-1] + 1), g.dtype)
     dcg = tf.reduce_sum(g * dcg_discounts(positions, k), axis=-1)
@@ -122,18 +119,14 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None, *,
       lists_without_relevant: as in `ndcg`.
 
     Returns:
-      `(values, weights)`, both `[...]`; value 0 for lists without a relevant item,
-      weighted 0 (default 'skip'; also for empty lists) or 1 ('zero', for lists with a
-      valid item).
+      `(values, weights)`, both `[...]`, as in `ndcg`.
 
     Example:
     >>> v, w = reciprocal_rank([[0.0, 1.0, 0.0]], [[3.0, 2.0, 1.0]])
     >>> float(v[0]), float(w[0])
     (0.5, 1.0)
     """
-    k = _check_k(k)
-    labels, scores, valid = padded_lists(y_true, y_pred, mask)
-    order = _predicted_order(scores, valid)
+    k, labels, valid, order = _ordered_lists(y_true, y_pred, mask, k)
     relevant = tf.gather(tf.logical_and(labels > 0, valid), order,
                          batch_dims=order.shape.rank - 1)
     positions = tf.cast(tf.range(1, tf.shape(relevant)[-1] + 1), labels.dtype)
@@ -147,19 +140,18 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None, *,
 
 
 class PerListMean(keras.metrics.Mean):
-    """Streaming weighted mean of a per-list value over all lists seen: a
-    `keras.metrics.Mean` of per-list values and weights (TF-Ranking's `_RankingMetric`).
+    """A `keras.metrics.Mean` of per-list values over all lists seen (TF-Ranking's
+    `_RankingMetric`).
 
     Subclasses set `_fn(y_true, y_pred, mask=None, **fn_kwargs)` → `(values, weights)`,
     both `[...]` (weight 0 leaves a list out, whatever its value, NaN included);
-    `sample_weight` multiplies the weights. A Keras mask of `y_pred` of its own shape
-    (one flag per item) is the padding of the lists, passed to `_fn` as `mask`. An
-    empty stream gives 0.
+    `sample_weight` multiplies the weights. A Keras mask of `y_pred` of its own shape is
+    the padding of the lists, passed to `_fn` as `mask`. An empty stream gives 0.
 
     Args:
       name, dtype: as in `keras.metrics.Metric`.
-      **fn_kwargs: the (validated) keyword arguments of `_fn`; with name and dtype, the
-        config.
+      **fn_kwargs: the (validated) keyword arguments of `_fn`, also attributes; with
+        name and dtype, the config.
     """
 
     _fn = None
@@ -167,6 +159,7 @@ class PerListMean(keras.metrics.Mean):
     def __init__(self, name: str, dtype, **fn_kwargs):
         super().__init__(name=name, dtype=dtype)
         self.fn_kwargs = fn_kwargs
+        self.__dict__.update(fn_kwargs)
         self._direction = "up"
 
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -203,18 +196,16 @@ class _RelevanceMetric(PerListMean):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class NDCGMetric(_RelevanceMetric):
-    """Mean NDCG@k (`ndcg`) over the lists that have a relevant item (or over all lists
-    with a valid item, `lists_without_relevant='zero'`, as `keras_rs.metrics.NDCG`).
+    """Mean NDCG@k (`ndcg`) over the lists that have a relevant item.
 
     Args:
       k: cut-off (default None: the whole list).
       name, dtype: as in `keras.metrics.Metric`.
       lists_without_relevant: 'skip' (default: lists without a relevant item are left
-        out) or 'zero' (they count with NDCG 0, Keras-RS's convention).
+        out) or 'zero' (they count with NDCG 0, as `keras_rs.metrics.NDCG`).
 
     `update_state(y_true, y_pred, sample_weight=None)`: labels and scores `[batch, n]`
-    (or ragged; label < 0 = padding; or Keras-RS's `{"labels": ..., "mask": ...}`),
-    `sample_weight` `[batch]`.
+    (padded as in the module docstring), `sample_weight` `[batch]`.
 
     Example:
     >>> m = NDCGMetric(k=2)
@@ -224,15 +215,13 @@ class NDCGMetric(_RelevanceMetric):
     """
 
     _fn = staticmethod(ndcg)
-
     _prefix = "ndcg"
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MRRMetric(_RelevanceMetric):
     """Mean reciprocal rank of the first relevant item (`reciprocal_rank`) over the
-    lists that have one (or over all lists with a valid item,
-    `lists_without_relevant='zero'`, as `keras_rs.metrics.MeanReciprocalRank`).
+    lists that have one.
 
     Args:
       k: only the first k positions count (default None: the whole list).
@@ -247,5 +236,4 @@ class MRRMetric(_RelevanceMetric):
     """
 
     _fn = staticmethod(reciprocal_rank)
-
     _prefix = "mrr"

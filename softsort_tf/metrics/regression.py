@@ -12,33 +12,25 @@ from softsort_tf.ops import hard_stats
 _PACKAGE = "softsort_tf"
 
 
-class _BatchErrorMetric(keras.metrics.Metric):
-    """Batch-size-weighted mean over batches of a statistic of the batch errors.
+class _BatchErrorMetric(keras.metrics.Mean):
+    """A `keras.metrics.Mean` of a statistic of each batch's errors |y − ŷ|^error_power
+    (mean over the non-batch axes), weighted by the batch's number of examples.
 
     Args:
-      error_power: exponent of the per-example error |y − ŷ|^error_power (mean over
-        non-batch axes).
+      error_power: the exponent of the errors.
       name, dtype: as in `keras.metrics.Metric`.
 
-    `sample_weight` gives the masses of the examples in each batch statistic: finite
-    and ≥ 0; a negative or NaN weight raises a `ValueError` where its value is known
-    when `update_state` runs (eagerly; inside a graph it is not checked). A weight 0 is
-    padding (softsort_tf._masking): the example is left out of the statistic whatever
-    its values (NaN included) and of the count, so each batch is weighted by its number
-    of examples of non-zero weight (a batch of padding alone adds nothing).
-
-    The batch size may be unknown when the metric is traced (`evaluate` on `tf.data`
-    without `drop_remainder`), also under XLA.
+    `sample_weight` gives the masses of the examples in each batch statistic: finite and
+    ≥ 0 (a negative or NaN weight raises a `ValueError` when its value is known, i.e.
+    eagerly). A weight 0 is padding: the example is left out of the statistic whatever
+    its values (NaN included) and of the count. The batch size may be unknown when the
+    metric is traced, also under XLA.
     """
 
     def __init__(self, error_power: float, name: str, dtype=None):
         super().__init__(name=name, dtype=dtype)
         self.error_power = _checks.check_positive("error_power", error_power)
         self._direction = "down"
-        self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
-                                       name="total")
-        self.count = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype,
-                                       name="count")
 
     def statistic(self, errors, weights, mask=None):
         raise NotImplementedError
@@ -49,24 +41,15 @@ class _BatchErrorMetric(keras.metrics.Metric):
         count = tf.cast(tf.shape(errors)[0], self.dtype)
         if sample_weight is not None:
             weights = tf.cast(tf.convert_to_tensor(sample_weight), errors.dtype)
-            # Masses of the examples: negative or NaN weights have no meaning here (zeros
-            # are padding, allowed even for a whole batch).
+            # Zeros are padding (allowed even for a whole batch); the others are masses.
             _checks.check_weight_values("sample_weight", tf.where(
                 weights == 0, tf.ones_like(weights), weights), allow_zero=True)
             weights = tf.broadcast_to(tf.reshape(weights, [-1]), tf.shape(errors))
             valid = weights != 0
             count = tf.reduce_sum(tf.cast(valid, self.dtype))
             weights = tf.where(valid, weights, tf.ones_like(weights))
-        value = tf.cast(self.statistic(errors, weights, valid), self.dtype)
-        self.total.assign_add(value * count)
-        self.count.assign_add(count)
-
-    def result(self):
-        return tf.math.divide_no_nan(self.total, self.count)
-
-    def reset_state(self):
-        self.total.assign(0.0)
-        self.count.assign(0.0)
+        value = self.statistic(errors, weights, valid)
+        return super().update_state(value, sample_weight=count)
 
     def get_config(self) -> dict:
         return {"name": self.name, "dtype": self.dtype, "error_power": self.error_power}
@@ -77,12 +60,10 @@ class QuantileError(_BatchErrorMetric):
     """The τ-quantile of the batch errors |y − ŷ|^error_power (hard counterpart of
     `SoftLeastQuantileRegressionLoss`).
 
-    Per batch: `hard_stats.weighted_quantile` of the errors with the sample weights as
-    masses (numpy's 'averaged_inverted_cdf' for uniform weights), or, with `width=t`,
-    the mean of the errors whose cumulative mass lies in [τ − t/2, τ + t/2], the exact
-    (ε → 0) value of the soft loss with the same width. Streams as the
-    mean of the per-batch values weighted by their numbers of examples (see
-    `_BatchErrorMetric`).
+    Per batch: `hard_stats.weighted_quantile` of the errors, sample weights as masses
+    (numpy's 'averaged_inverted_cdf' for uniform weights), or, with `width=t`, the mean
+    of the errors whose cumulative mass lies in [τ − t/2, τ + t/2] (the ε → 0 value of
+    the soft loss with the same width); streamed as in `_BatchErrorMetric`.
 
     Args:
       quantile: τ in (0, 1) (default 0.5: the median error).
@@ -125,8 +106,7 @@ class TrimmedError(_BatchErrorMetric):
     of `SoftTrimmedRegressionLoss`).
 
     Per batch: `hard_stats.interval_mean` of the errors over the cumulative masses
-    [start, end], sample weights as masses; streams as the mean of the per-batch values
-    weighted by their numbers of examples (see `_BatchErrorMetric`).
+    [start, end], sample weights as masses; streamed as in `_BatchErrorMetric`.
 
     Args:
       start_quantile: s in [0, 1) (default 0).

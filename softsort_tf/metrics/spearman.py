@@ -17,10 +17,9 @@ def spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
                          negative_labels_are_padding: bool = False):
     """Spearman's ρ of `y_true` and `y_pred` along `axis`, ties averaged.
 
-    The Pearson correlation of `hard_stats.rankdata` of both (as
-    `scipy.stats.spearmanr`); 0 for a list whose targets or predictions are constant,
-    NaN for a list holding a NaN. Padded lists (a `mask`,
-    `negative_labels_are_padding=True` or ragged inputs; see `softsort_tf._lists`)
+    The Pearson correlation of `hard_stats.rankdata` of both (as `scipy.stats.spearmanr`);
+    0 for a list whose targets or predictions are constant, NaN for a list holding a
+    NaN. Padded lists (a `mask`, `negative_labels_are_padding=True` or ragged inputs)
     give ρ of the valid entries alone.
 
     Args:
@@ -51,17 +50,14 @@ class SpearmanCorrelation(PerListMean):
     """Mean Spearman's ρ (ties averaged) over lists along `axis` (hard counterpart of
     1 − `SpearmanLoss`).
 
-    Each list contributes `spearman_correlation` of its targets and predictions; the
-    metric is their (sample-weighted) mean over all lists seen (`PerListMean`). A Keras
-    mask of `y_pred` of its own shape (one flag per item) marks padding, as for the
-    ranking metrics. Lists of any length, also unknown when the model is built, and XLA
-    are supported.
+    The (sample-weighted) mean of `spearman_correlation` over all lists seen
+    (`PerListMean`); a Keras mask of `y_pred` of its shape marks padding. Lists of any
+    length, also unknown when the model is built, and XLA are supported.
 
     Args:
       axis: the list axis (default −1).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
-        targets of a correlation are real values; the padding rule of
-        `softsort_tf._lists`). Ragged inputs are always taken as padded lists.
+        targets of a correlation are real values).
       name, dtype: as in `keras.metrics.Metric`.
 
     Example:
@@ -75,8 +71,6 @@ class SpearmanCorrelation(PerListMean):
 
     def __init__(self, axis: int = -1, name: str = "spearman_correlation", dtype=None, *,
                  negative_labels_are_padding: bool = False):
-        axis = _checks.check_int("axis", axis)
-        padding = _checks.check_bool("negative_labels_are_padding", negative_labels_are_padding)
-        super().__init__(name, dtype, axis=axis, negative_labels_are_padding=padding)
-        self.axis = axis
-        self.negative_labels_are_padding = padding
+        super().__init__(name, dtype, axis=_checks.check_int("axis", axis),
+                         negative_labels_are_padding=_checks.check_bool(
+                             "negative_labels_are_padding", negative_labels_are_padding))
