@@ -512,4 +512,4 @@ DIFFSORT = Family(
     "closer than about 1/β are blurred together (β → ∞: exact)",
     "Petersen, Borgelt, Kuehne & Deussen (ICML 2021, ICLR 2022)",
     matrix_fn=sorting_network_permutation_matrix, doubly_stochastic=True,
-    temperature_units="inverse_scores")
+    temperature_units="inverse_scores", scale_free_temperature=1.0)
