@@ -8,15 +8,11 @@ the layer's operation) is converted with `tf.lite.OpsSet.TFLITE_BUILTINS` only, 
 gathered into one Keras model with one output per layer, so the whole set costs one
 conversion (a failure converts them one by one to name the layers that fail).
 
-The Sinkhorn layers convert with builtins with the float32 backward solve
-(`SINKHORN_FLOAT32`, the cases '<layer>[implicit cg]'). With their defaults they need
-TensorFlow ops beyond the builtins and are listed in `FLEX_ONLY` with the reason
-(docs/deploy.md, "TFLite"): they convert with `SELECT_TF_OPS` (and give the
-Keras values where the interpreter has the flex delegate, which TensorFlow's pip wheel
-does not ship), and each of them still holds a float64 op in its traced forward (the
-reason), so the list cannot go stale unnoticed. The Sinkhorn conversions are `slow`
-(~20 s of CPU each) but for one (`SinkhornRank` after traces at other shapes); the other
-layers cost ~20 s of CPU (one conversion of 20 layers).
+The Sinkhorn layers (and the front-door layers, whose default method is 'sinkhorn')
+convert with their default settings, the float64 implicit backward included: its
+forward is float32 (docs/deploy.md, "TFLite"). Their conversion is `slow` (~20 s of CPU)
+but for one (`SinkhornRank` after traces at other shapes); the other layers cost ~20 s
+of CPU (one conversion of 20 layers).
 
 Shapes are static (batch 2, lists of 5): LapSum computes its sums in float32 only for a
 list length known at trace time (`softsort_tf.ops.lapsum.FLOAT32_SUMS_UP_TO`).
@@ -28,7 +24,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.framework import types_pb2
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 import softsort_tf
@@ -37,26 +32,10 @@ from softsort_tf.ops import family as family_module
 BATCH, N = 2, 5
 FRONT_DOOR = ("RankLayer", "SortLayer", "TopKLayer", "QuantileLayer")
 
-#: Layers that do not convert with TFLite's builtin ops, and why (docs/deploy.md).
-_SINKHORN = ("with the default implicit backward (float64 solve for m <= 64 targets) the "
-             "read-outs are computed from float64 potentials in the forward (their "
-             "gradients cancel against the implicit ones in float64); TFLite has no "
-             "float64 kernels. The same layer with "
-             "SinkhornOptions(implicit_diff=ImplicitDiff(solver='cg')) (or "
-             "implicit_diff=None) converts with builtins (the forward values equal to "
-             "float32 rounding)")
-#: The Sinkhorn settings whose forward is float32 throughout.
-SINKHORN_FLOAT32 = {"options": softsort_tf.SinkhornOptions(
-    implicit_diff=softsort_tf.ImplicitDiff(solver="cg"))}
-FLEX_ONLY = {
-    "SinkhornCDF": _SINKHORN,
-    "SinkhornPermutation": _SINKHORN,
-    "SinkhornQuantile": _SINKHORN,
-    "SinkhornQuantileNormalization": _SINKHORN,
-    "SinkhornRank": _SINKHORN,
-    "SinkhornSort": _SINKHORN,
-    **{name: _SINKHORN + " (method='sinkhorn' is the default)" for name in FRONT_DOOR},
-}
+
+def _is_sinkhorn(case: str) -> bool:
+    """Whether the case is a Sinkhorn layer (by name, or a front-door layer's default)."""
+    return case.startswith("Sinkhorn") or case in FRONT_DOOR
 
 
 def _is_layer(obj) -> bool:
@@ -71,10 +50,6 @@ def layer_cases() -> dict[str, object]:
         obj = getattr(softsort_tf, name)
         if _is_layer(obj):
             cases[name] = lambda cls=obj: cls()
-    for name in list(cases):
-        if name in FLEX_ONLY:  # the Sinkhorn layers, with a float32 forward
-            cases[f"{name}[implicit cg]"] = lambda name=name: getattr(softsort_tf, name)(
-                **SINKHORN_FLOAT32)
     cases["KendallEmbedding[smooth]"] = lambda: softsort_tf.KendallEmbedding(smooth_scale=0.5)
     cases["KendallEmbedding[smooth, signed]"] = lambda: softsort_tf.KendallEmbedding(
         smooth_scale=0.5, signed=True)
@@ -153,11 +128,11 @@ def test_cases_cover_every_layer_and_family():
     cases = layer_cases()
     layers = [n for n in softsort_tf.__all__ if _is_layer(getattr(softsort_tf, n))]
     assert set(layers) <= set(cases)
-    assert set(FLEX_ONLY) <= set(cases)
     for name in FRONT_DOOR:
         assert name in layers
     assert "RankLayer[lapsum]" in cases and "SortLayer[permutahedron]" in cases
-    assert "SinkhornSort[implicit cg]" in cases and "QuantileLayer[implicit cg]" in cases
+    sinkhorn = {name for name in cases if _is_sinkhorn(name)}
+    assert len(sinkhorn) == 10 and "SinkhornPermutation" in sinkhorn, sinkhorn
 
 
 def _check_builtin_conversion(cases):
@@ -173,55 +148,24 @@ def _check_builtin_conversion(cases):
 
 def test_every_layer_converts_with_builtin_ops():
     """Every case but the Sinkhorn ones (the slow test below): ~20 s of CPU."""
-    _check_builtin_conversion({k: v for k, v in layer_cases().items()
-                               if k not in FLEX_ONLY and not k.endswith("[implicit cg]")})
+    _check_builtin_conversion({k: v for k, v in layer_cases().items() if not _is_sinkhorn(k)})
 
 
 @pytest.mark.slow  # ten Sinkhorn models in one conversion: ~20 s of CPU
-def test_sinkhorn_layers_with_the_float32_backward_convert_with_builtin_ops():
-    _check_builtin_conversion({k: v for k, v in layer_cases().items()
-                               if k.endswith("[implicit cg]")})
-
-
-def _float64_ops(layer) -> int:
-    fn = tf.function(layer).get_concrete_function(tf.TensorSpec([BATCH, N], tf.float32))
-    graph_def = fn.graph.as_graph_def()
-    nodes = list(graph_def.node)
-    for f in graph_def.library.function:
-        nodes.extend(f.node_def)
-    return sum(any(v.type == types_pb2.DT_DOUBLE or types_pb2.DT_DOUBLE in v.list.type
-                   for v in node.attr.values()) for node in nodes)
-
-
-@pytest.mark.slow  # one conversion of ten Sinkhorn models: ~15 s of CPU
-def test_the_exceptions_convert_with_flex_ops_and_still_need_them():
-    cases = {k: v for k, v in layer_cases().items() if k in FLEX_ONLY}
-    for name, make in cases.items():
-        assert _float64_ops(make()) > 0, f"{name} has no float64 op: drop it from FLEX_ONLY"
-    x = _inputs()
-    model = _model(cases)
-    blob = _convert(model, [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS])
-    assert b"Flex" in blob  # some float64 ops run as TensorFlow (flex) ops
-    try:
-        outputs = _run(blob, x)
-    except RuntimeError as error:
-        if "Flex delegate" not in str(error):
-            raise
-        # TensorFlow's pip wheel (2.21) ships no flex delegate for its Python
-        # interpreter; the conversion above is what can be checked here.
-        pytest.skip("this tf.lite.Interpreter has no flex delegate (the model converted)")
-    _compare(cases, model, outputs, x)
+def test_sinkhorn_layers_with_their_defaults_convert_with_builtin_ops():
+    _check_builtin_conversion({k: v for k, v in layer_cases().items() if _is_sinkhorn(k)})
 
 
 def test_sinkhorn_converts_after_traces_at_other_shapes():
     """The Sinkhorn loop's graph function generalises to unknown shapes once it has seen
     a second batch size and list length (`reduce_retracing`); its new axes are taken
     with expand_dims, so the generalised loop still converts with builtins (a strided
-    slice with a new axis on unknown shapes has no TFLite builtin: it failed before)."""
+    slice with a new axis on unknown shapes has no TFLite builtin). With the default
+    settings: the float64 implicit backward leaves the forward in float32."""
     for shape in ((3, 4), (4, 6), (7, 3)):
-        tf.function(lambda v: softsort_tf.sinkhorn_rank(v, **SINKHORN_FLOAT32)
-                    ).get_concrete_function(tf.TensorSpec(shape, tf.float32))
-    cases = {"SinkhornRank[implicit cg]": lambda: softsort_tf.SinkhornRank(**SINKHORN_FLOAT32)}
+        tf.function(softsort_tf.sinkhorn_rank).get_concrete_function(
+            tf.TensorSpec(shape, tf.float32))
+    cases = {"SinkhornRank": softsort_tf.SinkhornRank}
     x = _inputs()
     model = _model(cases)
     _compare(cases, model, _run(_convert(model, [tf.lite.OpsSet.TFLITE_BUILTINS]), x), x)

@@ -51,7 +51,9 @@ Gradients (w.r.t. the cost, hence x, and the weights a and b):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -65,7 +67,7 @@ EXACT_MARGINALS = ("target", "input")
 
 @dataclasses.dataclass
 class SinkhornResult:
-    """Solution of a batch of transport problems.
+    """Solution of a batch of transport problems, in the dtype of x.
 
     Attributes:
       f: `[batch, n]` dual potential of the inputs.
@@ -80,9 +82,9 @@ class SinkhornResult:
       error: `[batch]` L1 error of the row marginal, Σ_i |(P1)_i − a_i|, of the
         column-exact plan; with `exact_marginal='input'` the returned plan is row-exact
         and its column error Σ_j |(Pᵀ1)_j − b_j| is at most this value.
-      dtype: the dtype of the read-outs (`log_plan`, `plan`, `row_plan`): that of x.
-        f, g and cost may be held in float64 for float32 inputs (see `solve`); the
-        read-outs are computed in their dtype and cast.
+      readout: None, or what `log_plan`, `plan` and `row_plan` evaluate their
+        `fn(f, g, cost, ε)` with: for float32 inputs with the float64 implicit
+        backward, computed in float32 and differentiated in float64 (see `solve`).
     """
 
     f: tf.Tensor
@@ -91,15 +93,16 @@ class SinkhornResult:
     epsilon: tf.Tensor
     num_iterations: tf.Tensor
     error: tf.Tensor
-    dtype: tf.DType
+    readout: Callable | None = None
 
-    def _over_epsilon(self, t):
-        return t / tf.cast(self.epsilon, self.cost.dtype)
+    def _read(self, fn):
+        if self.readout is not None:
+            return self.readout(fn)
+        return fn(self.f, self.g, self.cost, self.epsilon)
 
     def log_plan(self):
-        """`[batch, n, m]` log of the transport plan."""
-        log_plan = self._over_epsilon(self.f[:, :, None] + self.g[:, None, :] - self.cost)
-        return tf.cast(log_plan, self.dtype)
+        """`[batch, n, m]` log of the transport plan, (f_i + g_j − C_ij)/ε."""
+        return self._read(_log_plan)
 
     def plan(self):
         """`[batch, n, m]` transport plan P, with P1 ≈ a and Pᵀ1 = b."""
@@ -109,8 +112,29 @@ class SinkhornResult:
         """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P from the target potential alone,
         Q_ij = exp((g_j − C_ij)/ε) / Σ_k exp((g_k − C_ik)/ε) (the row update of eq. 3
         divided by a_i): rows sum to 1 exactly, whatever the residual marginal error."""
-        logits = self._over_epsilon(self.g[:, None, :] - self.cost)
-        return tf.cast(tf.nn.softmax(logits, axis=-1), self.dtype)
+        return self._read(_row_plan)
+
+
+def _log_plan(f, g, cost, epsilon):
+    """(f_i + g_j − C_ij)/ε `[batch, n, m]`, rounded about once in any dtype.
+
+    f_i + g_j is summed exactly, as s + e (TwoSum: s the rounded sum, e its rounding
+    error), and e is added after s − C_ij, which is exact where the plan is not
+    negligible (s ≈ C_ij); rounded in place, f_i + g_j would carry an error of
+    ulp(f + g)/ε into the log of the plan (a relative 6e-3 on P at ε = 1e-5 in float32).
+    e is a constant for autodiff (it is 0 in exact arithmetic)."""
+    f, g = f[:, :, None], g[:, None, :]
+    s = f + g
+    g_part = s - f
+    error = (f - (s - g_part)) + (g - g_part)
+    error = tf.where(tf.abs(error) <= error.dtype.max, error, tf.zeros_like(error))  # ±inf
+    return (s - cost + tf.stop_gradient(error)) / tf.cast(epsilon, cost.dtype)
+
+
+def _row_plan(f, g, cost, epsilon):
+    # softmax_j is invariant to the row's f_i: f shifts the logits to the accurate log-plan
+    # and is a constant for autodiff.
+    return tf.nn.softmax(_log_plan(tf.stop_gradient(f), g, cost, epsilon), axis=-1)
 
 
 def _tiny(dtype):
@@ -390,35 +414,69 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
         run_loop = _eager_or_graph(_run_loop, _run_loop_graph)
         f, g, n_it, err, eps_reached = run_loop(cost, tf.math.log(a), tf.math.log(b),
                                                 init_g(x, a, b), **loop_kwargs)
-        return SinkhornResult(f, g, cost, tf.stop_gradient(eps_reached), n_it, err, dtype=dtype)
+        return SinkhornResult(f, g, cost, tf.stop_gradient(eps_reached), n_it, err)
 
     cost_s, a_s, b_s = tf.stop_gradient(cost), tf.stop_gradient(a), tf.stop_gradient(b)
     f0, g0, n_it, err, eps_reached = _loop(cost_s, tf.math.log(a_s), tf.math.log(b_s),
                                               init_g(tf.stop_gradient(x), a_s, b_s),
                                               **loop_kwargs)
 
-    # With the float64 backward (at most 64 targets), float32 potentials and cost are
-    # held in float64 from here on, and the read-outs are computed from them in float64 and cast
-    # to x's dtype at the end. Their gradients w.r.t. f, g and C are of size |w|/ε and
-    # cancel against the implicit ones; in float32 that cancellation left rounding noise
-    # of ~1e-7·|w|/ε (0.01 at ε = 1e-5) where the exact gradient is 0 (hard plans).
-    held = (tf.float64 if dtype == tf.float32
-            and float64_backward(options.implicit_diff.solver, m) else dtype)
-    cost = tf.cast(cost, held)
-    f0, g0 = tf.cast(f0, held), tf.cast(g0, held)
+    # For float32 inputs with the float64 backward (at most 64 targets), the read-outs are
+    # differentiated in float64 together with the potentials (`_implicit_readout`).
+    backward_dtype = (tf.float64 if float64_backward(options.implicit_diff.solver, m)
+                      else dtype)
+    readout = functools.partial(_implicit_readout, f=f0, g=g0, cost=cost, a=a, b=b,
+                                epsilon=eps_reached, implicit_diff=options.implicit_diff,
+                                backward_dtype=backward_dtype)
+    f, g = readout(lambda f_, g_, cost_, eps: (tf.identity(f_), tf.identity(g_)))
+    return SinkhornResult(f, g, cost, eps_reached, n_it, err,
+                          readout=readout if backward_dtype != dtype else None)
+
+
+def _implicit_readout(fn, *, f, g, cost, a, b, epsilon, implicit_diff, backward_dtype):
+    """`fn(f, g, cost, ε)` of the solution (f, g) of the problem (cost, a, b), computed
+    in the dtype of the inputs, and differentiated w.r.t. (cost, a, b) in
+    `backward_dtype`: by `fn`'s own VJP (w.r.t. f, g and cost) and the implicit VJP
+    (`implicit_vjp`) through f and g, summed before rounding to the inputs' dtype.
+
+    The read-outs' gradients w.r.t. f, g and the cost are of size |w|/ε and cancel
+    against the implicit ones where the plan is hard; summed in float32 they would leave
+    rounding noise of ~1e-7·|w|/ε (0.01 at ε = 1e-5) where the exact gradient is 0. So
+    the forward holds no float64, and the backward recomputes `fn` in float64.
+
+    Args:
+      fn: a function of (f `[batch, n]`, g `[batch, m]`, cost `[batch, n, m]`, ε) to
+        tensors, differentiable by `tf.GradientTape`.
+      f, g: the potentials, not differentiated (the loop ran on stopped inputs).
+      cost, a, b: the differentiated inputs of the problem.
+      epsilon: the ε the potentials solve.
+      implicit_diff: the `ImplicitDiff` options.
+      backward_dtype: the dtype the gradient is computed in.
+
+    Returns:
+      `fn(f, g, cost, ε)`.
+    """
 
     @tf.custom_gradient
-    def attach(cost_, a_, b_):
-        def grad(df, dg):
-            if df is None:
-                df = tf.zeros_like(f0)
-            if dg is None:
-                dg = tf.zeros_like(g0)
+    def read(cost_, a_, b_):
+        del a_, b_
+        out = fn(f, g, cost_, epsilon)
+
+        def grad(*upstream):
+            held = [tf.cast(t, backward_dtype) for t in (f, g, cost_)]
+            with tf.GradientTape() as tape:
+                tape.watch(held)
+                outs = tf.nest.flatten(fn(*held, epsilon))
+            upstream = [tf.zeros_like(o) if u is None else tf.cast(u, backward_dtype)
+                        for o, u in zip(outs, upstream, strict=True)]
+            df, dg, d_read = tape.gradient(outs, held, output_gradients=upstream,
+                                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
             vjp = _eager_or_graph(implicit_vjp, _implicit_vjp_graph)
-            return vjp(cost_, f0, g0, eps_reached, df, dg, solver=options.implicit_diff.solver,
-                       cg_max_iterations=options.implicit_diff.max_iterations)
+            d_cost, d_a, d_b = vjp(held[2], held[0], held[1], epsilon, df, dg,
+                                   solver=implicit_diff.solver,
+                                   cg_max_iterations=implicit_diff.max_iterations)
+            return tuple(tf.cast(t, cost_.dtype) for t in (d_cost + d_read, d_a, d_b))
 
-        return (tf.identity(f0), tf.identity(g0)), grad
+        return out, grad
 
-    f, g = attach(cost, tf.cast(a, held), tf.cast(b, held))
-    return SinkhornResult(f, g, cost, eps_reached, n_it, err, dtype=dtype)
+    return read(cost, a, b)

@@ -6,15 +6,14 @@ attribute are counted, in the function itself ('forward') and in the bodies and
 conditions of its while loops ('loop': the Sinkhorn iterations, LapSum's scan).
 
 What holds (docs/deploy.md, "TFLite"):
-- lists of a static length (here 6): no float64 anywhere, except Sinkhorn's read-outs
-  under its default implicit backward (`SINKHORN_FLOAT64`): with
-  `ImplicitDiff(solver='cg')` its forward is float32 throughout; the Sinkhorn loop
-  itself is float32 either way;
+- lists of a static length (here 6): no float64 anywhere, Sinkhorn's forward included
+  under its default float64 implicit backward (the read-outs are computed in float32 and
+  differentiated in float64 only in the backward);
 - lists of a length unknown at trace time: LapSum accumulates its kernel sums in float64
   (`lapsum.FLOAT32_SUMS_UP_TO`) and the Sinkhorn loop its marginal sums
   (`solvers.sinkhorn.LONG_SUM`); the other families stay float32.
 
-About 15 s of CPU (35 traces).
+About 15 s of CPU (30 traces).
 """
 
 from __future__ import annotations
@@ -25,15 +24,6 @@ from tensorflow.core.framework import types_pb2
 
 import softsort_tf
 from softsort_tf.ops import family as family_module
-
-#: The float64 part of Sinkhorn's forward on float32 lists of a static length
-#: (docs/deploy.md): with the implicit backward in float64 (the default for m <= 64
-#: targets) the read-outs are computed from float64 potentials (`solvers.sinkhorn.solve`,
-#: O(n·m)), so that their gradients cancel against the implicit ones in float64.
-SINKHORN_FLOAT64 = ("read-outs",)
-#: Sinkhorn's settings with a float32 forward throughout.
-SINKHORN_FLOAT32 = {"options": softsort_tf.SinkhornOptions(
-    implicit_diff=softsort_tf.ImplicitDiff(solver="cg"))}
 
 PHASES = ("rank", "sort", "topk", "quantile", "matrix")
 
@@ -78,13 +68,6 @@ def float64_ops(fn, spec) -> dict[str, int]:
 @pytest.mark.parametrize("method, phase", list(_cases()))
 def test_no_float64_in_float32_forwards_of_static_length(method, phase):
     counts = float64_ops(_forward(method, phase), tf.TensorSpec([2, 6], tf.float32))
-    assert counts["loop"] == 0, (method, phase, counts)
-    if method == "sinkhorn":
-        # The documented exception (SINKHORN_FLOAT64); the loop is float32, and so is
-        # the whole forward with the float32 backward solve.
-        assert counts["forward"] > 0
-        counts = float64_ops(_forward(method, phase, **SINKHORN_FLOAT32),
-                             tf.TensorSpec([2, 6], tf.float32))
     assert counts == {"forward": 0, "loop": 0}, (method, phase, counts)
 
 

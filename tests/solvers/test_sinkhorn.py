@@ -308,3 +308,37 @@ def test_marginal_error_has_no_rounding_floor_of_size_cost_over_epsilon(dtype, e
         result = solver.solve(x, np.asarray(y, dtype), b=np.asarray(b, dtype),
                               epsilon=epsilon, threshold=1e-6, max_iterations=2000)
         assert np.all(result.error.numpy() < 1e-6), result.error.numpy()
+
+
+def test_float32_read_outs_are_the_float64_ones_of_the_same_potentials_rounded():
+    """The read-outs of float32 potentials are computed in float32 (f_i + g_j summed
+    exactly) and equal those computed in float64 from the same potentials to float32
+    rounding, eagerly and under XLA. Rounded in place, f_i + g_j moved log P by
+    ulp(f + g)/ε (2e-3 at ε = 1e-5)."""
+    rng = np.random.RandomState(9)
+    x = tf.constant(rng.rand(3, 16), tf.float32)
+    y = tf.linspace(0.0, 1.0, 16)
+
+    def read_outs(f, g, cost, eps):
+        res = solver.SinkhornResult(f, g, cost, eps, None, None)
+        return res.log_plan(), res.plan(), res.row_plan()
+
+    xla = tf.function(read_outs, jit_compile=True)
+    for eps in (1e-2, 1e-5):
+        res = solver.solve(x, y, epsilon=eps)
+        f, g, cost = (tf.cast(t, tf.float64) for t in (res.f, res.g, res.cost))
+        log_plan = ((f[:, :, None] + g[:, None, :] - cost)
+                    / tf.cast(res.epsilon, tf.float64)).numpy()
+        row_logits = log_plan - log_plan.max(-1, keepdims=True)
+        want = (log_plan, np.exp(log_plan),
+                np.exp(row_logits) / np.exp(row_logits).sum(-1, keepdims=True))
+        for mode, got in (("eager", read_outs(res.f, res.g, res.cost, res.epsilon)),
+                          ("xla", xla(res.f, res.g, res.cost, res.epsilon))):
+            got = [t.numpy() for t in got]
+            assert all(t.dtype == np.float32 and np.isfinite(t).all() for t in got), mode
+            np.testing.assert_allclose(got[0], log_plan, rtol=3e-7, atol=1e-6,
+                                       err_msg=f"log_plan, ε = {eps}, {mode}")
+            # exp and the softmax relative to |log P| ulps: P within 1e-5 where P > 1e-3.
+            for name, value, ref in (("plan", got[1], want[1]), ("row_plan", got[2], want[2])):
+                np.testing.assert_allclose(value, ref, rtol=1e-5, atol=1e-8,
+                                           err_msg=f"{name}, ε = {eps}, {mode}")
