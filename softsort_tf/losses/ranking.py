@@ -136,25 +136,20 @@ def soft_ndcg(y_true, y_pred, mask=None, *, method: str = "sinkhorn",
     the DCG of the label-sorted order. A list without a positive label (IDCG = 0) has
     soft NDCG 1 and no gradient.
 
-    Two regimes. Scale-free (the default: no temperature given): the scores of each list
-    are standardised (`standardized_scores`) and ranked at the family's
-    `scale_free_temperature` in standard deviations (LapSum's α = 30, SoftSort's and
-    NeuralSort's τ = 0.1, Sinkhorn's ε = 3), with linear gains g(y) = y: value and
-    gradient do not depend on a list's shift or scale, so the loss cannot be lowered by
-    inflating the scores. It is a smooth surrogate near the soft ranks' linear regime
-    (each item moved by its gain minus the list's mean gain), above 1 − NDCG. With a
-    temperature (in the family's units; in standard deviations with `scale_free=True`)
-    and NDCG's gains 2^y − 1, it tends to the NDCG as the temperature → 0. Measured in
-    docs/RESULTS.md ("The scale-free default").
+    Scale-free (the default, no temperature given): each list's scores are standardised
+    (`standardized_scores`) and ranked at the family's `scale_free_temperature` in
+    standard deviations, with gains g(y) = y: a smooth surrogate (above 1 − NDCG) that
+    does not depend on a list's shift or scale, so inflating the scores cannot lower it
+    (docs/RESULTS.md, "The scale-free default"). With a temperature (in the family's
+    units, or in standard deviations with `scale_free=True`) and the gains 2^y − 1, it
+    tends to the NDCG as the temperature → 0.
 
     Args:
       y_true: relevance labels `[..., n]` (graded, ≥ 0; < 0 = padding), or ragged.
       y_pred: scores of the same shape, or ragged.
       mask: optional boolean `[..., n]`, False for padding.
-      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`; no
-        temperature: the scale-free default.
-      scale_free: standardise each list's scores first (None: when no temperature is
-        given).
+      method, temperature, **kwargs: as in `softsort_tf.ops.soft.soft_rank`.
+      scale_free: standardise each list's scores first (None: without a temperature).
       gain: 'exponential' (2^y − 1) or 'linear' (y); None: `resolve_gain`.
       negative_labels_are_padding: treat y_true < 0 as padding (default True); False
         for lists without padding with method='permutahedron', which takes none.
@@ -200,13 +195,9 @@ class SoftNDCGLoss(ListLoss, MethodLoss):
     Args:
       {method}
       temperature: the family's temperature; None (default): the scale-free default of
-        `soft_ndcg` (nothing to tune to the model's score scale); a number: in the
-        family's units, a sharper soft NDCG (or in standard deviations with
-        `scale_free=True`).
-      scale_free: standardise each list's scores first (None: when no temperature is
-        given; the config holds the resolved value).
-      gain: 'exponential' (2^y − 1) or 'linear' (y); None: 'linear' when scale-free,
-        else 'exponential' (the config holds the resolved value).
+        `soft_ndcg`; a number: in the family's units (a sharper soft NDCG), or in
+        standard deviations with `scale_free=True`.
+      scale_free, gain: as in `soft_ndcg` (the config holds the resolved values).
       {method_kwargs}
       negative_labels_are_padding: treat y_true < 0 as padding (default True); False
         for method='permutahedron', which takes no padding.

@@ -50,16 +50,13 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
     cumulative mass lies in [s, e] (`hard_stats.interval_mean`).
 
     Args:
-      x: `[..., n, ...]` real tensor, or a `tf.RaggedTensor` `[..., (n)]` ragged along
-        its last axis.
+      x: `[..., n, ...]` real tensor, or a `tf.RaggedTensor` ragged along its last axis.
       start_quantile, end_quantile: 0 ≤ s < e ≤ 1.
       axis: the sample axis (-1 for a ragged x).
-      weights: positive input weights a `[n]` or of the shape of x (default uniform;
-        not with a ragged x).
-      squash, targets, options, **option_kwargs: as in `sinkhorn_sort`.
+      weights, squash, targets, options, **option_kwargs: as in `sinkhorn_sort`.
 
     Returns:
-      The shape of x without `axis` (a ragged x: dense `[lists]` for `[lists, (n)]`,
+      The shape of x without `axis` (ragged x: dense `[lists]` for `[lists, (n)]`,
       ragged over its outer axes otherwise; 0 for an empty list).
 
     Example:
@@ -87,19 +84,10 @@ def sinkhorn_trimmed_mean(x, start_quantile: float, end_quantile: float, axis: i
 
 
 def quantile_bins(quantile: float, width: float | None = None) -> tuple[np.ndarray, float]:
-    """The three bins of the S-quantile at level τ (eq. 4): b = [τ − t/2, t, 1 − τ − t/2].
-
-    Args:
-      quantile: τ in (0, 1).
-      width: t, the mass of the middle bin; default min(0.1, τ, 1 − τ) (the paper's
-        t = 0.1, capped so that every bin has a positive mass).
-
-    Returns:
-      `(b, t)`: the target weights `[3]` and the width.
-
-    Raises:
-      ValueError: τ outside (0, 1), or t not in (0, 2·min(τ, 1 − τ)).
-    """
+    """`(b, t)`: the three bins b = [τ − t/2, t, 1 − τ − t/2] of the S-quantile at level
+    τ = `quantile` in (0, 1) (eq. 4) and the width t of the middle bin, by default
+    min(0.1, τ, 1 − τ) (the paper's t = 0.1, capped so that every bin has a positive
+    mass); a `ValueError` for t outside (0, 2·min(τ, 1 − τ))."""
     quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
     if width is None:
         width = min(DEFAULT_QUANTILE_WIDTH, quantile, 1.0 - quantile)
@@ -185,21 +173,15 @@ def soft_least_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
                                         width: float | None = None,
                                         error_power: float = 1.0, *, mask=None,
                                         **settings):
-    """Per-example shares of the soft τ-quantile of the batch errors (paper §4, eq. 4).
-
-    The statistic is the τ-S-quantile Q̃_2 of the errors e_i = |y_i − ŷ_i|^error_power
-    (mean over the non-batch axes) on the bins b = [τ − t/2, t, 1 − τ − t/2]
-    (`quantile_bins`), see `SoftLeastQuantileRegressionLoss`.
+    """`[batch]` shares of the soft τ-quantile of the batch errors (paper §4, eq. 4),
+    whose mean over the valid examples is the statistic of
+    `SoftLeastQuantileRegressionLoss`.
 
     Args:
       y_true, y_pred: `[batch]` or `[batch, d]`.
       quantile, width, error_power: as in `SoftLeastQuantileRegressionLoss`.
       mask: optional boolean `[batch]`, False for padding (left out of the statistic).
-      **settings: the Sinkhorn settings `squash`, `targets`, `options` and the fields
-        of `SinkhornOptions`, as in `sinkhorn_sort`.
-
-    Returns:
-      `[batch]` shares, whose mean over the valid examples is the statistic.
+      **settings: the Sinkhorn settings (`squash`, `targets`, `options`, `epsilon`, ...).
     """
     b, _ = quantile_bins(quantile, width)
     return _error_shares(y_true, y_pred, error_power, mask, b, 1, settings)
@@ -208,13 +190,9 @@ def soft_least_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
 def soft_trimmed_regression_loss(y_true, y_pred, start_quantile: float = 0.0,
                                  end_quantile: float = 0.5, error_power: float = 1.0, *,
                                  mask=None, **settings):
-    """Per-example shares of the soft mean of the batch errors between two quantiles.
-
-    The statistic is the middle value of the Sinkhorn sort of the errors
-    |y − ŷ|^error_power onto b = [s, e − s, 1 − e] (`sinkhorn_trimmed_mean`), see
-    `SoftTrimmedRegressionLoss`. Arguments and return value as in
-    `soft_least_quantile_regression_loss`.
-    """
+    """`[batch]` shares of the soft mean of the batch errors between two quantiles, the
+    statistic of `SoftTrimmedRegressionLoss`; arguments as in
+    `soft_least_quantile_regression_loss`."""
     b, index = trimmed_target_weights(start_quantile, end_quantile)
     return _error_shares(y_true, y_pred, error_power, mask, b, index, settings)
 
@@ -233,21 +211,10 @@ def _residuals(y_true, y_pred, mask=None):
 
 def soft_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
                                   width: float | None = None, *, mask=None, **settings):
-    """Per-example shares of the τ-S-quantile loss of the batch residuals (§4, Table 1).
-
-    With residuals x = y − ŷ and Q̃ the means of the three bins
-    b = [τ − t/2, t, 1 − τ − t/2] (`quantile_bins`), the statistic is
-    L = τ · mean(x) − b_1 · Q̃_1 − (t/2) · Q̃_2 + Q̃_2² (see `SoftQuantileRegressionLoss`);
-    example i's share is τ x_i / B − b_1 c_i1 − (t/2) c_i2 + Q̃_2² / B.
-
-    Args:
-      y_true, y_pred: `[batch]` or `[batch, 1]`.
-      quantile, width: as in `SoftQuantileRegressionLoss`.
-      mask, **settings: as in `soft_least_quantile_regression_loss`.
-
-    Returns:
-      `[batch]` shares, whose mean over the valid examples is L.
-    """
+    """`[batch]` shares of the τ-S-quantile loss L of the batch residuals (§4, Table 1;
+    `SoftQuantileRegressionLoss`): example i's is τ x_i / B − b_1 c_i1 − (t/2) c_i2 +
+    Q̃_2² / B (c as in `batch_statistic_shares`). `y_true`, `y_pred`: `[batch]` or
+    `[batch, 1]`; the other arguments as in `soft_least_quantile_regression_loss`."""
     quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
     b, width = quantile_bins(quantile, width)
 
@@ -274,9 +241,7 @@ class _BatchStatisticLoss(SinkhornLoss):
     """A `SinkhornLoss` whose functional form returns the shares of a batch statistic S
     (`batch_statistic_shares`); its arguments (`fn_kwargs`) are attributes too.
 
-    Reductions: 'sum_over_batch_size' (default), 'mean': S; 'sum': B·S; 'none': the
-    `[B]` shares, whose mean is S.
-
+    Reductions: 'sum_over_batch_size' (default): S; 'sum': B·S; 'none': the shares.
     Padding: an example whose `sample_weight` is 0, or that a Keras mask of `y_pred`
     marks False, has no mass in the transport (whatever its values, NaN included, and
     with zero gradient): S is that of the B_v valid examples, a padded example's share
@@ -332,8 +297,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
         `epsilon` (default 1e-2, the paper's ε).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
-    Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
-    `[batch]`. Output: a scalar (or the `[batch]` shares for reduction 'none').
+    Input shapes: `[batch]` or `[batch, d]`; `sample_weight` `[batch]`.
 
     Example:
     >>> loss = SoftLeastQuantileRegressionLoss(quantile=0.5, epsilon=1e-4)
@@ -369,8 +333,7 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
         `epsilon` (default 1e-2, the paper's ε).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
-    Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, d]`; `sample_weight`
-    `[batch]`. Output: a scalar (or the `[batch]` shares for reduction 'none').
+    Input shapes: `[batch]` or `[batch, d]`; `sample_weight` `[batch]`.
 
     Example:
     >>> loss = SoftTrimmedRegressionLoss(0.0, 0.8, epsilon=1e-4)
@@ -414,8 +377,7 @@ class SoftQuantileRegressionLoss(_BatchStatisticLoss):
         `epsilon` (default 1e-2, the paper's ε).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
-    Input shapes: `y_true`, `y_pred` `[batch]` or `[batch, 1]`; `sample_weight`
-    `[batch]`. Output: a scalar (or the `[batch]` shares for reduction 'none').
+    Input shapes: `[batch]` or `[batch, 1]`; `sample_weight` `[batch]`.
 
     Example:
     >>> loss = SoftQuantileRegressionLoss(quantile=0.5, epsilon=1e-3)

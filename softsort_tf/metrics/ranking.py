@@ -1,19 +1,13 @@
 """Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
 
-Padding as in docs/api.md ("Padding"): label < 0, a mask, a Keras mask of the scores
-(one flag per item), the ends of ragged rows, or Keras-RS's `y_true = {"labels": ...,
-"mask": ...}`. Items are ranked by decreasing score, tied scores in input order (a
-stable sort); lists may be of any length, also unknown at trace time. Gains are
-2^label − 1 and discounts 1/log₂(1 + position): NDCG@k and MRR@k equal
-`keras_rs.metrics.NDCG(k)` and `keras_rs.metrics.MeanReciprocalRank(k)` but for two
-conventions:
-
-- A list without a relevant item (no valid label > 0) is left out of the means by
-  default (`lists_without_relevant='skip'`); Keras-RS counts it with value 0, as
-  'zero' does (with per-list sample weights, 'zero' gives it its own weight, Keras-RS
-  the batch's mean weight). A list without valid items is always left out.
-- Keras-RS orders tied scores at random, and its MRR counts labels ≥ 1 as relevant
-  (here > 0; the same for integer labels).
+Padding as in docs/api.md ("Padding"; Keras-RS's `{"labels": ..., "mask": ...}` too).
+Items are ranked by decreasing score, tied scores in input order (a stable sort), for
+lists of any length. Gains 2^label − 1, discounts 1/log₂(1 + position): NDCG@k and
+MRR@k equal `keras_rs.metrics.NDCG(k)` and `MeanReciprocalRank(k)` but for two
+conventions: a list without a relevant item (no valid label > 0) is left out of the
+means by default (`lists_without_relevant='skip'`), where Keras-RS counts it with
+value 0 (as 'zero' does, with its own sample weight where Keras-RS gives the batch's
+mean weight); Keras-RS orders tied scores at random.
 """
 
 from __future__ import annotations
@@ -49,25 +43,27 @@ def check_lists_without_relevant(value) -> str:
     return value
 
 
-def _weights(has_relevant, valid, lists_without_relevant: str, dtype):
-    """Per-list weights: 1 for lists with a relevant item; for the others 0 ('skip') or,
-    if they have a valid item, 1 ('zero')."""
+def _values_and_weights(values, has_relevant, valid, lists_without_relevant: str):
+    """Per list: the value (0 without a relevant item) and the weight: 1 with a relevant
+    item; for the others 0 ('skip') or, if they have a valid item, 1 ('zero')."""
     counted = has_relevant
     if check_lists_without_relevant(lists_without_relevant) == "zero":
         counted = tf.reduce_any(valid, axis=-1)
-    return tf.cast(counted, dtype)
+    return (tf.where(has_relevant, values, tf.zeros_like(values)),
+            tf.cast(counted, values.dtype))
 
 
 def _ordered_lists(y_true, y_pred, mask, k):
-    """`(k, labels, valid, order)`: the checked cut-off, the padded lists
-    (`padded_lists`) and the indices of the items in decreasing score order, padded
-    items last (stable)."""
+    """`(k, labels, valid, order, positions)`: the checked cut-off, the padded lists
+    (`padded_lists`), the indices of the items in decreasing score order (padded items
+    last, stable) and the 1-based positions."""
     k = _check_k(k)
     labels, scores, valid = padded_lists(y_true, y_pred, mask)
     low = tf.constant(-np.inf, scores.dtype)
     keyed = tf.where(valid, tf.where(tf.math.is_nan(scores), low, scores), low)
     order = tf.argsort(keyed, axis=-1, direction="DESCENDING", stable=True)
-    return k, labels, valid, order
+    positions = tf.cast(tf.range(1, tf.shape(order)[-1] + 1), labels.dtype)
+    return k, labels, valid, order, positions
 
 
 @per_list_over_groups
@@ -97,21 +93,20 @@ def ndcg(y_true, y_pred, mask=None, k: int | None = None, *,
     >>> round(float(v[0]), 4), float(w[0])
     (0.1738, 1.0)
     """
-    k, labels, valid, order = _ordered_lists(y_true, y_pred, mask, k)
+    k, labels, valid, order, positions = _ordered_lists(y_true, y_pred, mask, k)
     g = tf.gather(gains(labels), order, batch_dims=order.shape.rank - 1)
-    positions = tf.cast(tf.range(1, tf.shape(g)[-1] + 1), g.dtype)
     dcg = tf.reduce_sum(g * dcg_discounts(positions, k), axis=-1)
     ideal = ideal_dcg(labels, k)
     has_relevant = ideal > 0
-    values = tf.where(has_relevant, dcg / tf.where(has_relevant, ideal, tf.ones_like(ideal)),
-                      tf.zeros_like(ideal))
-    return values, _weights(has_relevant, valid, lists_without_relevant, values.dtype)
+    return _values_and_weights(dcg / tf.where(has_relevant, ideal, tf.ones_like(ideal)),
+                               has_relevant, valid, lists_without_relevant)
 
 
 @per_list_over_groups
 def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None, *,
                     lists_without_relevant: str = "skip"):
-    """1 / (position of the first relevant item, label > 0) in the predicted order.
+    """1 / (position of the first relevant item, label > 0; Keras-RS: ≥ 1) in the
+    predicted order.
 
     Args:
       y_true, y_pred, mask: as in `ndcg`.
@@ -126,17 +121,15 @@ def reciprocal_rank(y_true, y_pred, mask=None, k: int | None = None, *,
     >>> float(v[0]), float(w[0])
     (0.5, 1.0)
     """
-    k, labels, valid, order = _ordered_lists(y_true, y_pred, mask, k)
+    k, labels, valid, order, positions = _ordered_lists(y_true, y_pred, mask, k)
     relevant = tf.gather(tf.logical_and(labels > 0, valid), order,
                          batch_dims=order.shape.rank - 1)
-    positions = tf.cast(tf.range(1, tf.shape(relevant)[-1] + 1), labels.dtype)
     reciprocal = tf.where(relevant, 1.0 / positions, tf.zeros_like(labels))
     if k is not None:
         reciprocal = tf.where(positions <= k, reciprocal, tf.zeros_like(reciprocal))
-    has_relevant = tf.reduce_any(relevant, axis=-1)
     best = tf.reduce_max(reciprocal, axis=-1)  # −inf for an empty list
-    values = tf.where(has_relevant, best, tf.zeros_like(best))
-    return values, _weights(has_relevant, valid, lists_without_relevant, values.dtype)
+    return _values_and_weights(best, tf.reduce_any(relevant, axis=-1), valid,
+                               lists_without_relevant)
 
 
 class PerListMean(keras.metrics.Mean):
