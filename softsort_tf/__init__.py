@@ -11,12 +11,7 @@ from softsort_tf.layers.sinkhorn import (
     SinkhornRank,
     SinkhornSort,
 )
-from softsort_tf.layers.soft import (
-    QuantileLayer,
-    RankLayer,
-    SortLayer,
-    TopKLayer,
-)
+from softsort_tf.layers.soft import QuantileLayer, RankLayer, SortLayer, TopKLayer
 from softsort_tf.losses.kendall import KendallTauLoss
 from softsort_tf.losses.permutation import PermutationCrossEntropy, permutation_cross_entropy
 from softsort_tf.losses.ranking import (
@@ -99,13 +94,7 @@ from softsort_tf.ops.sinkhorn import (
     sinkhorn_sort,
     sinkhorn_topk,
 )
-from softsort_tf.ops.soft import (
-    permutation_matrix,
-    soft_quantile,
-    soft_rank,
-    soft_sort,
-    soft_topk,
-)
+from softsort_tf.ops.soft import permutation_matrix, soft_quantile, soft_rank, soft_sort, soft_topk
 from softsort_tf.ops.sorting_networks import (
     sorting_network_permutation_matrix,
     sorting_network_sort,
@@ -117,38 +106,31 @@ from softsort_tf.options import ImplicitDiff, SinkhornOptions
 _autograph.register()
 
 __all__ = [
-    "__version__", "ElementwisePermutationAccuracy", "ExactPermutationAccuracy",
+    "__version__", "ElementwisePermutationAccuracy", "ExactPermutationAccuracy", "FAMILIES",
+    "Family", "ImplicitDiff", "KendallEmbedding", "KendallTau", "KendallTauLoss",
     "ListwisePermutationLoss", "MRRMetric", "NDCGMetric", "NeuralSort",
-    "PermutationCrossEntropy", "PinballLoss",
-    "QuantileError", "SinkhornCDF", "SinkhornConvergenceWarning", "SinkhornInfo",
-    "ImplicitDiff",
-    "SinkhornOptions", "SinkhornPermutation", "SinkhornQuantile",
-    "SinkhornQuantileNormalization", "SinkhornRank", "SinkhornSort",
-    "SoftLeastQuantileRegressionLoss", "SoftNDCGLoss", "SoftQuantileRegressionLoss",
-    "SoftSort", "SoftTopKLoss",
-    "SoftTrimmedRegressionLoss", "SpearmanCorrelation", "SpearmanLoss", "TrimmedError",
-    "elementwise_permutation_accuracy", "exact_permutation_accuracy",
-    "gumbel_perturb", "hard_permutation_matrix",
-    "listwise_permutation_loss", "ndcg", "neuralsort_permutation_matrix",
-    "permutation_cross_entropy", "permutation_matrix", "permute_values", "pinball_loss",
-    "quantile_target_weights", "rankdata", "ranks_from_permutation", "reciprocal_rank",
-    "sinkhorn_cdf", "sinkhorn_permutation_matrix", "sinkhorn_quantile",
-    "sinkhorn_quantile_normalization", "sinkhorn_rank", "sinkhorn_sort",
-    "sinkhorn_topk", "sinkhorn_trimmed_mean", "soft_ndcg", "soft_rank",
-    "soft_least_quantile_regression_loss", "soft_quantile_regression_loss",
-    "softsort_permutation_matrix", "soft_spearman_correlation", "soft_topk_loss",
-    "soft_trimmed_regression_loss",
+    "PermutationCrossEntropy", "PinballLoss", "QuantileError", "QuantileLayer", "RankLayer",
+    "Settings", "SinkhornCDF", "SinkhornConvergenceWarning", "SinkhornInfo", "SinkhornOptions",
+    "SinkhornPermutation", "SinkhornQuantile", "SinkhornQuantileNormalization", "SinkhornRank",
+    "SinkhornSort", "SoftLeastQuantileRegressionLoss", "SoftNDCGLoss",
+    "SoftQuantileRegressionLoss", "SoftSort", "SoftTopKLoss", "SoftTrimmedRegressionLoss",
+    "SortLayer", "SpearmanCorrelation", "SpearmanLoss", "TEMPERATURE_UNITS", "TopKLayer",
+    "TrimmedError", "discordant_pairs", "elementwise_permutation_accuracy",
+    "exact_permutation_accuracy", "get_family", "gumbel_perturb", "hard_permutation_matrix",
+    "kendall_embedding", "kendall_kernel", "kendall_tau", "lapsum_permutation_matrix",
+    "lapsum_quantile", "lapsum_rank", "lapsum_sort", "lapsum_topk", "listwise_permutation_loss",
+    "mallows_kernel", "ndcg", "neuralsort_permutation_matrix", "permutahedron_rank",
+    "permutahedron_sort", "permutation_cross_entropy", "permutation_matrix", "permute_values",
+    "pinball_loss", "quantile_target_weights", "rankdata", "ranks_from_permutation",
+    "reciprocal_rank", "register_family", "sinkhorn_cdf", "sinkhorn_permutation_matrix",
+    "sinkhorn_quantile", "sinkhorn_quantile_normalization", "sinkhorn_rank", "sinkhorn_sort",
+    "sinkhorn_topk", "sinkhorn_trimmed_mean", "soft_kendall_tau",
+    "soft_least_quantile_regression_loss", "soft_ndcg", "soft_quantile",
+    "soft_quantile_regression_loss", "soft_rank", "soft_sort", "soft_spearman_correlation",
+    "soft_topk", "soft_topk_loss", "soft_trimmed_regression_loss",
+    "softsort_permutation_matrix", "sorting_network_permutation_matrix", "sorting_network_sort",
     "spearman_correlation", "squash_values", "stochastic_neuralsort_permutation_matrix",
     "stochastic_permutation_matrix", "stochastic_sinkhorn_permutation_matrix",
-    "stochastic_softsort_permutation_matrix", "straight_through",
-    "KendallEmbedding", "KendallTau", "KendallTauLoss", "discordant_pairs",
-    "kendall_embedding", "kendall_kernel", "kendall_tau", "mallows_kernel",
-    "soft_kendall_tau", "weighted_kendall_kernel",
-    "soft_quantile", "soft_sort", "soft_topk",
-    "lapsum_permutation_matrix", "lapsum_quantile", "lapsum_rank", "lapsum_sort",
-    "lapsum_topk", "permutahedron_rank", "permutahedron_sort",
-    "sorting_network_permutation_matrix", "sorting_network_sort",
-    "QuantileLayer", "RankLayer", "SortLayer", "TopKLayer",
-    "FAMILIES", "TEMPERATURE_UNITS", "Family", "Settings", "get_family", "register_family",
-    "unregister_family",
+    "stochastic_softsort_permutation_matrix", "straight_through", "unregister_family",
+    "weighted_kendall_kernel",
 ]

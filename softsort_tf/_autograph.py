@@ -1,18 +1,10 @@
-"""The library's code is never converted by autograph.
+"""The core package is never converted by autograph.
 
-Inside a user's `tf.function` (autograph on, the default), autograph rewrites every
-function the traced code calls unless the function's module is on its list of packages
-not to convert (TensorFlow, Keras, NumPy, TF-Probability, ...). softsort_tf's control
-flow on tensors is explicit (`tf.cond`, `tf.while_loop`, `tf.where`), as Keras' is, so
-converting it changes nothing but the cost of each trace: parsing and rewriting the
-source of every library function reached (a tenth of the tracing time of a ranking
-loss). `register()` adds the core package to that list, as TensorFlow does for Keras.
-The research harness (`softsort_tf.experiments`, `softsort_tf.datasets`) stays
-convertible: its helpers are ordinary user code of `tf.function`.
-
-The list is TensorFlow's `autograph.core.config.CONVERSION_RULES` (the mechanism its
-own tests use); where a TensorFlow version lacks it, nothing is registered and
-autograph converts the library as before, with the same results.
+Its control flow on tensors is explicit (`tf.cond`, `tf.while_loop`, `tf.where`), as
+Keras' is, so converting it inside a user's `tf.function` only costs tracing time.
+`register()` puts it on TensorFlow's do-not-convert list
+(`autograph.core.config.CONVERSION_RULES`, nothing where a version lacks it); the
+research harness (`experiments`, `datasets`) stays convertible, as user code.
 """
 
 from __future__ import annotations

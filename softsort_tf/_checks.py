@@ -1,15 +1,12 @@
-"""Argument validation shared by every operator, layer and loss.
-
-Every check raises a ``ValueError`` whose message names the argument and the
-allowed range, so that a bad call fails at trace time with a clear message
-instead of silently returning garbage.
-"""
+"""Argument validation shared by every operator, layer and loss: each check raises a
+`ValueError` naming the argument and the allowed values."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import tensorflow as tf
 
 DIRECTIONS = ("ASCENDING", "DESCENDING")
 
@@ -24,9 +21,8 @@ def check_direction(direction: str) -> str:
 
 
 def check_positive(name: str, value, *, allow_none: bool = False) -> float | None:
-    """Checks that `value` is a finite number > 0: a real number, not a bool, a string,
-    or a tensor (whose value would be read as a constant, silently cut from the
-    gradient)."""
+    """Checks that `value` is a finite real number > 0 (not a bool, a string or a tensor,
+    which would be read as a constant and get no gradient)."""
     if value is None and allow_none:
         return None
     if isinstance(value, (bool, np.bool_, str, bytes)):
@@ -78,11 +74,7 @@ def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
 
 
 def check_quantiles(quantiles) -> tuple[np.ndarray, bool]:
-    """Validates quantile levels.
-
-    Returns:
-      A float64 array of shape `[q]` and whether the input was a scalar.
-    """
+    """Validated quantile levels: a float64 array `[q]`, and whether they were a scalar."""
     items = np.asarray(quantiles, dtype=object).ravel()
     if any(isinstance(q, (str, bytes, bool, np.bool_)) for q in items):
         raise ValueError(f"`quantiles` must be numbers in (0, 1), got {quantiles!r}.")
@@ -122,13 +114,8 @@ def check_k(k, n: int, name: str = "k") -> int:
 
 
 def check_weight_values(name: str, weights, *, allow_zero: bool) -> None:
-    """Checks weights whose values are known when tracing (constants, eager tensors).
-
-    They must be finite and > 0 (>= 0 with `allow_zero`) with a positive sum along the
-    last axis; weights only known at run time are not checked here.
-    """
-    import tensorflow as tf  # local: this module is imported by numpy-only code paths
-
+    """Checks weights whose values are known when tracing: finite, > 0 (>= 0 with
+    `allow_zero`), a positive sum along the last axis."""
     value = tf.get_static_value(weights)
     if value is None:
         return
@@ -143,11 +130,8 @@ def check_weight_values(name: str, weights, *, allow_zero: bool) -> None:
 
 
 def check_real_dtype(name: str, dtype) -> None:
-    """Checks that a tensor of dtype `dtype` holds real numbers (floating point or
-    integer): bool, complex and string tensors are refused (a cast would turn them into
-    numbers silently, dropping an imaginary part or reading any string as True)."""
-    import tensorflow as tf  # local: this module is imported by numpy-only code paths
-
+    """Checks that `dtype` is real (floating point or integer): a cast of bool, complex
+    or string tensors would turn them into numbers silently."""
     dtype = tf.as_dtype(dtype)
     if not (dtype.is_floating or dtype.is_integer):
         raise ValueError(f"`{name}` must be a real tensor (floating point or integer), got "
@@ -155,13 +139,8 @@ def check_real_dtype(name: str, dtype) -> None:
 
 
 def check_dense(name: str, x, *, mask: str | None = "mask") -> None:
-    """Raises a `ValueError` naming `name` if `x` is a `tf.RaggedTensor`.
-
-    For the arguments that take dense tensors only (the operators that accept ragged
-    lists handle them before this check, see `softsort_tf._masking`). The message says
-    what to pass instead: the lists padded to a dense tensor and, when the operator
-    takes a mask (`mask` names its argument; None when it takes none), the mask of
-    their valid entries.
+    """Raises a `ValueError` naming `name` if `x` is a `tf.RaggedTensor`, saying to pad
+    it and, for an operator with a mask argument (`mask`, or None), to pass the mask.
 
     Example:
     >>> check_dense("x", tf.ragged.constant([[1.0, 2.0], [3.0]]))
@@ -169,8 +148,6 @@ def check_dense(name: str, x, *, mask: str | None = "mask") -> None:
     ...
     ValueError: `x` must be a dense tensor, got a tf.RaggedTensor: pad its lists ...
     """
-    import tensorflow as tf  # local: this module is imported by numpy-only code paths
-
     if not isinstance(x, tf.RaggedTensor):
         return
     instead = f"pad its lists (`{name}.to_tensor()`)"
@@ -181,10 +158,8 @@ def check_dense(name: str, x, *, mask: str | None = "mask") -> None:
 
 
 def check_mask(name: str, mask) -> None:
-    """Checks a mask tensor (or `tf.RaggedTensor`): boolean, or real numbers read as
-    False at 0 and True elsewhere, of values 0 and 1 where they are known when tracing."""
-    import tensorflow as tf
-
+    """Checks a mask tensor (or `tf.RaggedTensor`): boolean, or real numbers 0 and 1
+    (values checked where known when tracing)."""
     dtype = tf.as_dtype(mask.dtype)
     if dtype == tf.bool:
         return

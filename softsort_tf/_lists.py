@@ -35,16 +35,6 @@ def _tensor(t):
     return t if isinstance(t, tf.RaggedTensor) else tf.convert_to_tensor(t)
 
 
-def _and_masks(a, b):
-    """Logical AND of two masks (None, dense or ragged); a ragged and a dense mask give
-    a dense one, the ragged one padded with False."""
-    if a is None or b is None:
-        return b if a is None else a
-    if isinstance(a, tf.RaggedTensor) != isinstance(b, tf.RaggedTensor):
-        a, b = (t.to_tensor(False) if isinstance(t, tf.RaggedTensor) else t for t in (a, b))
-    return tf.logical_and(a, b)
-
-
 def split_labels(y_true, mask=None):
     """`(labels, mask)` of `y_true`, unpacking Keras-RS's `{"labels": ..., "mask": ...}`;
     the mask (bool or None) is the AND of `mask` and the dict's.
@@ -54,19 +44,16 @@ def split_labels(y_true, mask=None):
     >>> mask.numpy()
     array([[ True, False]])
     """
+    masks = [mask]
     if isinstance(y_true, Mapping):
         keys = sorted(map(str, y_true))
         if "labels" not in y_true or not set(y_true) <= set(KERAS_RS_KEYS):
             raise ValueError(f"`y_true` given as a dict must be Keras-RS's {{'labels': ..., "
                              f"'mask': ...}} ('mask' optional), got the keys {keys}.")
-        dict_mask = y_true.get("mask")
+        masks.append(y_true.get("mask"))
         y_true = y_true["labels"]
-        if dict_mask is not None:
-            mask = _and_masks(None if mask is None else _masking.as_bool(_tensor(mask)),
-                              _masking.as_bool(_tensor(dict_mask)))
-    if mask is not None:
-        mask = _masking.as_bool(_tensor(mask))
-    return y_true, mask
+    return y_true, _masking.combine(*(_masking.as_bool(_tensor(m)) for m in masks
+                                      if m is not None))
 
 
 _SHAPE_RULE = "`y_true` and `y_pred` must have the same shape [..., n] (one label per score)"

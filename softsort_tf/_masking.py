@@ -44,19 +44,9 @@ def mask_to_batch(mask, view: _shapes.BatchView, name: str = "mask"):
     if isinstance(mask, tf.RaggedTensor):
         raise ValueError(f"A ragged `{name}` needs a ragged `x` of the same row lengths.")
     mask = as_bool(mask, name)
-    rank = mask.shape.rank
-    batch = tf.reduce_prod(view.moved_shape[:-1])
-    if rank == 1:
-        if mask.shape[0] is not None and view.static_n is not None and \
-                mask.shape[0] not in (1, view.static_n):
-            raise ValueError(f"`{name}` of rank 1 must have length n = {view.static_n}, got "
-                             f"{mask.shape[0]}.")
-        return tf.broadcast_to(mask[tf.newaxis, :], tf.stack([batch, view.n]))
-    if rank != view.rank:
-        raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got rank {rank} "
-                         f"for an input of rank {view.rank}.")
-    if view.axis != view.rank - 1:
-        mask = tf.transpose(mask, view.perm)
+    if mask.shape.rank == 1:
+        return _shapes.moved_entries(mask, view, name, length_one=True)
+    mask = _shapes.moved_entries(mask, view, name)
     try:
         tf.broadcast_static_shape(mask.shape, view.static_moved_shape)
     except ValueError:
@@ -64,7 +54,7 @@ def mask_to_batch(mask, view: _shapes.BatchView, name: str = "mask"):
                          f"operated axis last: {mask.shape} vs {view.static_moved_shape})."
                          ) from None
     mask = tf.broadcast_to(mask, view.moved_shape)
-    return tf.reshape(mask, tf.stack([batch, view.n]))
+    return tf.reshape(mask, tf.stack([tf.reduce_prod(view.moved_shape[:-1]), view.n]))
 
 
 def n_valid(mask2d, dtype=tf.int32, keepdims: bool = False):
@@ -104,12 +94,15 @@ def fill_padded(y2d, mask2d, value=0.0):
 
 
 def combine(*masks):
-    """Logical AND of the masks that are not None (None if all are)."""
+    """Logical AND of the masks that are not None (None if all are); a ragged and a dense
+    mask give a dense one, the ragged one padded with False."""
     out = None
     for mask in masks:
         if mask is None:
             continue
         mask = tf.cast(mask, tf.bool)
+        if out is not None and is_ragged(out) != is_ragged(mask):
+            out, mask = (t.to_tensor(False) if is_ragged(t) else t for t in (out, mask))
         out = mask if out is None else tf.logical_and(out, mask)
     return out
 

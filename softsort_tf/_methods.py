@@ -1,26 +1,11 @@
 """The arguments of a layer or loss that computes with a family of `FAMILIES`.
 
-One rule for every layer and loss that takes `method=` (`softsort_tf.layers.soft`, the
-rank-based losses), read from the family's record (`softsort_tf.ops.family`):
-
-- `method`: a key of `FAMILIES` (the losses default to 'sinkhorn');
-  `temperature`: that family's temperature (`FAMILIES[method].temperature`), None for
-  its default: a real number, or a scalar tensor or variable for the families that
-  learn it (`Family.tensor_temperature`).
-- The family's own settings are split from the other keywords by its `Settings`: the
-  Sinkhorn settings are arguments of their own (`options`, the fields of
-  `SinkhornOptions` such as `epsilon`, `squash`, `targets`; `temperature` is the
-  options' ε, held in the config as `epsilon`); the other families' own arguments
-  (`regularization` of 'permutahedron', `distance_power` of 'softsort', ...) go in one
-  dict, `method_kwargs`, checked at construction by one call of the family's operator
-  on a three-item list. A setting of another family is refused, naming that family.
-- A family without masks ('permutahedron'): a mask, a Keras mask or padding reaching
-  it raises a `ValueError` (`check_padding`).
-- A temperature must be one the compute dtype resolves (`Family.temperature_range`:
-  a normal positive number of that dtype, and for 'sinkhorn' at least
-  `transport.min_epsilon`, 32 machine epsilons: 3.8e-6 in float32); checked at
-  construction against the compute dtype of the layer or loss (float32 under a
-  float16/bfloat16 policy).
+One rule for every layer and loss that takes `method=`, read from the family's record:
+`temperature` is that family's (None: its default), checked at construction in the
+range of the compute dtype (`Family.temperature_range`); the family's `Settings` split
+its own keywords from the others (Sinkhorn's are arguments of their own, the other
+families' go in the dict `method_kwargs`, checked by one call of the operator); a
+setting of another family, or padding reaching a family without masks, is refused.
 """
 
 from __future__ import annotations
@@ -30,19 +15,8 @@ import dataclasses
 from softsort_tf.ops.family import Family, Settings, get_family
 
 
-def temperature_range(method: str, dtype) -> tuple[float, float]:
-    """`(low, high)`: the temperatures of `method` a computation in `dtype` resolves.
-
-    Example:
-    >>> "%.3g, %.3g" % temperature_range("sinkhorn", "float32")
-    '3.81e-06, 3.4e+38'
-    """
-    return get_family(method).temperature_range(dtype)
-
-
 def check_temperature(method: str, temperature, dtype=None, *, name: str = "temperature"):
-    """`temperature` validated for `method` (`Family.check_temperature`): None stays
-    None, a number becomes a float, a tensor of a family that learns it stays a tensor."""
+    """`temperature` validated for `method` (`Family.check_temperature`)."""
     return get_family(method).check_temperature(temperature, dtype, name=name)
 
 
@@ -57,15 +31,9 @@ def check_padding(method: str, padded: bool, what: str) -> None:
 
 @dataclasses.dataclass
 class MethodArguments:
-    """The validated `method` arguments of a layer or loss (the rule above).
-
-    Attributes:
-      family: the `Family`.
-      settings: its `Settings` (validated).
-      temperature: the temperature the layer or loss keeps (None: the family's default,
-        or held by the settings).
-      given: the temperature as given (for the range check).
-    """
+    """The validated `method` arguments of a layer or loss: the `family`, its
+    `settings`, the `temperature` kept (None: the family's default, or held by the
+    settings) and the one `given` (for the range check)."""
 
     family: Family
     settings: Settings

@@ -1,20 +1,14 @@
-"""Axis and dtype plumbing shared by the operators.
-
-Every operator works internally on a `[batch, n]` matrix in float32 or float64.
-`to_batch` moves the chosen axis last, flattens the other axes into one batch axis
-and casts reduced-precision inputs (float16, bfloat16) to float32; `from_batch`
-undoes both on the result.
-
-Integer inputs are computed in float64 when their type holds integers that float32
-cannot represent (above 2²⁴: int32, uint32, int64, uint64), so that distinct large
-integers stay distinct (float32 made 16777216 and 16777217 a tie), and in float32
-otherwise. Results are float64 for 64-bit integers and float32 for the others.
+"""Axis and dtype plumbing: every operator computes on a `[batch, n]` matrix in float32
+or float64 (`to_batch`: the axis moved last, the others flattened, float16/bfloat16 in
+float32, integers wider than float32's 24-bit significand in float64 so that distinct
+integers stay distinct); `from_batch` undoes it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks
@@ -35,13 +29,11 @@ def compute_dtype(dtype: tf.DType) -> tf.DType:
                      f"got {dtype.name}.")
 
 
-# Integer types whose values float32 (24-bit significand) cannot all represent.
 _WIDE_INTEGERS = (tf.int32, tf.uint32, tf.int64, tf.uint64)
 
 
 def batch_compute_dtype(dtype: tf.DType) -> tf.DType:
-    """The dtype `to_batch` computes in: `compute_dtype`, but float64 for integer types
-    wider than float32's 24-bit significand."""
+    """The dtype `to_batch` computes in: `compute_dtype`, float64 for wide integers."""
     dtype = tf.as_dtype(dtype)
     return tf.float64 if dtype in _WIDE_INTEGERS else compute_dtype(dtype)
 
@@ -56,8 +48,8 @@ class BatchView:
     moved_shape: tf.Tensor  # dynamic shape of the tensor with `axis` moved last
     static_moved_shape: tf.TensorShape
     input_dtype: tf.DType
-    n: int | tf.Tensor  # the list length: a Python int when static, else a scalar tensor
-    static_n: int | None = None  # the list length when known at trace time, else None
+    n: int | tf.Tensor  # a Python int when known at trace time, else a scalar tensor
+    static_n: int | None = None
 
     @property
     def output_dtype(self) -> tf.DType:
@@ -71,14 +63,7 @@ class BatchView:
 def to_batch(x, axis: int = -1, name: str = "x"):
     """Moves `axis` last, flattens the rest into a batch axis, casts to the compute dtype.
 
-    Args:
-      x: a tensor of rank >= 1 (not a `tf.RaggedTensor`: a `ValueError` says to pad it
-        and pass a mask, `_checks.check_dense`).
-      axis: the axis to operate along.
-      name: the argument name used in error messages.
-
-    Returns:
-      `(x2d, view)` with `x2d` of shape `[batch, n]`.
+    Returns `(x2d, view)`, `x2d` `[batch, n]`; `name` names `x` in error messages.
     """
     _checks.check_dense(name, x)
     x = tf.convert_to_tensor(x)
@@ -92,35 +77,19 @@ def to_batch(x, axis: int = -1, name: str = "x"):
     perm = [i for i in range(rank) if i != axis] + [axis]
     moved = tf.transpose(x, perm) if axis != rank - 1 else x
     moved_shape = tf.shape(moved)
-    # An unknown list length (a model fed several lengths, `tf.function` with a `None`
-    # dimension) is carried as a scalar tensor; operators that need it as a number read
-    # `view.static_n` (None then).
     n = int(static) if static is not None else moved_shape[-1]
-    view = BatchView(
-        axis=axis,
-        rank=rank,
-        perm=perm,
-        moved_shape=moved_shape,
-        static_moved_shape=moved.shape,
-        input_dtype=x.dtype,
-        n=n,
-        static_n=None if static is None else int(static),
-    )
+    view = BatchView(axis=axis, rank=rank, perm=perm, moved_shape=moved_shape,
+                     static_moved_shape=moved.shape, input_dtype=x.dtype, n=n,
+                     static_n=None if static is None else int(static))
     x2d = tf.reshape(moved, [-1, n])
     x2d = tf.cast(x2d, batch_compute_dtype(x.dtype))
     return x2d, view
 
 
 def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
-    """Inverse of `to_batch` for a result of shape `[batch, m]` (or `[batch]`).
-
-    Args:
-      y2d: `[batch, m]` result, or `[batch]` when `keep_axis=False`.
-      view: the `BatchView` returned by `to_batch`.
-      keep_axis: when False the operated axis is removed from the output.
-      cast: cast back to the input dtype (when the input was floating point; results
-        of integer inputs are always cast to `view.output_dtype`).
-    """
+    """Inverse of `to_batch` for a result `[batch, m]`, or `[batch]` with
+    `keep_axis=False` (the axis removed); `cast`: back to a floating input's dtype
+    (results of integer inputs are always `view.output_dtype`)."""
     lead = view.moved_shape[:-1]
     static_lead = view.static_moved_shape[:-1]
     if keep_axis:
@@ -128,10 +97,7 @@ def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
         out = tf.reshape(y2d, tf.concat([lead, [tf.shape(y2d)[-1]]], axis=0))
         out.set_shape(static_lead.concatenate([m]))
         if view.axis != view.rank - 1:
-            inv = [0] * view.rank
-            for i, p in enumerate(view.perm):
-                inv[p] = i
-            out = tf.transpose(out, inv)
+            out = tf.transpose(out, np.argsort(view.perm))
     else:
         out = tf.reshape(y2d, lead)
         out.set_shape(static_lead)
@@ -140,32 +106,35 @@ def from_batch(y2d, view: BatchView, keep_axis: bool = True, cast: bool = True):
     return out
 
 
-def weights_to_batch(weights, view: BatchView, dtype, name: str = "weights"):
-    """Broadcasts per-element weights to `[batch, n]` and normalises them to sum to 1.
+def moved_entries(t, view: BatchView, name: str, *, length_one: bool = False):
+    """Per-entry values `[n]` as `[batch, n]` (length 1 too with `length_one`), or of the
+    shape of `x` with its list axis moved last; a `ValueError` naming `name` otherwise."""
+    if t.shape.rank == 1:
+        if t.shape[0] is not None and view.static_n is not None and \
+                t.shape[0] not in ((1, view.static_n) if length_one else (view.static_n,)):
+            raise ValueError(f"`{name}` of rank 1 must have length n = {view.static_n}, got "
+                             f"{t.shape[0]}.")
+        batch = tf.reduce_prod(view.moved_shape[:-1])
+        return tf.broadcast_to(t[tf.newaxis, :], tf.stack([batch, view.n]))
+    if t.shape.rank != view.rank:
+        raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got rank "
+                         f"{t.shape.rank} for an input of rank {view.rank}.")
+    return tf.transpose(t, view.perm) if view.axis != view.rank - 1 else t
 
-    `weights` may have shape `[n]` or the full shape of `x`. Weights must be finite and
-    non-negative with a positive sum (checked when their values are known at trace time).
-    """
-    n = view.n
+
+def weights_to_batch(weights, view: BatchView, dtype, name: str = "weights"):
+    """Weights `[n]` or of the shape of `x` as `[batch, n]`, normalised to sum to 1 (finite,
+    non-negative, a positive sum: checked when known at trace time)."""
     if weights is None:
         return None
     w = tf.convert_to_tensor(weights)
     _checks.check_weight_values(name, w, allow_zero=True)
-    if w.shape.rank == 1:
-        if w.shape[0] is not None and view.static_n is not None and w.shape[0] != n:
-            raise ValueError(f"`{name}` of rank 1 must have length n = {n}, got {w.shape[0]}.")
-        w = tf.cast(w, dtype)
-        batch = tf.reduce_prod(view.moved_shape[:-1])
-        w = tf.broadcast_to(w[tf.newaxis, :], tf.stack([batch, n]))
-    else:
-        if w.shape.rank != view.rank:
-            raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got rank "
-                             f"{w.shape.rank} for an input of rank {view.rank}.")
-        if view.axis != view.rank - 1:
-            w = tf.transpose(w, view.perm)
+    full = w.shape.rank != 1
+    w = moved_entries(tf.cast(w, dtype), view, name)
+    if full:
         if not w.shape.is_compatible_with(view.static_moved_shape):
             raise ValueError(f"`{name}` must have shape [n] or the shape of `x`; got a "
                              f"tensor of rank {view.rank} that does not match `x` (with "
                              f"the sorted axis last: {w.shape} vs {view.static_moved_shape}).")
-        w = tf.reshape(tf.cast(w, dtype), [-1, n])
+        w = tf.reshape(w, [-1, view.n])
     return w / tf.reduce_sum(w, axis=-1, keepdims=True)

@@ -1,28 +1,15 @@
 """erf and erfc in TFLite's builtin ops for float32, TensorFlow's kernels for float64.
 
-TFLite has no builtin Erf or Erfc, so a float32 graph that calls `tf.math.erf` or
-`tf.math.erfc` converts only with the TensorFlow (flex) ops. Here float32 (and float16,
-bfloat16, computed in float32) uses exp, floor, a division and polynomials, all builtins,
-to float32 accuracy; float64 keeps `tf.math.erf`/`tf.math.erfc` (TFLite has no float64
-kernels anyway, and the float64 tests stay at 1e-12).
+TFLite has no builtin Erf or Erfc. In float32 (float16 and bfloat16 computed in float32):
 
-The float32 forms:
+- erfc(z), z ≥ 1/2: exp(−z²)·t·P(t), t = 1/(1 + z/2), P of degree 11 (least squares on
+  Chebyshev polynomials, relative error 2.8e-9). exp(−z²) = exp(−h²)·exp(−(z + h)(z − h))
+  with h = z rounded down to a multiple of 1/256 (h² exact), so the tail keeps its
+  relative precision.
+- erf(z), |z| < 1/2: its Taylor series to z¹³; the other cases by symmetry and 1 − erfc.
 
-- erfc(z), z ≥ 1/2: exp(−z²)·erfcx(z) with erfcx(z) ≈ t·P(t), t = 1/(1 + z/2) ∈ (0, 0.8],
-  P of degree 11 fitted (weighted least squares on Chebyshev polynomials, relative
-  error 2.8e-9 in float64 for every z ≥ 1/2, z = inf included). exp(−z²) is
-  exp(−h²)·exp(−(z + h)(z − h)) with h = z rounded down to a multiple of 1/256: h² is
-  exact in float32 (z < 16; erfc(z) is below the smallest float32 beyond 10) and the
-  second factor, 1 + expm1(·), is close to 1, so the tail keeps its relative precision
-  where a rounded z² would lose z²·2⁻²⁴ (5e-6 at z = 9).
-- erf(z), |z| < 1/2: its Taylor series to z¹³ (remainder below 4e-10).
-- erfc(z) = 1 − erf(z) for 0 ≤ z < 1/2, 2 − erfc(−z) for z < 0; erf(z) = sign(z)·(1 − erfc(|z|))
-  for |z| ≥ 1/2.
-
-Measured against `scipy.special.erfc`/`erf` in float64 over float32 z in [−12, 12] and
-±1e−30…±1e30, ±inf (tests/test_special.py): relative error at most 4.3e-7 (erfc, where
-it is at least 1e-37) and 2.7e-7 (erf), absolute error at most 2.1e-7, NaN kept;
-TensorFlow's float32 kernels: 4.0e-6 (erfc, in the tail near z = 8.8) and 2.9e-7 (erf).
+Against scipy (tests/test_special.py): relative error at most 4.3e-7 (erfc) and 2.7e-7
+(erf); TensorFlow's float32 kernels: 4.0e-6 and 2.9e-7.
 """
 
 from __future__ import annotations
@@ -56,8 +43,7 @@ def _erf_small(z):
 
 
 def _erfc_large(a):
-    """erfc(a) for a ≥ 1/2 (inf included); other a give finite values that callers
-    discard."""
+    """erfc(a) for a ≥ 1/2 (inf included); finite values, discarded, for other a."""
     a = tf.maximum(a, _SPLIT)
     t = 1.0 / (1.0 + 0.5 * a)
     # a ≥ 16 gives 0 either way; clipping keeps h² exact and the products finite.
@@ -75,14 +61,8 @@ def _float32(x):
 
 
 def erfc(x):
-    """The complementary error function, elementwise, in TFLite's builtin ops for
-    float32 (see the module docstring); float64 uses `tf.math.erfc`.
-
-    Args:
-      x: a floating-point tensor.
-
-    Returns:
-      erfc(x), like x.
+    """erfc(x) of a floating-point tensor, elementwise, like x: TFLite's builtin ops for
+    float32, `tf.math.erfc` for float64.
 
     Example:
     >>> round(float(erfc(tf.constant(1.0))), 6)
@@ -99,14 +79,8 @@ def erfc(x):
 
 
 def erf(x):
-    """The error function, elementwise, in TFLite's builtin ops for float32 (see the
-    module docstring); float64 uses `tf.math.erf`.
-
-    Args:
-      x: a floating-point tensor.
-
-    Returns:
-      erf(x), like x.
+    """erf(x) of a floating-point tensor, elementwise, like x: TFLite's builtin ops for
+    float32, `tf.math.erf` for float64.
 
     Example:
     >>> round(float(erf(tf.constant(1.0))), 6)

@@ -1,9 +1,7 @@
-"""Keras layers over the Sinkhorn operators of `softsort_tf.ops.sinkhorn`.
-
-Each layer validates its settings at construction (a `SinkhornOptions`, `squash`,
-`targets`), forwards them to its operator and reports its output shape. Keras masks are
-the operators' `mask` (docs/api.md, "Padding"); under a float16/bfloat16 policy the
-layers compute and return float32.
+"""Keras layers over the Sinkhorn operators of `softsort_tf.ops.sinkhorn`: the
+front-door layers (`softsort_tf.layers.soft`) with method='sinkhorn', calling the
+Sinkhorn operators with their own options (`zero_based`, `topk`, `width`, ...) and a
+config without the front door's `method`, `temperature` and `method_kwargs`.
 """
 
 from __future__ import annotations
@@ -12,13 +10,8 @@ import keras
 import tensorflow as tf
 
 from softsort_tf import _checks, _docs
-from softsort_tf._keras import (
-    broadcast_keras_mask,
-    full_precision_layer_kwargs,
-    layer_compute_dtype,
-    replace_axis,
-    sorted_mask,
-)
+from softsort_tf._keras import replace_axis, sorted_mask
+from softsort_tf.layers.soft import _SoftLayer
 from softsort_tf.ops import sinkhorn as sinkhorn_ops
 from softsort_tf.ops.sinkhorn import SINKHORN, SinkhornSettings
 from softsort_tf.options import SinkhornOptions
@@ -37,7 +30,7 @@ def sinkhorn_settings(kwargs: dict, options=None, squash="logistic",
 
 
 @_docs.fill
-class _SinkhornLayer(keras.layers.Layer):
+class _SinkhornLayer(_SoftLayer):
     """Common arguments and config of the Sinkhorn layers.
 
     Args:
@@ -54,38 +47,22 @@ class _SinkhornLayer(keras.layers.Layer):
         `keras.layers.Layer` arguments (name, dtype, ...).
     """
 
+    operation = "rank"  # the operation the settings are checked against
+
     def __init__(self, axis: int = -1, direction: str = "ASCENDING",
                  options: SinkhornOptions | dict | None = None, squash="logistic",
                  targets: str = "regular", **kwargs):
-        self._settings, layer_kwargs = sinkhorn_settings(kwargs, options, squash, targets)
-        super().__init__(**full_precision_layer_kwargs(layer_kwargs))
-        for name, value in self._settings.attributes().items():
-            setattr(self, name, value)
-        self._settings.check_temperature(None, layer_compute_dtype(self))
-        self.axis = _checks.check_int("axis", axis)
-        self.direction = _checks.check_direction(direction)
-        self.supports_masking = True
+        super().__init__("sinkhorn", direction=direction, axis=axis, options=options,
+                         squash=squash, targets=targets, **kwargs)
 
-    def _op_kwargs(self, inputs=None, mask=None) -> dict:
-        kwargs = dict(axis=self.axis, direction=self.direction, options=self.options,
-                      squash=self.squash, targets=self.targets)
-        if mask is not None:
-            kwargs["mask"] = broadcast_keras_mask(inputs, mask)
-        return kwargs
-
-    # The output keeps the list axis (elementwise results): the input mask is its mask.
-    _keeps_list_axis = True
-
-    def compute_mask(self, inputs, mask=None):
-        return mask if self._keeps_list_axis else None
+    def _operator_kwargs(self) -> dict:
+        return self._arguments.settings.operator_kwargs()
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(axis=self.axis, direction=self.direction, **self._settings.get_config())
+        for key in ("method", "temperature", "method_kwargs"):
+            del config[key]
         return config
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -109,8 +86,8 @@ class SinkhornRank(_SinkhornLayer):
         self.zero_based = bool(zero_based)
 
     def call(self, inputs, mask=None):
-        return sinkhorn_ops.sinkhorn_rank(inputs, zero_based=self.zero_based,
-                                          **self._op_kwargs(inputs, mask))
+        return self._call(sinkhorn_ops.sinkhorn_rank, inputs, mask=mask,
+                          zero_based=self.zero_based)
 
     def get_config(self):
         return {**super().get_config(), "zero_based": self.zero_based}
@@ -129,7 +106,7 @@ class SinkhornCDF(_SinkhornLayer):
     """
 
     def call(self, inputs, mask=None):
-        return sinkhorn_ops.sinkhorn_cdf(inputs, **self._op_kwargs(inputs, mask))
+        return self._call(sinkhorn_ops.sinkhorn_cdf, inputs, mask=mask)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -162,8 +139,8 @@ class SinkhornSort(_SinkhornLayer):
         self.num_targets = num_targets
 
     def call(self, inputs, mask=None):
-        return sinkhorn_ops.sinkhorn_sort(inputs, topk=self.topk, num_targets=self.num_targets,
-                                          **self._op_kwargs(inputs, mask))
+        return self._call(sinkhorn_ops.sinkhorn_sort, inputs, mask=mask, topk=self.topk,
+                          num_targets=self.num_targets)
 
     def compute_mask(self, inputs, mask=None):
         """True at the first n_valid (or min(k, n_valid)) positions along `axis`; None
@@ -212,11 +189,12 @@ class SinkhornQuantile(_SinkhornLayer):
         self.quantiles = float(levels[0]) if scalar else [float(q) for q in levels]
         self.width = None if width is None else float(width)
 
-    _keeps_list_axis = False
-
     def call(self, inputs, mask=None):
-        return sinkhorn_ops.sinkhorn_quantile(inputs, self.quantiles, width=self.width,
-                                              **self._op_kwargs(inputs, mask))
+        return self._call(sinkhorn_ops.sinkhorn_quantile, inputs, self.quantiles, mask=mask,
+                          width=self.width)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
     def compute_output_shape(self, input_shape):
         size = None if isinstance(self.quantiles, float) else len(self.quantiles)
@@ -268,8 +246,7 @@ class SinkhornQuantileNormalization(_SinkhornLayer):
 
     def call(self, inputs, mask=None):
         f = tf.cast(self.target_values(), inputs.dtype)
-        return sinkhorn_ops.sinkhorn_quantile_normalization(inputs, f,
-                                                            **self._op_kwargs(inputs, mask))
+        return self._call(sinkhorn_ops.sinkhorn_quantile_normalization, inputs, f, mask=mask)
 
     def get_config(self):
         return {**super().get_config(), "num_targets": self.num_targets,

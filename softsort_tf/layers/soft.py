@@ -63,11 +63,14 @@ class _SoftLayer(keras.layers.Layer):
         self.axis = _checks.check_int("axis", axis)
         self.supports_masking = True
 
-    def _call(self, fn, inputs, *args, mask=None):
+    def _call(self, fn, inputs, *args, mask=None, **kwargs):
         if mask is not None:
             mask = broadcast_keras_mask(inputs, mask)
         return fn(inputs, *args, direction=self.direction, axis=self.axis, mask=mask,
-                  **self._arguments.operator_kwargs())
+                  **self._operator_kwargs(), **kwargs)
+
+    def _operator_kwargs(self) -> dict:
+        return self._arguments.operator_kwargs()
 
     def compute_mask(self, inputs, mask=None):
         return mask

@@ -1,17 +1,9 @@
 """The one table of the package's families of differentiable sorting operators.
 
-A family is one `Family` record plus its maths. The record says what its temperature
-is called, its default, what it means and which values each dtype resolves; which
-operations it defines (soft rank, sort, top-k, quantile, relaxed permutation matrix);
-whether it takes masks; and its `Settings`, the value that splits, validates and
-serialises the family's own keywords wherever a layer or loss takes `method=`.
-
-Everything that takes `method=` reads this table: the front door (`soft_rank`,
-`soft_sort`, `soft_topk`, `soft_quantile`), `permutation_matrix` and the stochastic
-variants, the layers, the method losses, the binaries' flags and the tuner. The
-built-in families register themselves from their own modules (`softsort_tf.ops`
-imports them); a family defined elsewhere is added with one call, `register_family`
-(see docs/adding_a_family.md).
+A family is one `Family` record (its temperature, operations, relaxed matrix, masks and
+`Settings`) plus its maths. Everything that takes `method=` reads this table; built-in
+families register themselves from their modules, others with `register_family`
+(docs/adding_a_family.md).
 
 Example:
 >>> sorted(FAMILIES)[:3]
@@ -37,19 +29,16 @@ from softsort_tf.ops.permutation_readout import permute_values, ranks_from_permu
 from softsort_tf.ops.wrapper import ListResult, list_operator
 
 OPERATIONS = ("rank", "sort", "topk", "quantile")
-# What a family's temperature is measured in (`Family.temperature_units`): the units of
-# the scores (τ, α: values closer than it are blurred together), their inverse (a
-# steepness β), or units that do not depend on the scores' scale (Sinkhorn's ε, on the
-# cost between squashed scores in [0, 1]).
+# What a temperature is measured in: the scores' units (τ, α), their inverse (a
+# steepness β), or units independent of the scores' scale (Sinkhorn's ε on [0, 1]).
 TEMPERATURE_UNITS = ("scores", "inverse_scores", "normalized")
 # Arguments that the front door, the layers and the losses set themselves.
 RESERVED = ("direction", "axis", "mask")
 
 
 def normal_range(dtype) -> tuple[float, float]:
-    """`(low, high)`: the positive normal numbers of `dtype` (the default temperature
-    range of a family: below, a temperature rounds to 0 or loses its precision; above,
-    to inf)."""
+    """`(low, high)`: the positive normal numbers of `dtype`, a family's default
+    temperature range."""
     info = np.finfo(tf.as_dtype(dtype).as_numpy_dtype)
     return float(info.tiny), float(info.max)
 
@@ -60,9 +49,9 @@ def _is_tensor(value) -> bool:
 
 
 def check_temperature_value(value, name: str = "temperature"):
-    """A temperature as given by a user: None, a real number (returned as a float) or a
-    floating-point scalar tensor or variable (returned unchanged, so that gradients reach
-    it: a learnable temperature). Bools, strings and other objects are refused."""
+    """A temperature as given: None, a real number (returned as a float) or a
+    floating-point scalar tensor or variable (returned unchanged: a learnable
+    temperature). Bools, strings and other objects are refused."""
     if value is None:
         return None
     if _is_tensor(value) and not isinstance(value, (tf.Tensor, tf.Variable)):
@@ -84,9 +73,25 @@ def check_temperature_value(value, name: str = "temperature"):
     return _checks.check_positive(name, value)
 
 
+def _named_parameters(fn: Callable) -> frozenset[str]:
+    """The names of the parameters of `fn` after its first that a keyword can set."""
+    parameters = list(inspect.signature(fn).parameters.values())[1:]
+    return frozenset(p.name for p in parameters
+                     if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _keywords(fn: Callable) -> frozenset[str] | None:
+    """The keywords `fn` takes after its input (`fn.keywords` when recorded); None for
+    any (`**kwargs`)."""
+    recorded = getattr(fn, "keywords", None)
+    if recorded is not None:
+        return frozenset(recorded)
+    parameters = list(inspect.signature(fn).parameters.values())[1:]
+    return None if any(p.kind == p.VAR_KEYWORD for p in parameters) else _named_parameters(fn)
+
+
 def _static_value(value) -> float | None:
-    """The value of a scalar temperature when it is known now (eager tensors and
-    variables, constants), else None (a symbolic tensor inside `tf.function`)."""
+    """The value of a scalar temperature when known now, else None (symbolic)."""
     if not _is_tensor(value):
         return float(value)
     if isinstance(value, tf.Variable) and tf.executing_eagerly():
@@ -96,31 +101,23 @@ def _static_value(value) -> float | None:
 
 
 def family_operation(fn: Callable, *, keywords=()) -> Callable:
-    """`fn(x, *args, direction=..., mask=..., **kwargs)` as an operation of a `Family`
-    (the front door's calling convention), with the keywords `fn` takes recorded (its
-    named parameters and `keywords`, e.g. the fields of an options object it reads from
-    `**kwargs`), so that an unknown keyword is refused with the family's own names."""
+    """`fn(x, *args, direction=..., mask=..., **kwargs)` as an operation of a `Family`,
+    with the keywords it takes recorded (its named parameters and `keywords`, e.g. the
+    fields of an options object it reads from `**kwargs`)."""
 
     def operation(x, *args, direction, mask, **kwargs):
         return fn(x, *args, direction=direction, mask=mask, **kwargs)
 
-    parameters = list(inspect.signature(fn).parameters.values())[1:]  # after the input
-    operation.keywords = frozenset(
-        p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ) | frozenset(keywords)
+    operation.keywords = _named_parameters(fn) | frozenset(keywords)
     operation.__name__ = operation.__qualname__ = getattr(fn, "__name__", "operation")
     return operation
 
 
 class Settings:
-    """A family's own keywords, split from a call's arguments, validated once and
-    serialised (the base class: the family takes its own arguments in `method_kwargs`).
-
-    A layer or loss builds its settings with `Settings.create` at construction, hands
-    `operator_kwargs()` to the front door at every call and merges `get_config()` into
-    its config; `from_config` keys are the keywords `create` reads. A family with
-    settings of another shape (Sinkhorn: `options`, `squash`, `targets` and the
-    `SinkhornOptions` fields) subclasses it.
+    """A family's own keywords, split from a constructor's arguments (`create`), validated
+    once, handed to every call (`operator_kwargs`) and serialised (`get_config`). This
+    base class takes them in `method_kwargs`; Sinkhorn's subclass takes arguments of
+    their own (`options`, `squash`, `targets`, the `SinkhornOptions` fields).
 
     Attributes:
       family: the `Family`.
@@ -144,35 +141,21 @@ class Settings:
     @classmethod
     def create(cls, family: Family, temperature, method_kwargs, kwargs: dict,
                operation: str = "rank") -> tuple[Settings, object, dict]:
-        """`(settings, temperature, rest)` from a constructor's arguments.
-
-        Args:
-          family: the family.
-          temperature: the validated temperature (None: the family's default).
-          method_kwargs: the `method_kwargs` argument (None or a dict).
-          kwargs: the constructor's other keyword arguments; the family's keywords are
-            taken out of them, and a keyword of another family's settings is refused.
-          operation: the operation the layer or loss runs (checked against the family's
-            operations by one eager call with `method_kwargs`).
-
-        Returns:
-          The settings, the temperature the layer or loss keeps, and `kwargs` without the
-          family's keywords.
-        """
+        """`(settings, temperature kept, the other kwargs)` from a constructor's
+        validated `temperature`, `method_kwargs` and other keywords `kwargs` (a setting of
+        another family is refused); `operation` is the one the layer or loss runs."""
         kwargs = refuse_foreign_keywords(family, kwargs)
         return cls(family, family.check_method_kwargs(method_kwargs, operation)), \
             temperature, dict(kwargs)
 
     @classmethod
     def leave_temperature(cls, kwargs: dict) -> dict:
-        """`kwargs` of a constructor given no temperature, marked so that the settings
-        leave it to the caller's choice for the list length (`for_length`); unchanged
-        for a family whose default does not depend on it (this base class)."""
+        """`kwargs` of a constructor given no temperature, marked so that the caller
+        chooses it for the list length (`for_length`); unchanged here."""
         return kwargs
 
     def for_length(self, n: int | None) -> Settings:
-        """The settings for lists of n items (None: unknown when the graph is built):
-        the temperature left to the caller (`leave_temperature`) chosen for n."""
+        """The settings for lists of n items (None: unknown at trace time)."""
         del n
         return self
 
@@ -185,8 +168,7 @@ class Settings:
         return dict(self.method_kwargs)
 
     def get_config(self) -> dict:
-        """The settings' part of a layer's or loss's config, besides `method_kwargs`
-        (which every layer and loss with `method=` holds)."""
+        """The settings' part of a layer's or loss's config, besides `method_kwargs`."""
         return {}
 
     def check_temperature(self, temperature, dtype, name: str = "temperature"):
@@ -230,16 +212,12 @@ class Family:
       meaning: what the temperature means for a user.
       reference: where the family comes from.
       operations: `{operation: fn}` for the operations of `OPERATIONS` it computes
-        itself, each `fn(x, *args, direction, mask, **kwargs)` (`topk`: `fn(x, k, ...)`,
-        `quantile`: `fn(x, quantiles, ...)`), either a `list_operator` that takes
-        `axis` or written along the last axis of `[..., n]` (then the record makes it
-        one: `along_any_axis`). Rank, sort and top-k default to read-outs of
-        `matrix_fn` when it is given. Every operation of the record takes the same
-        keyword-only `axis` and `mask`.
+        itself, each `fn(x, *args, direction, mask, **kwargs)` (`args`: k of `topk`, the
+        levels of `quantile`), a `list_operator` taking `axis` or written along the last
+        axis (`along_any_axis` wraps it). Rank, sort and top-k default to read-outs of
+        `matrix_fn`.
       matrix_fn: `matrix_fn(scores, *, direction, hard, mask, **kwargs)` → the relaxed
-        permutation matrix P̂ `[..., n, n]` (row i = the entry at position i of the
-        `direction` order; `hard=True`: straight-through, the exact permutation forward
-        and the relaxation's gradient), or None.
+        permutation matrix P̂ `[..., n, n]` (row i: the entry at position i), or None.
       masks: whether its operators take a `mask` (and ragged lists).
       doubly_stochastic: whether the columns of P̂ sum to 1 too.
       log_domain: whether `matrix_fn(..., log=True)` returns log P̂ computed in the log
@@ -248,11 +226,8 @@ class Family:
       temperature_range: `temperature_range(dtype)` → `(low, high)`, the temperatures a
         computation in `dtype` resolves (default: the positive normal numbers).
       real_k: whether its top-k takes a real k in (0, n) (else an integer in [1, n)).
-      tensor_temperature: whether its temperature may be a tensor or variable through
-        which gradients flow (a learnable temperature); otherwise a Python number.
-      temperature_units: one of `TEMPERATURE_UNITS`: 'scores' (default), 'inverse_scores'
-        or 'normalized' (independent of the scores' scale); how a harness scales the
-        temperature with the scores (`temperature_for_scale`).
+      tensor_temperature: whether its temperature may be a tensor or variable (learnable).
+      temperature_units: one of `TEMPERATURE_UNITS` (`temperature_for_scale`).
       scale_free_temperature: the temperature, in standard deviations of each list's
         standardised scores, of the scale-free rank losses (`SoftNDCGLoss` without a
         temperature); None: `default_temperature`.
@@ -299,16 +274,14 @@ class Family:
                              f"{self.temperature_units!r}.")
 
     def temperature_for_scale(self, scale: float, normalized: float | None = None) -> float:
-        """The temperature as sharp as `scale` is for scores: `scale` for a temperature in
-        the units of the scores, 1/`scale` for an inverse one; `normalized` (default: the
-        family's default) for one that does not depend on the scores' scale."""
+        """The temperature as sharp as `scale` is for scores (1/`scale` for inverse units;
+        `normalized`, default the family's default, for 'normalized' units)."""
         if self.temperature_units == "scores":
             return float(scale)
         if self.temperature_units == "inverse_scores":
             return 1.0 / float(scale)
         return float(self.default_temperature if normalized is None else normalized)
 
-    # -- operations -----------------------------------------------------------------
     def operation(self, operation: str) -> Callable:
         """The function of `operation`; a `ValueError` names the families that define it."""
         if operation not in self.operations:
@@ -319,20 +292,11 @@ class Family:
 
     def keywords(self, operation: str) -> frozenset[str] | None:
         """The keyword arguments the family's `operation` takes (None: any)."""
-        fn = self.operation(operation)
-        accepted = getattr(fn, "keywords", None)
-        if accepted is not None:
-            return frozenset(accepted)
-        parameters = list(inspect.signature(fn).parameters.values())[1:]
-        if any(p.kind == p.VAR_KEYWORD for p in parameters):
-            return None
-        return frozenset(p.name for p in parameters
-                         if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        return _keywords(self.operation(operation))
 
     def settings_keywords(self) -> frozenset[str]:
         return frozenset(self.settings.keywords)
 
-    # -- the relaxed permutation matrix --------------------------------------------------
     @property
     def has_matrix(self) -> bool:
         return self.matrix_fn is not None
@@ -353,11 +317,9 @@ class Family:
                              "sorted along their last axis; call the operator directly.")
         return self.matrix_fn(scores, direction=direction, hard=hard, mask=mask, **kwargs)
 
-    # -- arguments ------------------------------------------------------------------------
     def check_temperature(self, temperature, dtype=None, *, name: str = "temperature"):
-        """`temperature` validated (`check_temperature_value`) and, with `dtype` (the
-        compute dtype) and a value known now, inside `temperature_range(dtype)`; a
-        `ValueError` names `name`, the family and the range otherwise."""
+        """`temperature` validated (`check_temperature_value`) and, with a compute `dtype`
+        and a value known now, inside `temperature_range(dtype)`."""
         temperature = check_temperature_value(temperature, name)
         if _is_tensor(temperature) and not self.tensor_temperature:
             able = [f.name for f in _REGISTRY.values() if f.tensor_temperature]
@@ -395,13 +357,10 @@ class Family:
         return _checks.check_positive_int("k", k)
 
     def check_method_kwargs(self, method_kwargs: dict | None, operation: str = "rank") -> dict:
-        """The validated `method_kwargs` of the family (a new dict; `{}` for None).
-
-        A `ValueError` if the family does not define `operation`, if `method_kwargs` is
-        not a dict of argument names, sets an argument given otherwise (`direction`,
-        `axis`, `mask`, the temperature, a setting of the family's `Settings`), or is
-        refused by one eager call of the family's operator on a three-item list.
-        """
+        """The validated `method_kwargs` of the family (a new dict; `{}` for None): a dict
+        of the family's own argument names (not `direction`, `axis`, `mask`, the
+        temperature or its `Settings`' keywords), accepted by one eager call of its
+        operator on a three-item list."""
         self.operation(operation)
         if method_kwargs is None:
             return {}
@@ -461,9 +420,7 @@ def _parameters(fn: Callable) -> frozenset[str]:
 
 def along_any_axis(operation: str, fn: Callable) -> Callable:
     """`fn`, an operation written along the last axis of `[..., n]`, as a `list_operator`
-    (any `axis` and rank, padding replaced before `fn` sees it, ragged lists, float16 in
-    float32); `fn` itself when it takes `axis` already. The result keeps the keywords
-    `fn` takes (`Family.keywords`)."""
+    keeping the keywords `fn` takes; `fn` itself when it takes `axis` already."""
     if "axis" in _parameters(fn) | frozenset(getattr(fn, "keywords", None) or ()):
         return fn
     kind = _OUTPUT_KINDS[operation]
@@ -477,13 +434,7 @@ def along_any_axis(operation: str, fn: Callable) -> Callable:
 
     body.__name__ = body.__qualname__ = getattr(fn, "__name__", operation)
     operator = list_operator(body)
-    keywords = getattr(fn, "keywords", None)
-    if keywords is None:
-        parameters = list(inspect.signature(fn).parameters.values())[1:]
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            keywords = frozenset(p.name for p in parameters
-                                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
-    operator.keywords = keywords
+    operator.keywords = _keywords(fn)
     return operator
 
 
@@ -503,11 +454,9 @@ def _matrix_operations(family: Family) -> dict[str, Callable]:
         perm = family.matrix(x, direction=direction, mask=mask, **kwargs)
         return tf.reduce_sum(perm[..., :k, :], axis=-2)
 
-    accepted = None
-    if family.matrix_fn is not None:
-        parameters = inspect.signature(family.matrix_fn).parameters.values()
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            accepted = frozenset(p.name for p in parameters) - {"scores", "log", "hard"}
+    accepted = _keywords(family.matrix_fn)
+    if accepted is not None:
+        accepted -= {"log", "hard"}
     for fn in (rank, sort, topk):
         fn.keywords = accepted
     return dict(rank=rank, sort=sort, topk=topk)
@@ -543,8 +492,7 @@ MATRIX_FAMILIES: Mapping[str, Family] = _View(lambda family: family.matrix_fn is
 
 
 def register_family(family: Family, *, replace: bool = False) -> Family:
-    """Adds `family` to the table: from then on every entry point that takes `method=`
-    (front door, layers, losses, `permutation_matrix`, binaries) accepts its name.
+    """Adds `family` to the table: every entry point that takes `method=` accepts its name.
 
     Args:
       family: a `Family`.

@@ -24,11 +24,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from softsort_tf import _checks, _docs, _shapes
-from softsort_tf.ops.family import (
-    Family,
-    get_family,
-    get_matrix_family,
-)
+from softsort_tf.ops.family import Family, get_family, get_matrix_family
 
 
 def temperature_kwargs(method: str, temperature) -> dict:
@@ -109,7 +105,7 @@ def permutation_matrix(scores, method: str = "softsort", direction: str = "DESCE
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (then the
         output is ragged `[batch, (n), (n)]`).
       method: a key of `FAMILIES` whose family has a relaxed matrix ('softsort',
-        'neuralsort', 'sinkhorn', 'lapsum', 'sorting_network'; `MATRIX_FAMILIES`).
+        'neuralsort', 'sinkhorn', 'lapsum', 'sorting_network'; `Family.has_matrix`).
       direction: 'DESCENDING' (default) or 'ASCENDING'.
       hard: straight-through: the exact permutation forward, the relaxation's gradient.
       {mask}

@@ -1,44 +1,23 @@
 """Squashing functions that map raw scores into [0, 1] before transport.
 
-The Sinkhorn operators compare inputs to a target grid on [0, 1] (Cuturi et al.,
-2019, §3 "Cost function"); in the ε → 0 limit the result does not change under any
-increasing transform of the inputs, so inputs are first standardised along the sort
-axis and then passed through an increasing map g̃ into [0, 1] (the talk's
-Algorithm 2, g̃(x) = g((x − mean) / std)).
+The Sinkhorn operators compare inputs to a target grid on [0, 1] (Cuturi et al., 2019,
+§3); the ε → 0 limit does not change under an increasing transform, so inputs are
+standardised along the list and mapped into [0, 1] (the talk's Algorithm 2):
 
-- `'logistic'` (default): g(z) = sigmoid(π z / √3), the CDF of a logistic law with
-  unit variance, as in the papers and the reference implementation.
-- `'atan'`: g(z) = 1/2 + arctan(z) / π, heavier-tailed: outliers are squashed less
-  hard against 0 and 1.
-- `'robust'`: z is the robust z-score (x − median) / (1.4826 · MAD), log-compressed
-  beyond a few MADs by asinh, then the heavy-tailed map 1/2 + arctan(z)/π (outliers
-  of different magnitudes, 1e5, 1e10, 1e30, stay apart). The mean and standard deviation
-  of 'logistic' are dominated by outliers: one value of 1e30 in a row of values
-  between 1e-3 and 10 squashes all of them onto one point, and at small ε their
-  ranks tie. Use 'robust' when rows have outliers, heavy tails or values spanning
-  many orders of magnitude (it resolves the bulk as long as fewer than half of a
-  row's entries are outliers). Median and MAD are weighted by the input weights.
-  Its limit: entries are told apart by their distance to the row's median in units
-  of the MAD. When more than half of a row is orders of magnitude larger than the
-  rest, the median and the MAD are those of the large entries, every small entry sits
-  at the same huge distance from the median (to float64 precision), and the small
-  entries tie: `[3.0e38, 3.1e38, 3.2e38, 1.0, -5.0, 2.5e38, 0.5]` ranks its three
-  small values alike at any ε. No squash into [0, 1] can avoid this at small ε: two
-  squashed entries are resolved when they differ by much more than ε·(n − 1)/2 (the
-  cost of swapping them on the regular grid), and [0, 1] holds few such gaps. For
-  rows like these use `soft_rank(x, method='lapsum')` (no squashing; its `alpha` is
-  in the units of the scores: entries farther apart than α are resolved whatever
-  the rest of the row), or transform the inputs so that the scales you care about
-  become comparable distances (e.g. `tf.math.asinh(x)`).
-- `None`: inputs are used as given (use for values already in [0, 1]).
+- `'logistic'` (default): sigmoid(π z / √3), the unit-variance logistic CDF (the papers').
+- `'atan'`: 1/2 + arctan(z) / π, heavier-tailed: outliers squashed less hard.
+- `'robust'`: the robust z-score (x − median) / (1.4826 · MAD), asinh-compressed, then
+  the arctan map: outliers (1e5, 1e10, 1e30) stay apart and do not crush the bulk, as
+  long as fewer than half of a row's entries are outliers. When more than half are
+  orders of magnitude larger, the small entries sit at one distance from the median
+  and tie at any ε (two squashed entries are resolved when they differ by much more
+  than ε·(n − 1)/2); use `method='lapsum'` (α in the units of the scores) or a
+  transform such as `tf.math.asinh(x)`.
+- `None`: inputs used as given (values already in [0, 1]).
 
-Every squash is computed without overflow or loss of range: float32 inputs are
-standardised in float64, after centring on the mid-range and dividing by the largest
-absolute deviation, so values from about 1e-45 (subnormal; TensorFlow's CPU kernels
-flush those to zero, so they are read from their bits) to 3.4e38 in float32, and up to
-1.7e308 in float64, give finite outputs; a constant row maps to 0.5 everywhere with
-finite gradients. With input weights (the operators' `weights`) the statistics are
-weighted by them.
+Statistics are weighted by the input weights, and computed without overflow: values
+from float32 subnormals (read from their bits: CPU kernels flush them to zero) to the
+largest float give finite outputs; a constant row maps to 0.5 with finite gradients.
 """
 
 from __future__ import annotations
@@ -68,9 +47,8 @@ def _safe_positive(v):
 
 
 def exact_float64(x):
-    """x as float64 (float32, float16 and bfloat16 via float32), keeping float32
-    subnormals: TensorFlow's CPU kernels treat them as zero (flush-to-zero), so they are
-    rebuilt from their bits. The gradient is that of a plain cast."""
+    """x as float64, float32 subnormals rebuilt from their bits (CPU kernels flush them
+    to zero); the gradient of a plain cast."""
     x = tf.convert_to_tensor(x)
     if x.dtype == tf.float64:
         return x
@@ -86,12 +64,9 @@ def exact_float64(x):
 
 def _scale_invariant_float32(x, axis):
     """float32 x whose rows (along `axis`) of magnitude below 2⁻¹⁰⁰ are multiplied by
-    2¹⁰⁰, exactly: TensorFlow's CPU kernels flush float32 subnormals to zero, so those
-    are rebuilt from their bits (a subnormal's magnitude bits m are the integer x·2¹⁴⁹,
-    and m·2⁻⁴⁹ is normal). One constant factor each: XLA folds products of constants,
-    and 2¹⁴⁹ overflows float32.
-    For functions invariant to a positive scale of each row (`standardize`) this keeps
-    subnormal rows' order in float32, with integer arithmetic only (TFLite builtins)."""
+    2¹⁰⁰ exactly, subnormals rebuilt from their bits (magnitude bits m = x·2¹⁴⁹, m·2⁻⁴⁹
+    is normal; one constant factor each, as 2¹⁴⁹ overflows float32): scale-invariant
+    functions (`standardize`) keep such rows' order in float32, TFLite builtins only."""
     bits = tf.cast(tf.bitcast(x, tf.int32), tf.int64)
     negative = bits < 0
     magnitude = tf.where(negative, bits + 2 ** 31, bits)   # order-preserving in |x|
@@ -131,22 +106,10 @@ def _scale_free_centre(x, has_mass, axis):
 def standardize(x, axis: int = -1, weights=None):
     """(x − mean) / std along `axis`, computed without overflow; 0 for constant rows.
 
-    Computed after scaling into [−1, 1] (see the module docstring) in float64 for
-    float64 x and in float32 otherwise (rows of float32 subnormals first scaled up
-    exactly, see `_scale_invariant_float32`, so they keep their order), and returned
-    in the dtype of x.
-
-    Args:
-      x: input of any rank.
-      axis: the axis to standardise along.
-      weights: optional non-negative weights of the entries, broadcastable to x (for
-        example the input measure a of the transport): the mean and standard deviation
-        are then weighted, so entries of zero or tiny weight (outliers given no mass)
-        do not compress the others towards one value. None: uniform weights.
-
-    Returns:
-      A tensor like x.
-    """
+    Computed after scaling into [−1, 1], in float64 for float64 x, else in float32
+    (`_scale_invariant_float32` first); returned like x. `weights`: optional
+    non-negative weights broadcastable to x (e.g. the transport's input measure a)
+    weighting the mean and standard deviation (None: uniform)."""
     x = tf.convert_to_tensor(x)
     if x.dtype == tf.float64:
         xc = x
@@ -178,18 +141,9 @@ def _weighted_median(x, w, axis):
 def robust_zscore(x, axis: int = -1, weights=None):
     """asinh((x − median) / (1.4826 · MAD)) along `axis`, in float64 internally.
 
-    The robust z-score (median and median absolute deviation, weighted by `weights`),
-    log-compressed beyond a few MADs by asinh (linear near 0, log|z| for large |z|).
-    Where the MAD is 0 (more than half of the entries equal), the largest absolute
-    deviation is the scale; a constant row gives 0.
-
-    Args:
-      x: input of any rank.
-      axis: the axis along which the statistics are taken.
-      weights: optional non-negative weights broadcastable to x.
-
-    Returns:
-      A tensor like x.
+    Median and MAD weighted by the optional `weights` (broadcastable to x); where the
+    MAD is 0 (more than half of the entries equal) the largest absolute deviation is the
+    scale; a constant row gives 0. Returned like x.
     """
     x = tf.convert_to_tensor(x)
     x64 = exact_float64(x)
@@ -218,15 +172,12 @@ def squash_values(x, squash="logistic", axis: int = -1, weights=None):
     """Applies the squashing `squash` ('logistic', 'atan', 'robust' or None) along `axis`.
 
     Args:
-      x: input of any rank, or a `tf.RaggedTensor` ragged along its last axis (the
-        package's convention for lists of several lengths, see
-        `softsort_tf._masking`): each list is squashed on its own statistics.
-      squash: 'logistic', 'atan', 'robust' or None (returns x unchanged); see the
-        module docstring for when to use which.
+      x: input of any rank, or a `tf.RaggedTensor` ragged along its last axis (each
+        list squashed on its own statistics).
+      squash: 'logistic', 'atan', 'robust' or None (x unchanged); see the module
+        docstring.
       axis: the axis the values are compared along (-1 for a ragged x).
-      weights: optional non-negative weights for a weighted standardisation (see
-        `standardize`); the Sinkhorn operators pass their input weights a. Not with a
-        ragged x (pad it and give the padding weight 0).
+      weights: optional non-negative weights (see `standardize`); not with a ragged x.
 
     Returns:
       A tensor like x (ragged with the row lengths of a ragged x), in [0, 1] unless

@@ -1,28 +1,14 @@
 """The one operator wrapper: axis, dynamic shapes, masks, ragged lists, dtype, info.
 
-An operator of the package is written as its read-out on a batch of lists: a function
-whose first argument is a `Lists` (`[batch, n]` values in the compute dtype, with their
-mask, weights and valid counts) and which returns a `ListResult` (the values and the
-kind of output). `list_operator` turns it into the public operator, which
+An operator is written as a body on a batch of lists: it takes a `Lists` (`[batch, n]`
+values in the compute dtype, padding replaced, with mask and weights) and returns a
+`ListResult`. `list_operator` makes it the public operator: any axis and rank (n
+unknown at trace time included), `mask` and `weights`, float16/bfloat16 computed in
+float32, ragged lists in groups (`_masking.map_lists`), `return_info=True`.
 
-- moves `axis` last and flattens the other axes into a batch axis (any rank, a list
-  length n unknown at trace time included);
-- reads `mask` (the package's padding convention, see `softsort_tf._masking`) and
-  replaces padded values before any arithmetic (NaN/Inf padding is harmless);
-- reads per-entry `weights` for the operators that take them;
-- computes float16/bfloat16 in float32 and returns the input dtype;
-- runs a `tf.RaggedTensor` input (ragged along its last axis) in groups of lists of
-  similar length (`_masking.map_lists`) and returns a ragged output;
-- returns `(output, info)` with `return_info=True` for operators that report one.
-
-Output kinds (`ListResult.kind`):
-
-- 'elementwise': `[batch, n]`, one value per input entry, 0 at padded entries;
-- 'sorted': `[batch, m]` values in sorted order; with `lengths` (`[batch]`), the
-  positions past a row's length are 0 (ragged: rows of that length);
-- 'per_list': `[batch, q]` or `[batch]` (the list axis removed), 0 for a list without
-  valid entries;
-- 'square': `[batch, n, n]` matrices (ragged: `[lists, (n), (n)]`).
+Output kinds (`ListResult.kind`): 'elementwise' `[batch, n]` (0 at padding); 'sorted'
+`[batch, m]` (with `lengths`, 0 past each row's length); 'per_list' `[batch, q]` or
+`[batch]` (0 for a list without valid entries); 'square' `[batch, n, n]`.
 """
 
 from __future__ import annotations
@@ -40,16 +26,9 @@ OUTPUT_KINDS = ("elementwise", "sorted", "per_list", "square")
 
 @dataclasses.dataclass
 class Lists:
-    """A batch of lists in the layout operators compute in.
-
-    Attributes:
-      values: `[batch, n]` values in the compute dtype (float32 or float64); padded
-        entries replaced by a valid value of their row.
-      mask: bool `[batch, n]` (True = valid), or None when every entry is valid.
-      weights: `[batch, n]` non-negative input weights summing to 1 per row (before
-        the mask is applied), or None (uniform).
-      view: how the input was flattened (`_shapes.BatchView`).
-    """
+    """A batch of lists in the layout operators compute in: `values` `[batch, n]`
+    (padding replaced), `mask` (bool, or None: all valid), `weights` (summing to 1 per
+    row before the mask, or None: uniform) and the `view` of the input's flattening."""
 
     values: tf.Tensor
     mask: tf.Tensor | None
@@ -80,15 +59,9 @@ class Lists:
 
 @dataclasses.dataclass
 class ListResult:
-    """What an operator body returns (see the module docstring for `kind`).
-
-    Attributes:
-      values: the `[batch, ...]` result.
-      kind: one of `OUTPUT_KINDS`.
-      lengths: for 'sorted' outputs, `[batch]` integer lengths of the valid prefixes
-        (None: every position is valid).
-      info: a namedtuple of `[batch]` tensors reported with `return_info=True`, or None.
-    """
+    """What an operator body returns: `values` `[batch, ...]` of a `kind` of
+    `OUTPUT_KINDS`; for 'sorted', the `lengths` `[batch]` of the valid prefixes (None:
+    all valid); `info`, a namedtuple of `[batch]` tensors for `return_info=True`."""
 
     values: tf.Tensor
     kind: str
@@ -135,11 +108,6 @@ def _ragged_output(result: ListResult, lists: _masking.RaggedLists):
     return lists.to_square(values)
 
 
-def _info_output(info, view: _shapes.BatchView):
-    lead = view.moved_shape[:-1]
-    return type(info)(*(tf.reshape(v, lead) for v in info))
-
-
 def _lists(x, axis, mask, weights, check_numerics, name):
     """`Lists` of a dense input."""
     x2d, view = _shapes.to_batch(x, axis, name)
@@ -152,17 +120,11 @@ def _lists(x, axis, mask, weights, check_numerics, name):
 
 
 def list_operator(body):
-    """Makes the public operator of an operator body (see the module docstring).
-
-    `body` has the operator's public signature, its first parameter the input tensor
-    (named `x` or `scores`). It is called with a `Lists` in place of that tensor and
-    without `axis`, `mask`, `weights`, `check_numerics` and `return_info` (handled
-    here; parameters the signature lacks are not accepted: an operator without `axis`
-    sorts along the last axis). It returns a `ListResult`.
-    """
+    """The public operator of `body`, which has the operator's signature (first the
+    input) and is called with a `Lists` for the input and without `axis`, `mask`,
+    `weights`, `check_numerics` and `return_info` (handled here, if in the signature)."""
     signature = inspect.signature(body)
-    params = list(signature.parameters)
-    name = params[0]
+    name = next(iter(signature.parameters))
 
     @functools.wraps(body)
     def operator(*args, **kwargs):
@@ -175,12 +137,8 @@ def list_operator(body):
         weights = arguments.pop("weights", None)
         check_numerics = arguments.pop("check_numerics", False)
         return_info = arguments.pop("return_info", False)
-        extra = {}
-        if signature.parameters and any(p.kind == p.VAR_KEYWORD
-                                        for p in signature.parameters.values()):
-            var_kw = next(p.name for p in signature.parameters.values()
-                          if p.kind == p.VAR_KEYWORD)
-            extra = arguments.pop(var_kw, {})
+        var_kw = [p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD]
+        extra = arguments.pop(var_kw[0], {}) if var_kw else {}
 
         def compute(values, axis_, mask_):
             lists = _lists(values, axis_, mask_, weights, check_numerics, name)
@@ -204,7 +162,8 @@ def list_operator(body):
         if return_info:
             if result.info is None:
                 raise ValueError("This operator reports no `return_info`.")
-            return out, _info_output(result.info, lists.view)
+            lead = lists.view.moved_shape[:-1]
+            return out, type(result.info)(*(tf.reshape(v, lead) for v in result.info))
         return out
 
     return operator
