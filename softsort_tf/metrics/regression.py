@@ -17,8 +17,11 @@ class _BatchErrorMetric(keras.metrics.Mean):
     (mean over the non-batch axes), weighted by the batch's number of examples.
 
     Args:
-      error_power: the exponent of the errors.
       name, dtype: as in `keras.metrics.Metric`.
+      interval: the cumulative masses `(start, end)` whose errors are averaged
+        (`hard_stats.interval_mean`), or None for the weighted τ-quantile
+        (`hard_stats.weighted_quantile`) of `config["quantile"]`.
+      **config: the validated arguments (`error_power`, ...), also attributes.
 
     `sample_weight` gives the masses of the examples in each batch statistic: finite and
     ≥ 0 (a negative or NaN weight raises a `ValueError` when its value is known, i.e.
@@ -27,13 +30,11 @@ class _BatchErrorMetric(keras.metrics.Mean):
     metric is traced, also under XLA.
     """
 
-    def __init__(self, error_power: float, name: str, dtype=None):
+    def __init__(self, name: str, dtype, interval: tuple[float, float] | None, **config):
         super().__init__(name=name, dtype=dtype)
-        self.error_power = _checks.check_positive("error_power", error_power)
+        self._interval, self._config = interval, config
+        self.__dict__.update(config)
         self._direction = "down"
-
-    def statistic(self, errors, weights, mask=None):
-        raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         errors = regression_errors(y_true, tf.cast(y_pred, self.dtype), self.error_power)
@@ -48,11 +49,16 @@ class _BatchErrorMetric(keras.metrics.Mean):
             valid = weights != 0
             count = tf.reduce_sum(tf.cast(valid, self.dtype))
             weights = tf.where(valid, weights, tf.ones_like(weights))
-        value = self.statistic(errors, weights, valid)
+        if self._interval is None:
+            value = hard_stats.weighted_quantile(errors, self.quantile, axis=0,
+                                                 weights=weights, mask=valid)
+        else:
+            value = hard_stats.interval_mean(errors, *self._interval, axis=0, weights=weights,
+                                             mask=valid)
         return super().update_state(value, sample_weight=count)
 
     def get_config(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "error_power": self.error_power}
+        return {"name": self.name, "dtype": self.dtype, **self._config}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -80,24 +86,14 @@ class QuantileError(_BatchErrorMetric):
 
     def __init__(self, quantile: float = 0.5, error_power: float = 1.0,
                  width: float | None = None, name: str = "quantile_error", dtype=None):
-        super().__init__(error_power=error_power, name=name, dtype=dtype)
-        self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
-        self.width = None if width is None else _checks.check_positive("width", width)
-        if self.width is not None:
-            hard_stats.check_mass_interval(self.quantile - self.width / 2,
-                                           self.quantile + self.width / 2,
-                                           "quantile - width/2", "quantile + width/2")
-
-    def statistic(self, errors, weights, mask=None):
-        if self.width is None:
-            return hard_stats.weighted_quantile(errors, self.quantile, axis=0, weights=weights,
-                                                mask=mask)
-        return hard_stats.interval_mean(errors, self.quantile - self.width / 2,
-                                        self.quantile + self.width / 2, axis=0,
-                                        weights=weights, mask=mask)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "quantile": self.quantile, "width": self.width}
+        error_power = _checks.check_positive("error_power", error_power)
+        quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
+        width = _checks.check_positive("width", width, allow_none=True)
+        interval = None if width is None else hard_stats.check_mass_interval(
+            quantile - width / 2, quantile + width / 2, "quantile - width/2",
+            "quantile + width/2")
+        super().__init__(name, dtype, interval, error_power=error_power, quantile=quantile,
+                         width=width)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -123,14 +119,8 @@ class TrimmedError(_BatchErrorMetric):
 
     def __init__(self, start_quantile: float = 0.0, end_quantile: float = 0.5,
                  error_power: float = 1.0, name: str = "trimmed_error", dtype=None):
-        super().__init__(error_power=error_power, name=name, dtype=dtype)
-        self.start_quantile, self.end_quantile = hard_stats.check_mass_interval(
-            start_quantile, end_quantile, "start_quantile", "end_quantile")
-
-    def statistic(self, errors, weights, mask=None):
-        return hard_stats.interval_mean(errors, self.start_quantile, self.end_quantile,
-                                        axis=0, weights=weights, mask=mask)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "start_quantile": self.start_quantile,
-                "end_quantile": self.end_quantile}
+        error_power = _checks.check_positive("error_power", error_power)
+        start, end = hard_stats.check_mass_interval(start_quantile, end_quantile,
+                                                    "start_quantile", "end_quantile")
+        super().__init__(name, dtype, (start, end), error_power=error_power,
+                         start_quantile=start, end_quantile=end)
