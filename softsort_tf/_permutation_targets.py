@@ -1,19 +1,15 @@
-"""Targets of the losses and metrics of relaxed permutation matrices.
+"""Targets of the losses and metrics of relaxed permutation matrices P̂ `[..., (S...,) n,
+n]` (rows = sorted positions; sample axes before the last two are averaged over).
 
-`y_pred` is P̂ `[..., (S...,) n, n]` (rows = sorted positions; sample axes before the
-last two are averaged over). `y_true` is a permutation matrix `[..., n, n]` or an
-ordering `[..., n]` (position i holds the index of the i-th item, integer or float
-holding integers). `y_true_format='auto'` decides by dtype and rank alone: an integer
-`y_true` is an ordering; a floating one of the rank of `y_pred` a matrix, of rank
-rank(y_pred) − 1 an ordering when `y_pred` has rank ≤ 3 (else ambiguous: a
-`ValueError` asks for `y_true_format`), of lower rank an ordering.
-
-Padding (softsort_tf._masking): an ordering may end with negative entries after its
-n_valid indices, and a `mask` `[..., n]` of the valid items marks the rows of sorted
-positions >= n_valid; those rows are ignored (means over the valid rows; 0 for none).
-An ordering must hold distinct indices in [0, n), then padding only: eagerly a
-`ValueError`, in a graph an `InvalidArgumentError` (not checked under XLA).
-Results are per example: the shape of `y_true` without its list (or matrix) axes.
+`y_true` is a permutation matrix `[..., n, n]` or an ordering `[..., n]` (position i
+holds the index of the i-th item: integers, or floats holding them).
+`y_true_format='auto'` reads an integer `y_true` as an ordering, a floating one as a
+matrix at the rank of `y_pred` and as an ordering below it, except at rank(y_pred) − 1
+with rank(y_pred) ≥ 4, where it asks for `y_true_format`. Padding (softsort_tf._masking):
+negative entries after an ordering's n_valid indices, or a `mask` `[..., n]` of the valid
+items, mark the rows of sorted positions >= n_valid, which are ignored (means over the
+valid rows; 0 for none). An invalid ordering raises a `ValueError` eagerly, an
+`InvalidArgumentError` in a graph (unchecked under XLA). Results are per example.
 """
 from __future__ import annotations
 
@@ -69,7 +65,9 @@ def read_targets(y_true, y_pred, y_true_format: str, mask=None):
         raise ValueError(f"`y_true` must have last dimension n = {n}, got shape {y_true.shape}.")
     rows_valid = None
     if mask is not None:
-        mask = _masking.as_bool(mask)
+        mask = tf.convert_to_tensor(mask)
+        if mask.dtype != tf.bool:
+            mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
         if mask.shape.rank is None or mask.shape.rank < 1:
             raise ValueError(f"`mask` must have shape [..., n], got {mask.shape}.")
         rows_valid = _sorted_prefix(mask)

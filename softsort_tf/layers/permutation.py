@@ -62,8 +62,7 @@ class _PermutationLayer(keras.layers.Layer):
         self.direction = _checks.check_direction(direction)
         self.hard = permutation_ops.check_hard(hard)
         if output_mode not in OUTPUT_MODES:
-            raise ValueError(
-                f"`output_mode` must be one of {OUTPUT_MODES}, got {output_mode!r}.")
+            raise ValueError(f"`output_mode` must be one of {OUTPUT_MODES}, got {output_mode!r}.")
         self.output_mode = output_mode
         self.stochastic = bool(stochastic)
         self.num_samples = (None if num_samples is None
@@ -111,7 +110,7 @@ class _PermutationLayer(keras.layers.Layer):
             scores = values = inputs
         if not _masking.is_ragged(scores):
             scores = tf.convert_to_tensor(scores)
-        if mask is not None and not _masking.is_ragged(scores):
+        if mask is not None and isinstance(scores, tf.Tensor):
             mask = tf.convert_to_tensor(mask)
             if mask.shape.rank is not None and mask.shape.rank == scores.shape.rank - 1:
                 mask = mask[..., None]  # a Keras mask without the list axis
@@ -119,10 +118,8 @@ class _PermutationLayer(keras.layers.Layer):
         return scores, values, mask
 
     def call(self, inputs, training=None, mask=None):
-        if isinstance(inputs, (list, tuple)) and (len(inputs) != 2
-                                                  or self.output_mode != "sorted"):
-            raise ValueError("A list input must be [scores, values], with "
-                             "output_mode='sorted'.")
+        if isinstance(inputs, (list, tuple)) and (len(inputs), self.output_mode) != (2, "sorted"):
+            raise ValueError("A list input must be [scores, values], with output_mode='sorted'.")
         scores, values, mask = self._split(inputs, mask)
         if _masking.is_ragged(scores):
             return self._ragged_call(scores, values, training, mask)

@@ -92,8 +92,7 @@ def _sorted_masses(x, axis, weights, mask):
 
 
 def _per_list(value, view, valid):
-    """A per-list `[batch]` result, 0 for a list without valid entry, in the shape of x
-    without its axis."""
+    """A `[batch]` result in the shape of x without its axis, 0 for a list of no valid entry."""
     if valid is not None:
         value = tf.where(tf.reduce_any(valid, axis=-1), value, tf.zeros_like(value))
     return _shapes.from_batch(value, view, keep_axis=False)

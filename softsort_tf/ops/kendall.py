@@ -41,9 +41,8 @@ def check_algorithm(algorithm) -> str:
 
 
 def _is_pairwise(algorithm: str, static_n, limit: int) -> bool:
-    if algorithm != "auto":
-        return algorithm == "pairwise"
-    return static_n is not None and static_n <= limit
+    return algorithm == "pairwise" or (algorithm == "auto" and static_n is not None
+                                       and static_n <= limit)
 
 
 def pair_indices(n):
@@ -104,8 +103,7 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
     valid = _masking.mask_to_batch(mask, view)
     x2d = _masking.replace_padded(x2d, valid)
     i, j = pair_indices(view.n)
-    xi = tf.gather(x2d, i, axis=1)
-    xj = tf.gather(x2d, j, axis=1)
+    xi, xj = tf.gather(x2d, i, axis=1), tf.gather(x2d, j, axis=1)
     if smooth_scale is None:
         less = tf.cast(xi < xj, x2d.dtype)
         phi = less - tf.cast(xj < xi, x2d.dtype) if signed else less
@@ -163,11 +161,9 @@ def _inversions(z):
     """Number of pairs j < i with z_j > z_i in each row of an int32 `[batch, n]` tensor
     whose rows are permutations of 0..n − 1.
 
-    Most-significant-bit-first radix partition: before the pass of bit b the row holds
-    its values grouped by z >> (b + 1), in increasing order (a group of key k starts at
-    k·2^(b+1)); an inversion is counted at the highest bit where its values differ, as
-    a 1 before a 0 of the same group, then the row is stably partitioned by the bit
-    within each group. ⌊log₂ n⌋ + 1 passes of O(n) each.
+    Most-significant-bit-first radix partition, ⌊log₂ n⌋ + 1 passes of O(n): before the
+    pass of bit b the row is grouped by z >> (b + 1) (group k starts at k·2^(b+1)); each
+    1 before a 0 of a group is an inversion, then each group is stably split by the bit.
     """
     shape = tf.shape(z)
     n = shape[1]
@@ -271,11 +267,10 @@ def _tau_b(n0, n1, n2, n3, nd):
 
 
 def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores=False):
-    """`(labels [B, n], scores [B, n], valid [B, n], view, missing [B])`: NaN-free values
-    in the compute dtype (integers as int64, compared exactly: labels always, scores
-    with `exact_scores`), padding from the mask, negative labels and ragged rows;
-    `missing` marks lists with a NaN at a valid entry. Inputs are checked (and
-    Keras-RS's dict unpacked) by `ranking.check_lists`."""
+    """`(labels, scores, valid, view, missing)`: checked (`ranking.check_lists`) `[B, n]`
+    lists, NaN-free (integer labels, and scores with `exact_scores`, as int64), `valid`
+    from the mask, negative labels and ragged rows; `missing` `[B]` marks the lists
+    with a NaN at a valid entry."""
     negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
                                                      negative_labels_are_padding)
     y_true, y_pred, mask = ranking.check_lists(y_true, y_pred, mask)
@@ -506,8 +501,7 @@ def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "aut
       y: `[..., q, n]` (leading axes broadcast with those of x), or None for y = x.
       x_mask, y_mask: optional booleans broadcastable to x and y, False for padding:
         τ of a pair of rows is that of the items valid in both.
-      algorithm: 'pairwise' (O(n²) memory per row, matrix products), 'merge' (O(n log n)
-        time and O(n) memory per pair of rows) or 'auto'.
+      algorithm: 'pairwise', 'merge' or 'auto' (see the module docstring).
 
     Returns:
       `[..., p, q]` in the dtype of x (float32 for integer x); NaN where a pair of rows
@@ -576,8 +570,7 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
     u_a u_b ('multiplicative'); u_r = 1[r > n − k] gives the top-k Kendall kernel.
 
     Args:
-      x: `[..., p, n]` rows of scores.
-      y: `[..., q, n]` or None for y = x.
+      x, y: as in `kendall_kernel`.
       rank_weights: u, a length-n vector (index r − 1 for rank r).
       combination: 'additive' or 'multiplicative'.
 

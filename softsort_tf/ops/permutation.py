@@ -55,8 +55,7 @@ def _descending_order(d, valid=None):
 
 
 def _exact_permutation_2d(d, valid=None):
-    """`[batch, n, n]` one-hot rows of `_descending_order(d, valid)`; with `valid`, the
-    rows of sorted positions >= n_valid are 0 (so the columns of padded entries are 0)."""
+    """`[batch, n, n]` one-hot rows of `_descending_order(d, valid)`, 0 from n_valid on."""
     order = _descending_order(d, valid)
     perm = tf.one_hot(order, tf.shape(d)[-1], dtype=d.dtype)
     if valid is None:
@@ -313,10 +312,8 @@ def _soft_sort_rows(top, s, power: float, tau: float, valid=None, log: bool = Fa
 def _soft_sort_core(s, tau: float, power: float, valid=None, log: bool = False):
     """SoftSort on `[batch, n]` scores, DESCENDING: softmax_j(−|s_[i] − s_j|^p / τ);
     with `valid`, over the valid entries alone (see `_soft_sort_rows`)."""
-    if valid is None:
-        return _soft_sort_rows(tf.sort(s, axis=-1, direction="DESCENDING"), s, power, tau,
-                               log=log)
-    top = tf.gather(s, _descending_order(tf.stop_gradient(s), valid), batch_dims=1)
+    top = (tf.sort(s, axis=-1, direction="DESCENDING") if valid is None
+           else tf.gather(s, _descending_order(tf.stop_gradient(s), valid), batch_dims=1))
     return _soft_sort_rows(top, s, power, tau, valid, log=log)
 
 

@@ -32,21 +32,18 @@ def _align_values(perm, values):
                          f"`perm` of shape {perm.shape}.")
     for _ in range(extra):
         values = values[..., None, :]
-    out_dtype = values.dtype if values.dtype.is_floating else perm.dtype
-    if not out_dtype.is_floating:
-        out_dtype = tf.float32
-    dtype = _shapes.compute_dtype(out_dtype)
-    if perm.dtype == tf.float64 or values.dtype == tf.float64:
-        dtype = tf.float64
+    out_dtype = next((t for t in (values.dtype, perm.dtype) if t.is_floating), tf.float32)
+    dtype = (tf.float64 if tf.float64 in (perm.dtype, values.dtype)
+             else _shapes.compute_dtype(out_dtype))
     return tf.cast(perm, dtype), tf.cast(values, dtype), out_dtype
 
 
-def _masked_values(values, mask, name: str = "mask"):
-    """`values` with padded entries replaced by 0 before any arithmetic (so NaN/inf
-    padding never reaches P̂ @ x or a gradient); `mask` `[..., n]` or `[n]`."""
+def _masked_values(values, mask):
+    """`values` with padded entries (by `mask` `[..., n]` or `[n]`) replaced by 0 before
+    any arithmetic, so that NaN or inf padding reaches no product or gradient."""
     if mask is None:
         return values
-    mask = _masking.checked_mask(mask, values, name, "have shape [n] or that of `values`")
+    mask = _masking.checked_mask(mask, values, "mask", "have shape [n] or that of `values`")
     return tf.where(mask, values, tf.zeros([], values.dtype))
 
 

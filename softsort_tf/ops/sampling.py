@@ -45,12 +45,10 @@ def _mix64(z):
 def stateless_uniform(shape, seed, dtype=tf.float32):
     """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
 
-    Element k (row-major) is splitmix64(k·γ + key), γ the golden-ratio increment and
-    key = seed[0] ⊕ splitmix64(seed[1] + salt), its top b = 23 (float32) or 52
-    (float64) bits m mapped to (m + 1/2)·2⁻ᵇ, exact in the dtype, so the largest value
-    is 1 − 2⁻ᵇ⁻¹ < 1 (one more bit would round it to 1, an infinite Gumbel sample).
-    Integer arithmetic only: bit-identical eagerly, under `tf.function` and XLA, on any
-    device (unlike `tf.random.stateless_uniform`).
+    Element k (row-major) is splitmix64(k·γ + key), key = seed[0] ⊕ splitmix64(seed[1] +
+    salt), its top b = 23 (float32) or 52 (float64) bits m mapped to (m + 1/2)·2⁻ᵇ < 1
+    exactly. Integer arithmetic only: bit-identical eagerly, under `tf.function` and
+    XLA, on any device (unlike `tf.random.stateless_uniform`).
 
     Args:
       shape: 1-D int tensor or list, the output shape.
@@ -122,18 +120,16 @@ def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     dtype = _shapes.compute_dtype(scores.dtype)
     s = tf.cast(scores, dtype)[..., None, :]
     shape = tf.concat([tf.shape(s)[:-2], [num_samples], tf.shape(s)[-1:]], axis=0)
-    if mask is not None:
-        valid = _scores_mask(mask, scores)[..., None, :]
-        zero = tf.zeros([], dtype)
-        out = tf.where(valid, tf.where(valid, s, zero) + gumbel_noise(shape, seed, dtype), zero)
-    else:
-        out = s + gumbel_noise(shape, seed, dtype)
+    noise = gumbel_noise(shape, seed, dtype)
+    if mask is not None:  # padded entries are not read, and returned as 0
+        valid, zero = _scores_mask(mask, scores)[..., None, :], tf.zeros([], dtype)
+        s, noise = tf.where(valid, s, zero), tf.where(valid, noise, zero)
+    out = s + noise
     return tf.cast(out, scores.dtype) if scores.dtype.is_floating else out
 
 
 def _scores_mask(mask, scores):
-    """A mask `[..., n]` (or `[n]`) of `scores` `[..., n]` as bool of the shape of
-    `scores` (checked by `_masking.mask_to_batch`)."""
+    """A mask `[..., n]` (or `[n]`) of `scores` `[..., n]`, checked, as bool of their shape."""
     _, view = _shapes.to_batch(scores, -1, "scores")
     return tf.reshape(_masking.mask_to_batch(mask, view), tf.shape(scores))
 
