@@ -38,7 +38,7 @@ class LossFunctionWrapper(keras.losses.Loss):
       reduction, name: as in `keras.losses.Loss`.
       dtype: as in `keras.losses.Loss`; a float16/bfloat16 dtype or policy computes
         in float32 (`softsort_tf._keras.full_precision_dtype`).
-      **kwargs: the (validated) keyword arguments of `fn`; they are the config.
+      **kwargs: the (validated) keyword arguments of `fn`: the config, and attributes.
 
     Class attribute `item_mask`: if True, a Keras mask of `y_pred` of its own shape is
     the padding of the lists, passed to `fn` as `mask=` (Keras would otherwise weight
@@ -52,6 +52,7 @@ class LossFunctionWrapper(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=full_precision_dtype(dtype))
         self.fn = fn
         self.fn_kwargs = kwargs
+        self.__dict__.update(kwargs)
 
     def call_arguments(self, y_pred, sample_weight=None) -> tuple[object, dict]:
         """`(y_pred, arguments of fn)` for one call: with `item_mask`, a Keras mask of
@@ -108,24 +109,18 @@ class SinkhornLoss(LossFunctionWrapper):
     Args:
       fn: the functional form; it receives `options`, `squash` and `targets`.
       fn_kwargs: its other (validated) keyword arguments.
-      options: a `SinkhornOptions` (or its config dict); default `SinkhornOptions()`.
-      squash: how inputs are mapped into [0, 1] (`softsort_tf.ops.squash`).
-      targets: where the targets sit on [0, 1] ('regular' or 'centres').
       reduction, name, dtype: as in `LossFunctionWrapper`.
-      **option_kwargs: fields of `SinkhornOptions` (`epsilon`, `threshold`, ...)
-        overriding those of `options`; another name raises a `TypeError`.
+      **settings: `options` (a `SinkhornOptions` or its config dict), `squash` and
+        `targets` (as in `sinkhorn_rank`), and fields of `SinkhornOptions` (`epsilon`,
+        ...) overriding those of `options`; another name raises a `TypeError`.
 
     The config holds `fn_kwargs`, the fields of the options, `squash` and `targets`. ε
     must be one the compute dtype resolves (`Family.temperature_range`).
     """
 
-    def __init__(self, fn: Callable, fn_kwargs: dict, *,
-                 options: SinkhornOptions | dict | None = None, squash="logistic",
-                 targets: str = "regular", reduction="sum_over_batch_size", name=None,
-                 dtype=None, **option_kwargs):
-        settings, _, rest = SinkhornSettings.create(
-            SINKHORN, None, None, dict(options=options, squash=squash, targets=targets,
-                                       **option_kwargs))
+    def __init__(self, fn: Callable, fn_kwargs: dict, *, reduction="sum_over_batch_size",
+                 name=None, dtype=None, **settings):
+        settings, _, rest = SinkhornSettings.create(SINKHORN, None, None, settings)
         if rest:
             raise TypeError(f"Unknown Sinkhorn option(s) {sorted(rest)}; the options are "
                             f"{list(SinkhornOptions.field_names())}.")

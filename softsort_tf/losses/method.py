@@ -24,7 +24,8 @@ class MethodLoss(LossFunctionWrapper):
       reduction, name, dtype: as in `LossFunctionWrapper`.
 
     The arguments are validated once (`_methods.MethodArguments`; the temperature in
-    the range of the compute dtype, `Family.temperature_range`). The config holds
+    the range of the compute dtype, `Family.temperature_range`); `method`, `temperature`
+    and the family's settings (e.g. `options`) are attributes. The config holds
     `fn_kwargs`, `method`, `temperature`, `method_kwargs` and the family's settings (for
     'sinkhorn': the fields of the options, `squash`, `targets`; ε held as `epsilon`).
 
@@ -52,21 +53,8 @@ class MethodLoss(LossFunctionWrapper):
         self._own_kwargs = tuple(fn_kwargs)
 
     @property
-    def method(self) -> str:
-        return self._arguments.method
-
-    @property
     def method_kwargs(self) -> dict:
         return dict(self._arguments.settings.method_kwargs)
-
-    def __getattr__(self, name):
-        # The family's settings as attributes (e.g. `loss.options` for 'sinkhorn').
-        if name.startswith("_"):
-            raise AttributeError(name)
-        attributes = self.__dict__.get("_arguments")
-        if attributes is not None and name in attributes.settings.attributes():
-            return attributes.settings.attributes()[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def get_config(self) -> dict:
         config = keras.losses.Loss.get_config(self)

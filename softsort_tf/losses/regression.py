@@ -239,7 +239,7 @@ def _per_example(flags):
 
 class _BatchStatisticLoss(SinkhornLoss):
     """A `SinkhornLoss` whose functional form returns the shares of a batch statistic S
-    (`batch_statistic_shares`); its arguments (`fn_kwargs`) are attributes too.
+    (`batch_statistic_shares`).
 
     Reductions: 'sum_over_batch_size' (default): S; 'sum': B·S; 'none': the shares.
     Padding: an example whose `sample_weight` is 0, or that a Keras mask of `y_pred`
@@ -254,12 +254,6 @@ class _BatchStatisticLoss(SinkhornLoss):
     each replica computes S over its own slice of the batch (as an unsynchronised
     `BatchNormalization`), and Keras averages the replicas' losses.
     """
-
-    def __init__(self, fn, fn_kwargs: dict, *, reduction: str | None, name: str, dtype,
-                 **kwargs):
-        super().__init__(fn, fn_kwargs, reduction=reduction, name=name, dtype=dtype,
-                         **kwargs)
-        self.__dict__.update(fn_kwargs)
 
     def call_arguments(self, y_pred, sample_weight=None):
         """The padded examples (zero `sample_weight`, False in a Keras mask of `y_pred`)
@@ -430,6 +424,6 @@ class PinballLoss(LossFunctionWrapper):
     def __init__(self, quantile: float = 0.5, *,
                  reduction: str | None = "sum_over_batch_size", name: str = "pinball_loss",
                  dtype=None):
-        self.quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
         super().__init__(pinball_loss, reduction=reduction, name=name, dtype=dtype,
-                         quantile=self.quantile)
+                         quantile=_checks.check_in_open_interval("quantile", quantile,
+                                                                 0.0, 1.0))

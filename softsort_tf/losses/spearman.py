@@ -29,11 +29,9 @@ def soft_spearman_correlation(y_true, y_pred, axis: int = -1, *, mask=None,
                               scale_free: bool | None = None, **kwargs):
     """Pearson correlation of the soft ranks of `y_pred` and the hard ranks of `y_true`.
 
-    Target ranks are `hard_stats.rankdata` (ties averaged, as Spearman's ρ); prediction
-    ranks are the ascending `soft_rank(y_pred, method)`. As the temperature → 0 this is
-    Spearman's ρ (for predictions without ties). Padded lists (a `mask`,
-    `negative_labels_are_padding=True` or ragged inputs; `softsort_tf._lists`) give the
-    correlation of the valid entries alone, with no gradient to padded entries.
+    Target ranks are `hard_stats.rankdata` (ties averaged), prediction ranks the
+    ascending `soft_rank(y_pred, method)`: Spearman's ρ as the temperature → 0. Padded
+    lists give the correlation of the valid entries alone.
 
     Args:
       y_true: `[..., n, ...]` target scores (or ragged `[batch, (n)]`).
@@ -79,25 +77,18 @@ def spearman_loss(y_true, y_pred, axis: int = -1, **kwargs):
 @_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SpearmanLoss(ListLoss, MethodLoss):
-    """1 − soft Spearman correlation along `axis`, for learning to rank.
-
-        loss = 1 − Pearson(R̃(ŷ), rankdata(y))
-
-    with R̃ the soft ranks of the predictions by `method` and rankdata the hard ranks of
-    the targets, ties averaged (`soft_spearman_correlation`). In [0, 2]; as the
-    temperature → 0 it is 1 − Spearman's ρ. Without a temperature every family is
-    scale-free: each list's predictions are standardised and ranked at one standard
-    deviation. A list whose targets are all equal has correlation 0 (loss 1, zero
-    gradient); a list with a NaN has a NaN loss (and NaN gradients for that list only).
+    """1 − Pearson(R̃(ŷ), rankdata(y)) along `axis` (`soft_spearman_correlation`), for
+    learning to rank: in [0, 2], 1 − Spearman's ρ as the temperature → 0. A list whose
+    targets are all equal has loss 1 and zero gradient; a list with a NaN has a NaN
+    loss (and NaN gradients for that list only).
 
     Args:
       axis: the list axis of `y_true`/`y_pred` (default −1: rows are lists).
       {method}
-      temperature: the family's temperature; None: the scale-free default (ε = 1e-2 for
-        'sinkhorn').
+      temperature: the family's temperature; None: the scale-free default (each list's
+        predictions standardised and ranked at one standard deviation).
       {method_kwargs}
-      scale_free: standardise each list's predictions first (None: when no temperature
-        is given; the config holds the resolved value).
+      scale_free: as in `soft_spearman_correlation` (the config holds the resolved value).
       negative_labels_are_padding: treat y_true < 0 as padding (default False: the
         targets of a correlation are real values). Ragged inputs and a Keras mask of
         `y_pred` of its shape are always padding ('permutahedron' takes none).

@@ -138,17 +138,13 @@ def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
 @_docs.fill
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SoftTopKLoss(MethodLoss):
-    """Differentiable top-k classification loss on logits (`soft_topk_loss`).
+    """Differentiable top-k classification loss on logits (`soft_topk_loss`: the rank
+    form, a hinge version of the 0/1 top-k loss, or the paper's cdf form).
 
-        form='rank' (NeurIPS talk):  J_k(L − R̃_l),      J_k(u) = max(0, u − k + 1)
-        form='cdf'  (arXiv §4):      J_k(1 − F̃_l),      J_k(u) = max(0, u − k/L)
-
-    R̃: the ascending soft ranks of the logits, F̃ = R̃/L. The rank form (default) is a
-    hinge version of the 0/1 top-k loss; the paper's cdf form equals it with k + 1,
-    divided by L. For 'sinkhorn' the loss does not depend on the logits' shift and scale
-    (the squash standardises them), so unlike cross-entropy it never pushes logits to
-    grow; with k = 1 a correct example keeps the blur of its rank as a small loss.
-    Its hard counterpart: `keras.metrics.SparseTopKCategoricalAccuracy(k)`.
+    For 'sinkhorn' the loss does not depend on the logits' shift and scale (the squash
+    standardises them), so unlike cross-entropy it never pushes logits to grow; with
+    k = 1 a correct example keeps the blur of its rank as a small loss. Its hard
+    counterpart: `keras.metrics.SparseTopKCategoricalAccuracy(k)`.
 
     Args:
       k: an integer in [1, L) (default 1: a relaxed 0/1 loss).
@@ -163,10 +159,8 @@ class SoftTopKLoss(MethodLoss):
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: logits `y_pred` `[batch, L]` (a Keras mask of their shape marks the
-    valid classes; L may be unknown when the model is built if the temperature is
-    given); `y_true` `[batch, L]` or `[batch]`; `sample_weight` `[batch]`. Output: a
-    scalar, or `[batch]` for reduction 'none'. Runs under XLA (where the run-time
-    checks of k < L and of sparse labels are compiled out).
+    valid classes); `y_true` `[batch, L]` or `[batch]`; `sample_weight` `[batch]`. Runs
+    under XLA (where the run-time checks of k < L and of sparse labels are compiled out).
 
     Example:
     >>> loss = SoftTopKLoss(k=1, from_sparse=True)
