@@ -18,7 +18,8 @@ What it measures (float32, x standard normal, `[batch, n]`, ranks along the last
   one with the smallest error. The batch's error is reported.
   The permutahedron operator uses torchsort's strength (the same projection).
 - Sorts, forward + backward, at the same strengths: torchsort's `soft_sort` against
-  `lapsum_sort` (XLA), Σ w ⊙ soft_sort(x).
+  `lapsum_sort` and `permutahedron_sort` ('l2', torchsort's strength; XLA),
+  Σ w ⊙ soft_sort(x).
 - Our Sinkhorn ranks (`sinkhorn_rank`, ε = 1e-2, XLA) at n = 2·10⁴ against LapSum at
   the same n.
 - Peak memory: ranks of 10⁶ values forward + backward (XLA for LapSum) in a fresh
@@ -36,7 +37,7 @@ What it measures (float32, x standard normal, `[batch, n]`, ranks along the last
 Times are medians of `--repeats` calls after one untimed call (tracing, compilation),
 wall clock and process CPU time (all threads); in the ranks table the libraries' calls
 run in interleaved rounds and each ratio is the median over the rounds of the two wall
-times of one round. The machine may be shared: the load
+(or CPU) times of one round. The machine may be shared: the load
 (`uptime`) is recorded before and after. No GPU was available: CPU numbers only.
 
 torchsort must be built by hand for CPU (see `scripts/reference_torchsort.py`); without
@@ -104,7 +105,8 @@ def timed(fn, repeats: int):
 def timed_together(fns: dict, repeats: int):
     """`{name: (median wall s, median process CPU s)}` of each `fns[name]()`, timed in
     interleaved rounds (one call of each per round, after one untimed call of each), and
-    `{name: array of its wall times per round}` for paired ratios (`paired_ratio`)."""
+    `{name: array of its wall times per round}` and the same of CPU times, for paired
+    ratios (`paired_ratio`)."""
     for fn in fns.values():
         fn()
     walls = {k: [] for k in fns}
@@ -116,7 +118,8 @@ def timed_together(fns: dict, repeats: int):
             walls[k].append(time.perf_counter() - w0)
             cpus[k].append(time.process_time() - c0)
     times = {k: (float(np.median(walls[k])), float(np.median(cpus[k]))) for k in fns}
-    return times, {k: np.array(v) for k, v in walls.items()}
+    return times, {k: np.array(v) for k, v in walls.items()}, \
+        {k: np.array(v) for k, v in cpus.items()}
 
 
 def paired_ratio(walls, a, b):
@@ -226,6 +229,8 @@ LAPSUM = TFRanker(lambda x, a: ss.lapsum_rank(x, a), tensor_strength=True)
 LAPSUM_SORT = TFRanker(lambda x, a: ss.lapsum_sort(x, a), tensor_strength=True)
 PERMUTAHEDRON = TFRanker(lambda x, e: ss.permutahedron_rank(x, "l2", e),
                          tensor_strength=False)
+PERMUTAHEDRON_SORT = TFRanker(lambda x, e: ss.permutahedron_sort(x, "l2", e),
+                              tensor_strength=False)
 
 
 def strength_for(ranker, x, guess):
@@ -272,13 +277,16 @@ def ranks_table(args):
                     e, _ = strength_for(PERMUTAHEDRON, x, 1.0 / n)
                 row.update(perm_strength=e, perm_err=PERMUTAHEDRON.error(x, e))
                 calls["perm"] = PERMUTAHEDRON.stepper(x, w, e)
-            times, walls = timed_together(calls, repeats)
+                calls["perm_sort"] = PERMUTAHEDRON_SORT.stepper(x, w, e)
+            times, walls, cpus = timed_together(calls, repeats)
             row.update({f"{k}_time": v for k, v in times.items()})
             if torchsort is not None:
-                row.update(lapsum_ratio=paired_ratio(walls, "lapsum", "torch"),
-                           sort_ratio=paired_ratio(walls, "lapsum_sort", "torch_sort"))
-                if "perm" in walls:
-                    row["perm_ratio"] = paired_ratio(walls, "perm", "torch")
+                pairs = dict(lapsum=("lapsum", "torch"), sort=("lapsum_sort", "torch_sort"),
+                             perm=("perm", "torch"), perm_sort=("perm_sort", "torch_sort"))
+                for name, (ours, theirs) in pairs.items():
+                    if ours in walls:
+                        row[f"{name}_ratio"] = paired_ratio(walls, ours, theirs)
+                        row[f"{name}_cpu_ratio"] = paired_ratio(cpus, ours, theirs)
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -464,29 +472,35 @@ def markdown(meta, rows, sink, topk, spear, mem):
         "the two wall times of the same round. Strength: the largest found with max "
         "|soft − hard rank| ≤ 1 (ties averaged; the error over the batch in brackets; where "
         "no strength reaches 1 in float32, the one with the smallest error); the sorts run "
-        "at the ranks' strengths. GPU figures were not measured.",
+        "at the ranks' strengths. Ratios to torchsort's rank (or sort) of the same round, "
+        "wall / CPU. GPU figures were not measured.",
         "",
         "| n | batch | torchsort ε [err] | torchsort rank ms (wall / cpu) | LapSum α [err] | "
-        "LapSum rank XLA ms (wall / cpu) | LapSum / torchsort rank (wall) | torchsort sort "
-        "ms (wall) | LapSum sort ms (wall) | LapSum / torchsort sort (wall) | permutahedron "
-        "rank XLA ms (wall / cpu) | permutahedron / torchsort rank (wall) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "LapSum rank ms (wall / cpu) | LapSum rank ratio | torchsort sort ms (wall / cpu) | "
+        "LapSum sort ms (wall / cpu) | LapSum sort ratio | permutahedron rank ms (wall / "
+        "cpu) | permutahedron rank ratio | permutahedron sort ms (wall / cpu) | "
+        "permutahedron sort ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ratio(r, name):
+        if f"{name}_ratio" not in r:
+            return "—"
+        return f"{r[f'{name}_ratio']:.2f}× / {r[f'{name}_cpu_ratio']:.2f}×"
+
+    def ms(r, key):
+        t = r.get(f"{key}_time")
+        return f"{_ms(t[0])} / {_ms(t[1])}" if t else "—"
+
     for r in rows:
-        tt = r.get("torch_time")
-        lt = r["lapsum_time"]
-        pt = r.get("perm_time")
         cells = [f"{r['n']:,}", str(r["batch"])]
-        cells.append(f"{r['torch_strength']:.3g} [{r['torch_err']:.2f}]" if tt else "—")
-        cells.append(f"{_ms(tt[0])} / {_ms(tt[1])}" if tt else "—")
+        cells.append(f"{r['torch_strength']:.3g} [{r['torch_err']:.2f}]"
+                     if "torch_strength" in r else "—")
+        cells.append(ms(r, "torch"))
         cells.append(f"{r['lapsum_alpha']:.3g} [{r['lapsum_err']:.2f}]")
-        cells.append(f"{_ms(lt[0])} / {_ms(lt[1])}")
-        cells.append(f"{r['lapsum_ratio']:.2f}×" if tt else "—")
-        cells.append(_ms(r["torch_sort_time"][0]) if tt else "—")
-        cells.append(_ms(r["lapsum_sort_time"][0]))
-        cells.append(f"{r['sort_ratio']:.2f}×" if tt else "—")
-        cells.append(f"{_ms(pt[0])} / {_ms(pt[1])}" if pt else "not run")
-        cells.append(f"{r['perm_ratio']:.1f}×" if pt and tt else "—")
+        cells += [ms(r, "lapsum"), ratio(r, "lapsum"), ms(r, "torch_sort"),
+                  ms(r, "lapsum_sort"), ratio(r, "sort"), ms(r, "perm"), ratio(r, "perm"),
+                  ms(r, "perm_sort"), ratio(r, "perm_sort")]
         lines.append("| " + " | ".join(cells) + " |")
     if sink:
         st, lt = sink["sinkhorn_time"], sink["lapsum_time"]
@@ -540,7 +554,7 @@ def main():
     parser.add_argument("--batches", type=lambda s: [int(v) for v in s.split(",")],
                         default=[1, 32])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--permutahedron_max_size", type=float, default=4e6,
+    parser.add_argument("--permutahedron_max_size", type=float, default=4e7,
                         help="Largest n·batch timed for the permutahedron operator.")
     parser.add_argument("--sinkhorn_n", type=int, default=20_000)
     parser.add_argument("--sinkhorn_epsilon", type=float, default=1e-2)

@@ -25,12 +25,13 @@ constant on blocks B of consecutive indices found by pool adjacent violators (PA
 Its Jacobian (paper Lemma 3) is block diagonal: ∂v_B/∂s_B = 1/|B| (l2) or
 softmax(s_B) (kl), so the backward pass is a block-wise average (O(n)).
 
-PAV is sequential: here a `tf.while_loop` over the n entries with a stack of blocks per
-row, vectorized over the batch and compiled with XLA (the loop is wrapped in an inner
+PAV is sequential: here a `tf.while_loop` over the n entries with a stack of blocks, one
+row at a time, compiled with XLA (the loop is wrapped in an inner
 `tf.function(jit_compile=True)`, so eager and graph callers get the compiled loop too).
-The outer operations (sort, block averages) are ordinary TF ops. Time O(n log n) for
-the sort plus O(n) loop iterations (amortized: each entry is pushed once and merged at
-most once) per row.
+The outer operations (sort, block averages) are ordinary TF ops; float32 rows are sorted
+as one integer key per entry (`softsort_tf.ops.lapsum`'s stable argsort), and the
+inverse permutation is a scatter. Time O(n log n) for the sort plus O(n) loop
+iterations (amortized: each entry is pushed once and merged at most once) per row.
 
 Conventions: inputs `[..., n]` along the last axis with leading batch dims;
 `direction` 'ASCENDING' (as torchsort: the smallest value gets rank ≈ 1, sorted values
@@ -48,6 +49,7 @@ import tensorflow as tf
 
 from softsort_tf import _checks
 from softsort_tf.ops import family
+from softsort_tf.ops.lapsum import _stable_argsort
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = ["permutahedron_rank", "permutahedron_sort"]
@@ -71,8 +73,14 @@ def _check_mask(mask):
 
 
 # ---------------------------------------------------------------------------------
-# Pool adjacent violators (decreasing solution), vectorized over rows.
+# Pool adjacent violators (decreasing solution), one row at a time.
 # ---------------------------------------------------------------------------------
+# Every entry starts as a block holding the pair (a, c) (l2: (y_i, 1); kl: (s_i, w_i));
+# pooled blocks combine by addition (l2) or log-add-exp (kl) and have the value a/c
+# (l2) or a − c (kl). A stack of blocks per row: each entry is pushed once and merged at
+# most once, O(n). Adjacent blocks of equal value are pooled too, so the blocks are the
+# maximal runs on which v is constant (the convention of the reference
+# implementations, which fixes the Jacobian there).
 def _combine(a1, c1, a2, c2, kl: bool):
     if kl:
         return tf.experimental.numpy.logaddexp(a1, a2), tf.experimental.numpy.logaddexp(c1, c2)
@@ -83,42 +91,31 @@ def _value(a, c, kl: bool):
     return a - c if kl else a / c
 
 
-def _pav_loop(a0, c0, kl: bool):
-    """PAV on rows `[b, n]`: per entry the pair (a, c) (l2: (y_i, 1); kl: (s_i, w_i)),
-    pooled blocks combine by addition (l2) or log-add-exp (kl) and have the value a/c
-    (l2) or a − c (kl). Returns the block id of each entry `[b, n]` and the blocks'
-    (a, c) `[b, n]` (valid for ids < number of blocks)."""
-    b = tf.shape(a0)[0]
+def _stack_pav(a0, c0, kl: bool):
+    """PAV by a stack over one row (`[1, n]` pairs (a, c)). Returns each entry's block
+    id `[1, n]` and the blocks' (a, c) `[1, n]` (valid for ids < the number of blocks).
+    One row at a time: XLA then reads and writes the stack in place (a scatter into a
+    batch of rows copies the whole buffer at every step)."""
     n = tf.shape(a0)[1]
-    rows = tf.range(b)
 
     def at(t, pos):
         return tf.gather(t, tf.maximum(pos, 0)[:, None], batch_dims=1)[:, 0]
 
     def put(t, pos, val, where):
-        cur = at(t, pos)
-        idx = tf.stack([rows, tf.maximum(pos, 0)], axis=-1)
-        return tf.tensor_scatter_nd_update(t, idx, tf.where(where, val, cur))
+        idx = tf.stack([tf.zeros_like(pos), tf.maximum(pos, 0)], axis=-1)
+        return tf.tensor_scatter_nd_update(t, idx, tf.where(where, val, at(t, pos)))
 
     def merge_needed(top, ba, bc):
-        # Neighbouring blocks of equal value are pooled too: the blocks are then the
-        # maximal runs on which v is constant (the convention of the reference
-        # implementations), which fixes the Jacobian at such points.
         last = _value(at(ba, top - 1), at(bc, top - 1), kl)
         prev = _value(at(ba, top - 2), at(bc, top - 2), kl)
         return tf.logical_and(top >= 2, prev <= last)
 
     def outer_body(i, top, ba, bc, start):
-        everyone = tf.ones([b], tf.bool)
-        ai = a0[:, i]
-        ci = c0[:, i]
-        ba = put(ba, top, ai, everyone)
-        bc = put(bc, top, ci, everyone)
-        start = put(start, top, tf.fill([b], i), everyone)
+        push = tf.ones([1], tf.bool)
+        ba = put(ba, top, a0[:, i], push)
+        bc = put(bc, top, c0[:, i], push)
+        start = put(start, top, tf.fill([1], i), push)
         top = top + 1
-
-        def inner_cond(top, ba, bc):
-            return tf.reduce_any(merge_needed(top, ba, bc))
 
         def inner_body(top, ba, bc):
             need = merge_needed(top, ba, bc)
@@ -128,24 +125,36 @@ def _pav_loop(a0, c0, kl: bool):
             bc = put(bc, top - 2, nc, need)
             return tf.where(need, top - 1, top), ba, bc
 
-        top, ba, bc = tf.while_loop(inner_cond, inner_body, (top, ba, bc))
+        top, ba, bc = tf.while_loop(lambda *state: tf.reduce_any(merge_needed(*state)),
+                                    inner_body, (top, ba, bc))
         return i + 1, top, ba, bc, start
 
-    init = (tf.constant(0), tf.zeros([b], tf.int32), tf.zeros_like(a0), tf.zeros_like(c0),
-            tf.zeros([b, n], tf.int32))
+    init = (tf.constant(0), tf.zeros([1], tf.int32), tf.zeros_like(a0), tf.zeros_like(c0),
+            tf.zeros_like(a0, tf.int32))
     _, top, ba, bc, start = tf.while_loop(lambda i, *_: i < n, outer_body, init)
     # Entry j belongs to the last block whose start is <= j.
-    is_start = tf.range(n)[None, :] < top[:, None]
-    idx = tf.stack([tf.broadcast_to(rows[:, None], [b, n]), start], axis=-1)
-    marks = tf.scatter_nd(tf.boolean_mask(idx, is_start),
-                          tf.ones_like(tf.boolean_mask(start, is_start)), tf.stack([b, n]))
-    block = tf.cumsum(marks, axis=-1) - 1
-    return block, ba, bc
+    marks = tf.scatter_nd(start[0, :, None], tf.cast(tf.range(n) < top, tf.int32), [n])
+    return tf.cumsum(marks)[None, :] - 1, ba, bc
 
 
-_pav_l2 = tf.function(lambda a, c: _pav_loop(a, c, False), jit_compile=True,
+def _pav(a0, c0, kl: bool):
+    """`_stack_pav` on each row of `[b, n]` pairs (a, c). Returns each entry's block id
+    `[b, n]` and the blocks' (a, c) `[b, n]` (valid for ids < the number of blocks)."""
+
+    def body(r, block, ba, bc):
+        row = tf.reshape(r, [1, 1])
+        out = _stack_pav(a0[r][None], c0[r][None], kl)
+        return (r + 1,) + tuple(tf.tensor_scatter_nd_update(t, row, o)
+                                for t, o in zip((block, ba, bc), out, strict=True))
+
+    init = (tf.constant(0), tf.zeros_like(a0, tf.int32), tf.zeros_like(a0),
+            tf.zeros_like(c0))
+    return tf.while_loop(lambda r, *_: r < tf.shape(a0)[0], body, init)[1:]
+
+
+_pav_l2 = tf.function(lambda a, c: _pav(a, c, False), jit_compile=True,
                       autograph=False, reduce_retracing=True)
-_pav_kl = tf.function(lambda a, c: _pav_loop(a, c, True), jit_compile=True,
+_pav_kl = tf.function(lambda a, c: _pav(a, c, True), jit_compile=True,
                       autograph=False, reduce_retracing=True)
 
 
@@ -248,6 +257,23 @@ def _centre(x2d, finite):
     return tf.stop_gradient(tf.where(ok, 0.5 * top + 0.5 * bottom, tf.zeros_like(top)))
 
 
+def _descending_order(z):
+    """The stable decreasing order of each row of `z` `[b, n]` (ties in index order):
+    the ascending order of −z, with −0.0 read as 0.0 (they are equal scores)."""
+    neg = -z
+    return _stable_argsort(tf.where(tf.equal(neg, 0), tf.zeros_like(neg), neg))
+
+
+def _inverse_permutation(order):
+    """The inverse of each row of a `[b, n]` permutation (a scatter, O(n))."""
+    shape = tf.shape(order)
+    rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
+    positions = tf.broadcast_to(tf.range(shape[1])[None, :], shape)
+    inverse = tf.scatter_nd(tf.stack([rows, order], axis=-1), positions, shape)
+    inverse.set_shape(order.shape)
+    return inverse
+
+
 def _rho(x2d):
     """ρ = (n, ..., 1) for every row, `[b, n]`."""
     n = tf.shape(x2d)[-1]
@@ -305,7 +331,7 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
     @tf.custom_gradient
     def rank(x2d):
         z = (x2d - _centre(x2d, finite_x)) / strength
-        order = tf.argsort(z, axis=-1, direction="DESCENDING", stable=True)
+        order = _descending_order(z)
         s = tf.gather(z, order, batch_dims=1)
         rho = _rho(x2d)
         w = tf.math.log(rho) if kl else rho
@@ -328,7 +354,7 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
             primal_sorted = (tf.where(finite_s, safe_s - _per_block(safe_s, block, "mean"),
                                       tf.zeros_like(s))
                              + _rho_block_mean(block, s.dtype))
-        inv = tf.argsort(order, axis=-1, stable=True)
+        inv = _inverse_permutation(order)
         primal = tf.gather(primal_sorted, inv, batch_dims=1)
         out = tf.exp(primal) if kl else primal
 
@@ -385,7 +411,8 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     @tf.custom_gradient
     def sort(x2d):
         neg = -x2d
-        order = tf.argsort(neg, axis=-1, direction="DESCENDING", stable=True)
+        order = _descending_order(neg)
+        inv = _inverse_permutation(order)
         sw = tf.gather(neg, order, batch_dims=1)              # −θ sorted decreasingly
         rho_raw = _rho(x2d)
         _, block, _ = _isotonic(rho_raw / strength, sw, kl)
@@ -410,7 +437,6 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
         def grad(dy):
             # ∂v_B/∂w_i = −1/|B| (l2) or −softmax(w_B)_i (kl), and w = −θ sorted.
             g_sorted = _block_vjp(dy, sw, block, lse_w, kl)
-            inv = tf.argsort(order, axis=-1, stable=True)
             g = tf.gather(g_sorted, inv, batch_dims=1)
             return tf.where(bad_rows[:, None], tf.zeros_like(g), g)
 

@@ -274,3 +274,60 @@ def test_regularization_strength_units_of_ranks_and_sorts(regularization):
             assert np.all(np.isfinite(sort))
             # and not the other way round: the test tells the two units apart
             assert np.abs(sort - c * P.permutahedron_sort(x, "l2", eps / c)).max() > 1e-3
+
+
+def _mixed_rows(n=40):
+    """float32 rows of different block structures: random, heavy ties with signed zeros,
+    a pooling cascade (sorted gaps just above 1 with a tie at the bottom: at ε = 1 the
+    bottom block absorbs its neighbours one by one), and ±inf entries."""
+    rng = np.random.default_rng(9)
+    tied = rng.integers(-1, 2, n).astype(np.float32)
+    tied[np.flatnonzero(tied == 0)[::2]] = -0.0
+    cascade = 1.01 * np.arange(n, 0, -1.0)
+    cascade[-1] = cascade[-2]
+    infinite = rng.normal(size=n)
+    infinite[[3, 17]], infinite[29] = np.inf, -np.inf
+    return np.stack([rng.normal(size=n) * 3, tied, rng.permutation(cascade),
+                     infinite]).astype(np.float32)
+
+
+@pytest.mark.parametrize("reg", ["l2", "kl"])
+def test_float32_rows_are_independent_and_match_float64(reg):
+    """The float32 path (integer sort keys, the stack one row at a time): a batch of
+    rows of different block structures gives each row's values and gradients exactly as
+    that row alone, matches the O(n²) float64 reference (finite rows) and the float64
+    operator (all rows) to float32 rounding, and compiles with XLA to the same values."""
+    x = _mixed_rows()
+    w = np.random.default_rng(10).normal(size=x.shape).astype(np.float32)
+    kl = reg == "kl"
+
+    def run(v, jit=False):
+        def step(v):
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                outs = [P.permutahedron_rank(v, reg, 1.0), P.permutahedron_sort(v, reg, 1.0)]
+                loss = sum(tf.reduce_sum(tf.where(tf.math.is_finite(o), w[:v.shape[0]] * o,
+                                                  0.0)) for o in outs)
+            return outs + [tape.gradient(loss, v)]
+        fn = tf.function(step, jit_compile=True) if jit else step
+        return [t.numpy() for t in fn(tf.constant(v))]
+
+    batch = run(x)
+    for got, want in zip(batch, run(x, jit=True), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # each row alone (w's first row weights it): the same numbers
+    w_rows = w.copy()
+    for i in range(len(x)):
+        w[:1] = w_rows[i]
+        alone = run(x[i:i + 1])
+        for got, want in zip(batch, alone, strict=True):
+            np.testing.assert_array_equal(got[i], want[0])
+    w[:] = w_rows
+    wide = run(x.astype(np.float64))
+    for got, want in zip(batch, wide, strict=True):
+        assert np.all(np.isfinite(got[np.isfinite(want)]))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    for i in range(3):
+        x64 = x[i].astype(np.float64)
+        np.testing.assert_allclose(batch[0][i], ref_rank(x64, 1.0, kl), atol=1e-4)
+        np.testing.assert_allclose(batch[1][i], ref_sort(x64, 1.0, kl), rtol=1e-5, atol=1e-4)
