@@ -1,5 +1,5 @@
 """The gains of `soft_ndcg`: linear (the grade) at the scale-free default, NDCG's
-2^y − 1 with an explicit temperature (issue 40; measured in docs/RESULTS.md)."""
+2^y − 1 with an explicit temperature (measured in docs/RESULTS.md)."""
 
 import numpy as np
 import pytest
@@ -31,7 +31,7 @@ def _ndcg(labels, scores, gain):
 def test_scale_free_default_weighs_grades_linearly():
     """At the scale-free default the gain of grade y is y: with a relative temperature
     small enough for hard ranks, the value is the NDCG with linear gains, in float64 to
-    1e-9 (0.790 and 0.619 here; before, with 2^y − 1: 0.681 and 0.461)."""
+    1e-9 (0.790 and 0.619 here; 0.681 and 0.461 with 2^y − 1)."""
     value = soft_ndcg(LABELS, SCORES, method="softsort", temperature=1e-6,
                       scale_free=True).numpy()
     assert np.all(np.isfinite(value))

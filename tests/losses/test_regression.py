@@ -221,8 +221,7 @@ def batch_statistic(loss, y_true, y_pred):
 
 @pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
 def test_regression_and_spearman_gradients_are_finite(case):
-    # Every regression loss on this case (one test per case, not per loss and case: the
-    # Spearman check below used to run once per regression loss, four times the same).
+    # Every regression loss on this case, then the Spearman loss once.
     for name in sorted(REGRESSION_LOSSES):
         preds = GRADIENT_CASES[case].astype(np.float32).reshape(-1, 1)
         if name == "quantile_regression" and case == "huge":
@@ -284,8 +283,8 @@ def test_batch_statistic_sample_weights_and_masks_scale_the_shares():
             weights[nonzero] @ shares / 8, rel=1e-6)
         assert float(loss(y_true, y_pred, sample_weight=2.0)) == pytest.approx(
             2 * float(loss(y_true, y_pred)), rel=1e-9)
-        # A Keras mask of y_pred (bug: masks used to be ignored) leaves the masked
-        # examples out: the loss is the statistic of the others.
+        # A Keras mask of y_pred leaves the masked examples out: the loss is the
+        # statistic of the others.
         masked = tf.constant(y_pred)
         masked._keras_mask = tf.constant(positive)
         statistic = float(loss(y_true[positive], y_pred[positive]))
