@@ -5,8 +5,8 @@ The soft losses are batch statistics: the per-example values of the whole batch 
 errors |y − ŷ|^p, or the residuals y − ŷ) are transported, with uniform masses, onto a
 few target bins, and the statistic is read off the transport plan as one share per
 example whose mean is the statistic (`batch_statistic_shares`); Keras reduces the
-shares like any per-example loss. They are Sinkhorn only (no `method=`): the other
-families of `FAMILIES` define no target bins.
+shares like any per-example loss. They are Sinkhorn only (no `method=`; the other
+families of `FAMILIES` define no target bins), ε by default 1e-2, the paper's.
 """
 
 from __future__ import annotations
@@ -287,8 +287,7 @@ class SoftLeastQuantileRegressionLoss(_BatchStatisticLoss):
       error_power: error exponent (default 1: absolute errors; 2: squared).
       width: bin mass t; default min(0.1, τ, 1 − τ) (the paper's t = 0.1); larger widths
         average more errors (smoother), smaller ones approach the exact quantile.
-      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.
-        `epsilon` (default 1e-2, the paper's ε).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch]` or `[batch, d]`; `sample_weight` `[batch]`.
@@ -323,8 +322,7 @@ class SoftTrimmedRegressionLoss(_BatchStatisticLoss):
       start_quantile: s in [0, 1) (default 0).
       end_quantile: e in (s, 1] (default 0.5).
       error_power: error exponent (default 1).
-      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.
-        `epsilon` (default 1e-2, the paper's ε).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch]` or `[batch, d]`; `sample_weight` `[batch]`.
@@ -367,8 +365,7 @@ class SoftQuantileRegressionLoss(_BatchStatisticLoss):
     Args:
       quantile: τ in (0, 1) (default 0.5).
       width: t, the mass of the middle bin; default min(0.1, τ, 1 − τ).
-      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`), e.g.
-        `epsilon` (default 1e-2, the paper's ε).
+      options, squash, targets, **kwargs: the Sinkhorn settings (`SinkhornLoss`).
       reduction, name, dtype: as in `keras.losses.Loss`.
 
     Input shapes: `[batch]` or `[batch, 1]`; `sample_weight` `[batch]`.
