@@ -86,14 +86,16 @@ def broadcast_keras_mask(inputs, mask):
     return mask
 
 
-def sorted_mask(inputs, mask, axis: int):
+def sorted_mask(inputs, mask, axis: int, length: int | None = None):
     """The mask of a sorted output: True at the first n_valid positions along `axis`
-    (the input mask sorted valid-first; `keras.ops`, for symbolic tensors too)."""
+    (the input mask sorted valid-first; `keras.ops`, for symbolic tensors too), its
+    first `length` positions only if given (a top-k)."""
     ops = keras.ops
     mask = ops.cast(mask, "bool")
     if len(mask.shape) == len(inputs.shape) - 1:
         mask = ops.logical_and(ops.expand_dims(mask, -1), ops.ones_like(inputs, "bool"))
-    return ops.equal(ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis), 0)
+    prefix = ops.equal(ops.sort(ops.cast(ops.logical_not(mask), "int32"), axis=axis), 0)
+    return prefix if length is None else ops.take(prefix, ops.arange(length), axis=axis)
 
 
 def replace_axis(shape, axis: int, size) -> tuple:

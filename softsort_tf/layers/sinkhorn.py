@@ -147,12 +147,8 @@ class SinkhornSort(_SinkhornLayer):
         with `num_targets` or without a mask."""
         if mask is None or self.num_targets is not None:
             return None
-        ops = keras.ops
-        axis = _checks.check_axis(self.axis, len(inputs.shape))
-        prefix = sorted_mask(inputs, mask, axis)
-        if self.topk is not None:
-            prefix = ops.take(prefix, ops.arange(self.topk), axis=axis)
-        return prefix
+        return sorted_mask(inputs, mask, _checks.check_axis(self.axis, len(inputs.shape)),
+                           self.topk)
 
     def compute_output_shape(self, input_shape):
         size = self.topk or self.num_targets

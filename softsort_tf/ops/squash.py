@@ -7,12 +7,8 @@ standardised along the list and mapped into [0, 1] (the talk's Algorithm 2):
 - `'logistic'` (default): sigmoid(π z / √3), the unit-variance logistic CDF (the papers').
 - `'atan'`: 1/2 + arctan(z) / π, heavier-tailed: outliers squashed less hard.
 - `'robust'`: the robust z-score (x − median) / (1.4826 · MAD), asinh-compressed, then
-  the arctan map: outliers (1e5, 1e10, 1e30) stay apart and do not crush the bulk, as
-  long as fewer than half of a row's entries are outliers. When more than half are
-  orders of magnitude larger, the small entries sit at one distance from the median
-  and tie at any ε (two squashed entries are resolved when they differ by much more
-  than ε·(n − 1)/2); use `method='lapsum'` (α in the units of the scores) or a
-  transform such as `tf.math.asinh(x)`.
+  the arctan map: outliers stay apart and do not crush the bulk (its limits:
+  docs/options.md).
 - `None`: inputs used as given (values already in [0, 1]).
 
 Statistics are weighted by the input weights, and computed without overflow: values
