@@ -1,9 +1,8 @@
 """Sinkhorn ranks, sorts, CDFs, quantiles, quantile normalisation and top-k masks.
 
-Every operator here is the same transport problem (`solvers.sinkhorn.solve`, set up
-by `ops.transport.Transport`) with a
-different target measure (y, b), read out through the plan P as in Definition 2 of
-Cuturi, Teboul & Vert (2019):
+Every operator is one transport problem (`ops.transport.Transport`, solved by
+`solvers.sinkhorn.solve`) with its own target measure (y, b), read out through the plan
+P as in Definition 2 of Cuturi, Teboul & Vert (2019):
 
     S-CDF        F̃ = a⁻¹ ∘ (P c) + a/2       (c = b̄ − b/2, b̄ the cumulative sum of b)
     S-rank       R̃ = n F̃                     (talk, Algorithm 2)
@@ -11,82 +10,22 @@ Cuturi, Teboul & Vert (2019):
     S-quantile   eq. (4): S̃ for a target with "filler" bins around each level τ
     S-quantile normalisation   T̃_f = a⁻¹ ∘ (P f)
 
-(For uniform weights and m = n the S-CDF is Definition 2's a⁻¹ ∘ (P b̄); the centred
-form keeps its hard limit exact with weights and with any m, see below.)
+Hard limits (ε → 0; `tests/ops/sinkhorn/test_hard_limits.py`). Sorted in `direction`
+order, input i holds the mass interval I_i = [W_i − a_i, W_i] (W_i the weight of the
+entries ≤ x_i), target bin j the interval J_j = [b̄_j − b_j, b̄_j], and the plan is
+their overlap P_ij = |I_i ∩ J_j| (Prop. 1). So the S-CDF is the centre of I_i as
+resolved by the bins plus a_i/2: W_i, the weighted empirical CDF, whenever every W_i is
+a bin boundary (uniform weights with m a multiple of n, the default m = n included),
+else within max_j b_j / 2 of it, in [a_i, 1] always (ranks of uniform inputs in
+[1, n]). The S-sort is the weighted mean of x over J_j (`hard_stats.interval_mean`),
+the S-quantile the same over [τ − t/2, τ + t/2], the top-k mask the fraction of I_i in
+the first k/n of the mass. Tied inputs share their joint interval.
 
-Hard limits (ε → 0). Sort the inputs in `direction` order: input i holds the mass
-interval I_i = [W_i − a_i, W_i] (W_i the weight of the entries ≤ x_i) and target bin
-j the interval J_j = [b̄_j − b_j, b̄_j]. The unregularised plan is their overlap,
-P_ij = |I_i ∩ J_j| (north-west corner rule, Prop. 1), so that
-
-- S-CDF: F̃_i → a_i/2 + a_i⁻¹ Σ_j P_ij c_j, the centre of I_i as resolved by the target
-  bins plus a_i/2. It equals W_i, the weighted empirical CDF, whenever every W_i is a
-  bin boundary: uniform weights with m a multiple of n (the default m = n included), or
-  target weights that refine the cumulative input weights. Otherwise it is within
-  max_j b_j / 2 of W_i, and inputs whose intervals fall in the same bin tie: use a
-  larger `num_targets` (or matching `target_weights`) to resolve weighted inputs.
-  Always F̃_i ∈ [a_i, 1] (up to `threshold`), so ranks of uniformly weighted inputs
-  lie in [1, n] for any m.
-- S-rank: n F̃ (n × the weighted CDF for weighted inputs).
-- S-sort: S̃_j → b_j⁻¹ Σ_i P_ij x_i, the weighted mean of x over the cumulative mass
-  J_j (`hard_stats.interval_mean`).
-- S-quantile: the same mean over [τ − t/2, τ + t/2].
-- quantile normalisation: T̃_i → a_i⁻¹ Σ_j P_ij f_j.
-- top-k mask: the fraction of I_i inside the first k/n of the mass.
-Tied inputs share their joint interval (equal outputs).
-`tests/ops/sinkhorn/test_hard_limits.py` checks each of these in float64 with weights and
-with m ≠ n.
-
-Conventions shared by all operators:
-
-- Inputs are squashed into [0, 1] (`squash`, see `softsort_tf.ops.squash`) and the
-  targets sit on the paper's regular grid y_j = (j − 1)/(m − 1) (`targets='regular'`,
-  the default, as ott-jax), whatever the bin masses. `targets='centres'` puts them at
-  the centres of the target bins instead, y_j = b̄_j − b_j / 2 (for uniform b,
-  y_j = (j − 1/2) / m): same hard limits and read-outs, nearly the same values for
-  bins of equal mass, and blurrier quantiles and top-k at the same ε
-  (docs/options.md).
-- `direction='DESCENDING'` operates on −x (and maps values back), so rank 1 goes to
-  the largest entry and sorted values decrease.
-- The solver configuration is one `SinkhornOptions` (`options=`, or its fields as
-  keyword arguments), documented in `softsort_tf.options`; `squash` and `targets` are
-  arguments of the operators.
-- Axis, masks, ragged inputs, dynamic shapes, dtypes and `return_info` are handled
-  once for every operator by `softsort_tf.ops.wrapper.list_operator`: an operator here
-  is its target measure and its read-out.
-- ε (`epsilon`, default 1e-2) is in units of the cost on [0, 1]; how far it blurs a
-  soft rank is stated with `SinkhornOptions.epsilon` (docs/options.md). ε must be at
-  least 32 machine epsilons of the compute dtype (3.8e-6 in float32, 7.1e-15 in
-  float64; `transport.min_epsilon`): below, the potentials
-  (≈ cost / ε) are rounded too coarsely to converge, and a `ValueError` says so.
-- `threshold` (default 1e-3) is the L1 marginal error at which a row stops;
-  `max_iterations` (default 1000, rounded up to a multiple of `check_every`) bounds
-  the iterations of a row; `return_info=True` reports rows that reached it.
-- NaN or Inf in x propagate NaN to the affected rows (other rows of the batch are
-  unaffected) and never hang the loop: a row whose error is not finite stops. Pass
-  `check_numerics=True` to raise `InvalidArgumentError` instead.
-- float16/bfloat16 are computed in float32 and returned in the input dtype.
-- Padding: `mask=` (and `tf.RaggedTensor` inputs) follow the convention of
-  `softsort_tf._masking`. Padded entries and the surplus target bins of a padded list
-  carry a negligible mass (`transport.NEGLIGIBLE_MASS`, 1e-20 of a valid entry) and sit
-  at `transport.PADDING_POSITION` (2, outside [0, 1]), decoupled from the valid ones:
-  the iterations of a padded list follow those of the unpadded one, so its valid
-  results match those of the unpadded list to rounding, converged or not.
-- Unknown list length n (`tf.function` with `None` dimensions, Keras `Input((None,))`):
-  every operator works, also under XLA (`jit_compile=True`, which compiles once per
-  concrete shape). Arguments that must be below n (`topk`, `k`) are checked at run time
-  by `tf.debugging` assertions; XLA drops assertions, so there a `k` >= n gives NaN
-  results instead of an error. When the number of targets is unknown at trace time
-  (the default m = n with unknown n), `ImplicitDiff(solver='auto')` still picks the
-  backward solve by m (dense float64 for m <= 64, conjugate gradients above) when the
-  backward runs (a `tf.cond` in the implicit backward; it compiles under XLA).
-  Ragged inputs are padded by ops that XLA does not compile (`RaggedTensorToTensor`):
-  call the operators on `(dense, mask)` inside `jit_compile=True` functions.
-- Reproducibility between identical calls: forward values and implicit gradients are
-  bit-identical (eager and `tf.function`). Unrolled gradients (`implicit_diff=None`)
-  are bit-identical between eager calls; under `tf.function` the backpropagation
-  through the loop may vary in the last bits from call to call, also with
-  `tf.config.experimental.enable_op_determinism()`.
+Settings: docs/options.md; padding: docs/api.md; axis, masks, dtypes and `return_info`:
+`softsort_tf.ops.wrapper.list_operator`. With n unknown at trace time, `topk`/`k` < n is
+a run-time assertion, which XLA drops (a `k` >= n gives NaN there). Forward values and
+implicit gradients are bit-identical between identical calls; unrolled gradients under
+`tf.function` may vary in the last bits.
 """
 
 from __future__ import annotations
@@ -117,10 +56,9 @@ def _solve(lists, target, direction, squash, targets, options, option_kwargs) ->
 
 
 def _checked_list_length(k: int, count, name: str):
-    """`(count, poison)` for lists of length n = count (no mask, n unknown at trace
-    time): a run-time assertion k < n (naming the argument) guards `count`. XLA drops
-    assertions, so `poison` (`[batch]`, 0 where k < n, NaN elsewhere) is added to the
-    target weights: under XLA a k >= n gives NaN results instead of wrong ones."""
+    """`(count, poison)` for lists of length n = count unknown at trace time: `count`
+    guarded by an assertion k < n naming the argument, and `poison` (`[batch]`, 0 where
+    k < n, else NaN) for the target weights, since XLA drops assertions."""
     check = tf.debugging.assert_less(tf.cast(k, count.dtype), tf.reduce_min(count), message=(
         f"softsort_tf: `{name}` = {k} must be smaller than the list length n"))
     with tf.control_dependencies([check]):
@@ -134,14 +72,12 @@ def sinkhorn_rank(x, axis: int = -1, direction: str = "ASCENDING", *,
                   mask=None, weights=None, num_targets: int | None = None,
                   target_weights=None, zero_based: bool = False, squash="logistic",
                   targets: str = "regular", check_numerics: bool = False,
-                  return_info: bool = False,
-                  options: SinkhornOptions | dict | None = None, **option_kwargs):
-    """Soft ranks R̃ = n F̃ (talk, Algorithm 2; paper Def. 2), F̃ the S-CDF.
+                  return_info: bool = False, options: SinkhornOptions | dict | None = None,
+                  **option_kwargs):
+    """Soft ranks R̃ = n F̃ (talk, Algorithm 2), F̃ the S-CDF.
 
-    1-based like `scipy.stats.rankdata`: values in [1, n] (the smallest entry gets
-    ≈ 1 for 'ASCENDING') for any `num_targets`; ties get equal ranks. With weights,
-    n × the weighted CDF (see "Hard limits" in the module docstring for how the
-    target grid resolves it).
+    1-based like `scipy.stats.rankdata`, in [1, n] for any `num_targets`; ties get equal
+    ranks; with weights, n × the weighted CDF (see "Hard limits" in the module docstring).
 
     Args:
       x: `[..., n, ...]` real tensor.
@@ -174,11 +110,8 @@ def sinkhorn_cdf(x, axis: int = -1, direction: str = "ASCENDING", *,
                  options: SinkhornOptions | dict | None = None, **option_kwargs):
     """The S-CDF F̃ = a⁻¹ ∘ (P c) + a/2, c = b̄ − b/2 (paper Def. 2, centred), in [0, 1].
 
-    In the hard limit, F̃_i is the empirical CDF at x_i, the total weight of the
-    entries ≤ x_i (rank / n for uniform weights), whenever the target grid resolves
-    the cumulative weights (uniform weights with m a multiple of n, e.g. the default
-    m = n); otherwise it is that CDF resolved to the target bins, within half a bin
-    (see "Hard limits" in the module docstring).
+    Its hard limit is the weighted empirical CDF at x_i when the target bins resolve the
+    cumulative weights (e.g. the default m = n), else within half a bin ("Hard limits").
 
     Args:
       x: `[..., n, ...]` real tensor.
@@ -207,20 +140,16 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
                   options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft-sorted values S̃ = b⁻¹ ∘ (Pᵀ x) (paper Def. 2), in the units of x.
 
-    Each output is a weighted average of entries of x, and the outputs are monotone
-    in `direction` order. With `topk=k`, returns only the first k values of the sort
-    (the k largest for 'DESCENDING', the k smallest for 'ASCENDING'): the target then
-    has k bins of mass 1/n and one bin of mass 1 − k/n that absorbs the rest, so the
-    cost is O(n·k) instead of O(n²).
+    Each output is a weighted average of entries of x, monotone in `direction` order.
+    With `topk=k`, only the first k values, at a cost of O(n·k): the target has k bins
+    of mass 1/n and one of mass 1 − k/n.
 
     Args:
       x: `[..., n, ...]` real tensor.
 {common}
-      topk: if set, an integer in [1, n): return only the first k sorted values (with
-        `mask`, any k >= 1: a list of n_valid <= k gives its n_valid sorted values,
-        then 0).
-      num_targets: m, the number of output values (default n): with m < n each
-        output averages about n/m inputs.
+      topk: if set, k in [1, n): only the first k sorted values (with `mask`, any
+        k >= 1: a list of n_valid <= k gives its n_valid sorted values, then 0).
+      num_targets: m, the number of output values (default n).
       target_weights: positive target weights b `[m]` (default uniform).
 
     Returns:
@@ -242,7 +171,7 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
         target = TargetMeasure.bins(k + 1, np.concatenate([np.full([k], 1.0 / n), [1.0 - k / n]]))
     else:
         k = _checks.check_positive_int("topk", topk)
-        target = TargetMeasure.per_list(_topk_sort_targets(k, masked=masked, name="topk"))
+        target = TargetMeasure.per_list(_topk_target(k, masked, "topk", one_head=False))
     t = _solve(x, target, direction, squash, targets, options, option_kwargs)
     values = t.sorted_values()
     lengths = t.real_bins
@@ -254,73 +183,70 @@ def sinkhorn_sort(x, axis: int = -1, direction: str = "ASCENDING", *, topk: int 
     return ListResult(values, "sorted", lengths=lengths, info=t.info())
 
 
-def _topk_sort_targets(k: int, masked: bool, name: str):
-    """Target of the top-k sort for lists of `count` valid entries (a callable for
-    `Transport`): k bins of mass 1/count and one of mass 1 − k/count. A list with
-    count <= k keeps count bins of mass 1/count (its full sort); the others are surplus
-    bins of negligible mass. Without a mask every row has count = n and k < n is
-    checked at run time."""
+def _topk_target(k: int, masked: bool, name: str, one_head: bool):
+    """Target masses (for `TargetMeasure.per_list`) of lists of `count` valid entries:
+    the first min(count, k) of mass in one bin (`one_head`, top-k masks) or in k bins of
+    1 (top-k sorts: a list with count <= k keeps count bins, its full sort), then one bin
+    of count − k; bins without mass are surplus bins."""
 
-    def targets(count):
+    def masses(count):
         poison = tf.zeros_like(count)
         if not masked:
             count, poison = _checked_list_length(k, count, name)
-        count = count[:, None]
-        j = tf.cast(tf.range(k + 1), count.dtype)[None, :]
-        tiny = tf.constant(NEGLIGIBLE_MASS, count.dtype)
-        head = tf.where(j < tf.minimum(count, float(k)), tf.ones_like(j * count), tiny)
-        rest = tf.where(count > k, count - k, tiny)
-        b = tf.where(j < k, head, rest) + poison[:, None]
-        real = None
-        if masked:
-            real = tf.where(count[:, 0] > k, tf.ones_like(count[:, 0]) * (k + 1), count[:, 0])
-        return b, real
+        c, tiny = count[:, None], tf.constant(NEGLIGIBLE_MASS, count.dtype)
+        if one_head:
+            head = tf.maximum(tf.minimum(c, float(k)), tiny)
+            real = 1.0 + tf.cast(count > k, count.dtype)
+        else:
+            j = tf.cast(tf.range(k), count.dtype)[None, :]
+            head = tf.where(j < tf.minimum(c, float(k)), tf.ones_like(j * c), tiny)
+            real = tf.where(count > k, tf.ones_like(count) * (k + 1), count)
+        b = tf.concat([head, tf.where(c > k, c - k, tiny)], axis=-1) + poison[:, None]
+        return b, (real if masked else None)
 
-    return targets
+    return masses
 
 
 def default_quantile_width(taus: np.ndarray, n: int | None = None) -> float:
-    """The default width t of the bin around each quantile level.
-
-    Without n: min(0.1, half the smallest gap), counting 2τ_1 and 2(1 − τ_q) as gaps.
-    With n (uniform input weights), t is also capped so that, for every level, the
-    window [τ − t/2, τ + t/2] stays inside the cell [(i − 1)/n, i/n] of the input that
-    holds τ, or straddles the boundary symmetrically when τ·n is an integer. The hard
-    limit (ε → 0) then is exactly numpy's `np.quantile(x, τ,
-    method='averaged_inverted_cdf')`: the order statistic holding level τ, or the mean
-    of the two neighbours when τ falls on a boundary.
-    """
+    """The default width t of the bin around each quantile level: min(0.1, half the
+    smallest gap), counting 2τ_1 and 2(1 − τ_q) as gaps; with n (uniform weights) also
+    capped so that [τ − t/2, τ + t/2] stays in the cell of the input holding τ (or
+    straddles a boundary symmetrically): the hard limit is then
+    `np.quantile(x, τ, method='averaged_inverted_cdf')`."""
     gaps = np.concatenate([[2 * taus[0]], np.diff(taus), [2 * (1 - taus[-1])]])
     width = min(0.1, 0.5 * float(gaps.min()))
     if n is not None:
-        pos = taus * n
-        nearest = np.round(pos)
-        on_boundary = np.abs(pos - nearest) < 1e-9
-        # Distance from τ to its cell's nearer edge, in units of mass.
-        to_edge = np.abs(pos - nearest) / n
-        cell = np.where(on_boundary, 1.0 / n, 2.0 * to_edge)
-        width = min(width, float(cell.min()))
+        width = min(width, float(_cell_width(taus, n, np).min()))
     return width
+
+
+def _cell_width(taus, n, xp):
+    """Per level, twice the distance from τ to the nearer edge of its input's cell (one
+    cell where τ·n is an integer), in mass; `xp` is numpy or tensorflow."""
+    to_edge = abs(taus * n - xp.round(taus * n))
+    return xp.where(to_edge < 1e-9, 1.0 / n, 2.0 * to_edge / n)
+
+
+def _quantile_bins(taus, t) -> list:
+    """The masses [τ_1 − t/2, t, τ_2 − τ_1 − t, t, …, t, 1 − τ_q − t/2]."""
+    bins = [taus[0] - t / 2]
+    for k in range(taus.size):
+        bins += [t, (taus[k + 1] - taus[k] - t) if k + 1 < taus.size else (1.0 - taus[-1] - t / 2)]
+    return bins
 
 
 def quantile_target_weights(quantiles, width: float | None = None,
                             n: int | None = None) -> tuple[np.ndarray, float]:
     """Target weights b of the S-quantile operator for levels τ_1 < … < τ_q.
 
-    Eq. (4) of the paper transports onto three bins, b = [τ(1 − t), t, (1 − τ)(1 − t)],
-    and reads the quantile off the middle one. We generalise it to q levels with one
-    bin of mass t *centred* on each τ_k and filler bins between them:
+    Eq. (4) of the paper for q levels, one bin of mass t centred on each τ_k (so the
+    hard limit is the mean of the values whose cumulative mass is in [τ_k ± t/2]):
 
         b = [τ_1 − t/2, t, τ_2 − τ_1 − t, t, …, t, 1 − τ_q − t/2]   (2q + 1 bins).
 
-    Centring makes the hard limit exact: the output is the mean of the values whose
-    cumulative mass lies in [τ_k − t/2, τ_k + t/2]; with the default width for n inputs
-    (see `default_quantile_width`) that is numpy's `method='averaged_inverted_cdf'`.
-
     Args:
       quantiles: levels in (0, 1), strictly increasing.
-      width: t; default `default_quantile_width(quantiles, n)`. Must satisfy t < 2τ_1,
-        t < 2(1 − τ_q) and t < τ_{k+1} − τ_k.
+      width: t < 2τ_1, 2(1 − τ_q), τ_{k+1} − τ_k; default `default_quantile_width`.
       n: the number of (uniformly weighted) inputs, used only for the default width.
 
     Returns:
@@ -336,36 +262,24 @@ def quantile_target_weights(quantiles, width: float | None = None,
             f"`width` = {width} is too large for quantiles {taus.tolist()}: it must be smaller "
             f"than 2·min(q), 2·(1 − max(q)) and every gap between consecutive quantiles "
             f"(here < {gaps.min():.6g}).")
-    fillers = np.empty(taus.size + 1)
-    fillers[0] = taus[0] - width / 2
-    fillers[-1] = 1 - taus[-1] - width / 2
-    fillers[1:-1] = np.diff(taus) - width
-    b = np.empty(2 * taus.size + 1)
-    b[0::2] = fillers
-    b[1::2] = width
-    return b, width
+    return np.array(_quantile_bins(taus, width), np.float64), width
 
 
 @sinkhorn_operator
 def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
                       direction: str = "ASCENDING", *, mask=None, weights=None,
-                      squash="logistic", targets: str = "regular",
-                      check_numerics: bool = False,
+                      squash="logistic", targets: str = "regular", check_numerics: bool = False,
                       return_info: bool = False,
                       options: SinkhornOptions | dict | None = None, **option_kwargs):
-    """τ-S-quantiles (paper eq. 4, generalised to several levels).
-
-    See `quantile_target_weights` for the target measure. 'DESCENDING' returns the
-    quantiles of −x, negated (the τ-quantile from the top).
+    """τ-S-quantiles (paper eq. 4 for several levels, `quantile_target_weights`);
+    'DESCENDING' returns the quantiles of −x, negated.
 
     Args:
       x: `[..., n, ...]` real tensor.
       quantiles: a level or a strictly increasing sequence of q levels in (0, 1).
-      width: mass t of the bin around each level. The default (see
-        `default_quantile_width`) is min(0.1, half the smallest gap between levels),
-        further capped so that the hard limit is numpy's
-        `np.quantile(x, τ, method='averaged_inverted_cdf')` for uniform weights.
-        Larger widths average more values (a smoother, trimmed-mean-like estimate).
+      width: mass t of the bin around each level (default `default_quantile_width`:
+        the hard limit is `np.quantile(x, τ, method='averaged_inverted_cdf')` for
+        uniform weights); larger widths average more values.
 {common}
 
     Returns:
@@ -391,43 +305,28 @@ def sinkhorn_quantile(x, quantiles, width: float | None = None, axis: int = -1,
 
 
 def _quantile_target_weights_per_row(taus: np.ndarray, count):
-    """`quantile_target_weights(taus, None, n)` for a `[batch]` tensor of list lengths
-    (the number of valid entries of each row, possibly unknown at trace time):
-    `[batch, 2q + 1]` target weights with the default width of each row's n (see
-    `default_quantile_width`). Computed in float64."""
+    """`quantile_target_weights(taus, None, n)` `[batch, 2q + 1]` for a `[batch]` tensor
+    of list lengths (possibly unknown at trace time), computed in float64."""
     n = tf.maximum(tf.cast(count, tf.float64), 1.0)[:, None]
-    width = default_quantile_width(taus)  # the n-free cap
-    pos = taus[None, :] * n
-    nearest = tf.round(pos)
-    on_boundary = tf.abs(pos - nearest) < 1e-9
-    cell = tf.where(on_boundary, 1.0 / n, 2.0 * tf.abs(pos - nearest) / n)
-    t = tf.minimum(tf.constant(width, tf.float64), tf.reduce_min(cell, axis=-1))
-    columns = [taus[0] - t / 2]
-    for k in range(taus.size):
-        columns.append(t)
-        gap = (taus[k + 1] - taus[k] - t) if k + 1 < taus.size else (1.0 - taus[-1] - t / 2)
-        columns.append(gap)
-    return tf.cast(tf.stack(columns, axis=-1), count.dtype)
+    cell = tf.reduce_min(_cell_width(taus[None, :], n, tf), axis=-1)
+    t = tf.minimum(tf.constant(default_quantile_width(taus), tf.float64), cell)
+    return tf.cast(tf.stack(_quantile_bins(taus, t), axis=-1), count.dtype)
 
 
 @sinkhorn_operator
 def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
-                                    direction: str = "ASCENDING", *,
-                                    mask=None, weights=None,
+                                    direction: str = "ASCENDING", *, mask=None, weights=None,
                                     target_weights=None, squash="logistic",
-                                    targets: str = "regular",
-                                    check_numerics: bool = False,
+                                    targets: str = "regular", check_numerics: bool = False,
                                     return_info: bool = False,
-                                    options: SinkhornOptions | dict | None = None, **option_kwargs):
+                                    options: SinkhornOptions | dict | None = None,
+                                    **option_kwargs):
     """Soft quantile normalisation T̃_f = a⁻¹ ∘ (P f) (paper Def. 2).
 
-    Keeps the order of x and replaces its values by those of the sorted
-    `target_values` f (of any length m): in the hard limit with m = n, the i-th
-    smallest entry of x becomes the i-th smallest target value. `direction` does not
-    change the result: the order of x is kept in both directions (matching the i-th
-    largest entry with the i-th largest target value is the same transport problem,
-    mirrored); the argument is accepted, and validated, like that of the other
-    operators.
+    Keeps the order of x and replaces its values by those of the sorted `target_values`
+    f (any length m): in the hard limit with m = n, the i-th smallest entry of x becomes
+    the i-th smallest target value. `direction` is validated and does not change the
+    result (the mirrored problem is the same).
 
     Args:
       x: `[..., n, ...]` real tensor.
@@ -466,16 +365,13 @@ def sinkhorn_quantile_normalization(x, target_values, axis: int = -1,
 
 @sinkhorn_operator
 def sinkhorn_topk(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
-                       mask=None, weights=None, squash="logistic", targets: str = "regular",
-                       check_numerics: bool = False,
-                       return_info: bool = False,
-                       options: SinkhornOptions | dict | None = None, **option_kwargs):
+                  mask=None, weights=None, squash="logistic", targets: str = "regular",
+                  check_numerics: bool = False, return_info: bool = False,
+                  options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Soft indicator of membership in the first k entries in `direction` order.
 
-    The target has two bins, of mass k/n (the top-k) and 1 − k/n; the mask is the
-    fraction of each input's mass sent to the top-k bin, a⁻¹ ∘ (P e_1). Values are in
-    [0, 1] and sum to k (for uniform weights). The default 'DESCENDING' selects the
-    k largest entries.
+    The fraction a⁻¹ ∘ (P e_1) of each input's mass sent to the first of two target bins,
+    of mass k/n and 1 − k/n: in [0, 1], summing to k. 'DESCENDING' selects the largest.
 
     Args:
       x: `[..., n, ...]` real tensor.
@@ -497,17 +393,7 @@ def sinkhorn_topk(x, k: int, axis: int = -1, direction: str = "DESCENDING", *,
         target = TargetMeasure.bins(2, np.array([k / n, 1.0 - k / n]))
     else:
         k = _checks.check_positive_int("k", k)
-
-        def masses(count):
-            poison = tf.zeros_like(count)
-            if not masked:
-                count, poison = _checked_list_length(k, count, "k")
-            tiny = tf.constant(NEGLIGIBLE_MASS, count.dtype)
-            b = tf.stack([tf.maximum(tf.minimum(count, float(k)), tiny),
-                          tf.where(count > k, count - k, tiny)], axis=-1) + poison[:, None]
-            return b, (1.0 + tf.cast(count > k, count.dtype) if masked else None)
-
-        target = TargetMeasure.per_list(masses)
+        target = TargetMeasure.per_list(_topk_target(k, masked, "k", one_head=True))
     t = _solve(x, target, direction, squash, targets, options, option_kwargs)
     selected = t.row_plan[:, :, 0]
     if masked:  # lists of at most k valid entries: all of them are selected
@@ -523,12 +409,9 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
                                 options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Doubly-stochastic relaxed permutation matrix P̂ = n Pᵀ (n × n transport plan).
 
-    Row i of P̂ says which inputs land in position i of the `direction` order, with
-    the orientation of SoftSort and NeuralSort (`P̂ @ scores` is the soft sort), so
-    the three relaxations feed the same losses. Rows sum to 1 (up to rounding: the
-    solver ends on the update that makes them exact) and columns sum to 1 up to the
-    solver's marginal error: Σ_j |Σ_i P̂_ij − 1| = n · `error` ≤ n · `threshold` for a
-    converged row (`return_info=True` reports `error`).
+    Row i says which inputs land in position i of the `direction` order (`P̂ @ scores`
+    is the soft sort, as for SoftSort and NeuralSort). Rows sum to 1, columns up to the
+    solver's marginal error: Σ_j |Σ_i P̂_ij − 1| = n · `error` (`return_info=True`).
 
     Args:
       scores: `[..., n]` real tensor.
@@ -564,9 +447,7 @@ def sinkhorn_permutation_matrix(scores, axis: int = -1, direction: str = "DESCEN
     return ListResult(perm, "square", info=t.info())
 
 
-# ---------------------------------------------------------------------------------
 # The Sinkhorn family (`softsort_tf.ops.family`).
-# ---------------------------------------------------------------------------------
 SINKHORN_DEFAULTS = dict(options=None, squash="logistic", targets="regular")
 # ε = EPSILON_PER_RANK_SCALE / n² keeps the rank blur n·√(ε/2) at ≈ 0.39 of a rank.
 EPSILON_PER_RANK_SCALE = 0.3
@@ -574,25 +455,17 @@ MIN_LENGTH_EPSILON = 1e-6
 
 
 def epsilon_for_length(n: int) -> float:
-    """ε = max(0.3 / n², 1e-6): the logistic squash maps the scores into (0, 1), where
-    the n targets are 1/n apart; swapping two neighbouring ranks changes the cost by
-    about 2/n², and a Sinkhorn rank blurs over about n·√(ε/2) neighbours, so this ε keeps
-    the blur at ≈ 0.4 of a rank whatever n is (the floor keeps ε above the float32
-    resolution of the costs for n ≳ 500)."""
+    """ε = max(0.3 / n², 1e-6): a Sinkhorn rank blurs over about n·√(ε/2) neighbours
+    (docs/options.md), so this keeps the blur at ≈ 0.4 of a rank whatever n is; the
+    floor keeps ε above the float32 resolution of the costs."""
     return max(EPSILON_PER_RANK_SCALE / n**2, MIN_LENGTH_EPSILON)
-
 
 
 class SinkhornSettings(family.Settings):
     """Sinkhorn's settings wherever a layer or loss takes `method='sinkhorn'`: one
-    `SinkhornOptions` (from `options` and its fields given as keywords, `epsilon`, ...;
-    `temperature` is its ε), `squash` and `targets`, validated once. The config holds one
-    key per field of the options, `squash` and `targets`.
-
-    Attributes:
-      options, squash, targets: the validated settings.
-      temperature_name: the argument that set ε (`temperature` or `epsilon`), named by
-        the range check.
+    `SinkhornOptions` (`temperature` is its ε), `squash` and `targets`, validated once;
+    the config holds one key per field of the options, `squash` and `targets`.
+    `temperature_name` is the argument that set ε, named by the range check.
     """
 
     keywords = frozenset({*SINKHORN_DEFAULTS, *SinkhornOptions.field_names()})
@@ -647,8 +520,7 @@ class SinkhornSettings(family.Settings):
     def attributes(self) -> dict:
         return dict(options=self.options, squash=self.squash, targets=self.targets)
 
-    def operator_kwargs(self) -> dict:
-        return self.attributes()
+    operator_kwargs = attributes
 
     def get_config(self) -> dict:
         return dict(squash=self.squash, targets=self.targets, **self.options.get_config())

@@ -6,9 +6,8 @@ direction (1, −1) (f + t, g − t gives the same plan). We eliminate f (Schur 
 and solve the m×m system (I − MᵀM + qqᵀ) ŵ = r̂ with M = D_r^{-1/2} P D_c^{-1/2} and
 q = √c: the rank-one term qqᵀ removes the null space (the right-hand side is orthogonal
 to q), so the system is symmetric positive definite with eigenvalues in (0, 1]. It is
-solved matrix-free by conjugate gradients, each step O(n·m), or densely by Cholesky for
-small m; in float64 for at most 64 targets (`backward_method`). Memory is O(B·n·m)
-whatever the number of forward iterations.
+solved by conjugate gradients (matrix-free, O(n·m) per step) or Cholesky, in float64 for
+at most 64 targets (`backward_method`).
 """
 
 from __future__ import annotations
@@ -20,10 +19,8 @@ from softsort_tf.options import CHOLESKY_MAX_TARGETS, FLOAT64_SOLVE_MAX_TARGETS
 
 def _conjugate_gradient(apply_op, rhs, max_iterations: int, tol: float):
     """Batched CG for SPD systems `apply_op(x) = rhs`, rows stop independently."""
-    dtype = rhs.dtype
-    rhs_norm = tf.norm(rhs, axis=-1)
-    target = tol * rhs_norm
-    tiny = tf.constant(1e-30 if dtype == tf.float32 else 1e-300, dtype)
+    target = tol * tf.norm(rhs, axis=-1)
+    tiny = tf.constant(1e-30 if rhs.dtype == tf.float32 else 1e-300, rhs.dtype)
 
     def cond(i, x, r, p, rs):
         del i, x, r, p
@@ -42,11 +39,8 @@ def _conjugate_gradient(apply_op, rhs, max_iterations: int, tol: float):
         rs = tf.where(active, rs_new, rs)
         return i + 1, x, r, p, rs
 
-    x0 = tf.zeros_like(rhs)
-    rs0 = tf.reduce_sum(rhs * rhs, axis=-1)
-    _, x, _, _, _ = tf.while_loop(cond, body, (tf.constant(0), x0, rhs, rhs, rs0),
-                                  maximum_iterations=max_iterations)
-    return x
+    init = (tf.constant(0), tf.zeros_like(rhs), rhs, rhs, tf.reduce_sum(rhs * rhs, axis=-1))
+    return tf.while_loop(cond, body, init, maximum_iterations=max_iterations)[1]
 
 
 def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iterations=200,
@@ -63,12 +57,8 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
     m = cost.shape[-1]
     kwargs = dict(cg_max_iterations=cg_max_iterations, cg_tolerance=cg_tolerance)
     if solver == "auto" and m is None:
-        # m unknown at trace time (the default m = n of lists of unknown length): the
-        # choice by m is made when the backward runs, float64 Cholesky for at most 64
-        # targets. (The potentials and the cost may then arrive in float32, and CG on
-        # them is not accurate in the hard regime: no float64 CG here. A choice made on the
-        # whole solve instead, forward loop included, does not compile under XLA once
-        # differentiated.)
+        # m unknown at trace time: chosen when the backward runs, float64 Cholesky for at
+        # most 64 targets (a choice around the whole solve does not compile under XLA).
         def by(method):
             return lambda: _vjp(cost, f, g, epsilon, df, dg, method=method, **kwargs)
 
@@ -78,10 +68,9 @@ def implicit_vjp(cost, f, g, epsilon, df, dg, *, solver="auto", cg_max_iteration
 
 
 def backward_method(solver: str, m: int | None) -> str:
-    """The backward solve of m targets, known at trace time: 'cholesky' (dense, float64),
-    'cg64' (conjugate gradients in float64) or 'cg' (conjugate gradients in the input
-    dtype). For 'auto' with m unknown it is chosen when the backward runs, and this
-    returns 'cg'."""
+    """The backward solve of m targets known at trace time: 'cholesky' (float64), 'cg64'
+    (conjugate gradients in float64) or 'cg' (in the input dtype; also for 'auto' with
+    m unknown, chosen when the backward runs)."""
     if solver == "dense":
         return "cholesky"
     if solver == "cg" or m is None or m > FLOAT64_SOLVE_MAX_TARGETS:
@@ -99,11 +88,8 @@ def _vjp(cost, f, g, epsilon, df, dg, *, method: str, cg_max_iterations: int,
     """`implicit_vjp` with the solve `method` (`backward_method`)."""
     out_dtype = cost.dtype
     if method != "cg" and out_dtype != tf.float64:
-        # Few targets (ranks of short rows, top-k masks, quantiles) make the system
-        # nearly singular once the plan is nearly hard, and a float32 solve returns
-        # rounding noise: for at most 64 targets the backward is computed in float64
-        # (O(n·m) per CG step, O(n·m² + m³) for Cholesky, a small cost); the CG path
-        # for many targets stays in the input dtype.
+        # Few targets make the system nearly singular once the plan is nearly hard: a
+        # float32 solve returns rounding noise.
         cost, f, g, df, dg = (tf.cast(t, tf.float64) for t in (cost, f, g, df, dg))
     eps = tf.cast(epsilon, cost.dtype)
     plan = tf.exp((f[:, :, None] + g[:, None, :] - cost) / eps)
@@ -118,11 +104,9 @@ def _vjp(cost, f, g, epsilon, df, dg, *, method: str, cg_max_iterations: int,
     q = sqrt_c / tf.norm(sqrt_c, axis=-1, keepdims=True)
     rhs_hat = rhs_hat - q * tf.reduce_sum(q * rhs_hat, axis=-1, keepdims=True)
     if method == "cholesky":
-        # The small m×m system is assembled and factorised in float64 from the plan
-        # itself: with r and c recomputed from it, M has singular value 1 exactly
-        # (along √r, √c), so I − MᵀM + qqᵀ stays positive definite even when the plan
-        # is nearly a hard assignment. A ridge of 1e-12 guards the directions where it
-        # is singular up to rounding (the right-hand side vanishes along them).
+        # With r and c recomputed from the plan, M has singular value 1 exactly (along
+        # √r, √c), so I − MᵀM + qqᵀ stays positive definite for nearly hard plans; a
+        # ridge of 1e-12 guards directions singular up to rounding.
         m_hat = plan / tf.sqrt(r)[:, :, None] / sqrt_c[:, None, :]
         gram = tf.linalg.matmul(m_hat, m_hat, transpose_a=True)
         eye = tf.eye(tf.shape(gram)[-1], batch_shape=tf.shape(gram)[:1], dtype=tf.float64)

@@ -1,51 +1,12 @@
 """The batched, log-domain Sinkhorn solver behind every Sinkhorn operator.
 
-One transport problem serves all operators (Cuturi, Teboul & Vert, 2019): the inputs
-x ∈ R^{B×n} with weights a are transported onto sorted targets y ∈ R^m with weights
-b, for the cost C_ij = |x_i − y_j|^p and entropic regularisation ε:
-
-    P* = argmin_{P 1 = a, Pᵀ 1 = b} <P, C> − ε H(P).
-
-The solution has the form P_ij = exp((f_i + g_j − C_ij) / ε) for dual potentials
-f, g, found by the stabilised log-domain updates of the paper's eq. (3):
-
-    f_i ← ε log a_i − ε logsumexp_j((g_j − C_ij) / ε)
-    g_j ← ε log b_j − ε logsumexp_i((f_i − C_ij) / ε)
-
-Speed-ups, each switchable (`scripts/bench_sinkhorn.py` measures them):
-
-- the sorted initializer (`initializer='sorted'`): g is initialised with the dual
-  potential of the *exact* (ε = 0) 1-D problem, computed from a sort and a binary
-  search in O((n + m) log n) (complementary slackness along the north-west-corner
-  staircase of Proposition 1 gives g_{j+1} − g_j = c(x*, y_{j+1}) − c(x*, y_j),
-  where x* is the input straddling the boundary between target bins j and j + 1);
-- ε annealing (`epsilon_start`, `epsilon_decay`): ε_t = max(ε, ε_start · decay^t);
-- single-pass updates: each half-step is one pass of exp over the n×m kernel (the
-  log-sum-exp is shifted by the potential it replaces, see `_half_step`), with
-  −C/ε computed once, instead of the two passes (max, then exp) of a stabilised
-  log-sum-exp; the sums of the f update are the row marginal, so the error check is
-  free and `check_every` (iterations between two checks, default 1) only decides how
-  many iterations run between stopping decisions.
-
-
-Rows of the batch stop independently: once a row's L1 marginal error is below
-`threshold` its potentials are frozen, so its result does not depend on the rest of
-the batch and does not drift. A row whose error is NaN/Inf also stops (it can never
-converge), so NaN inputs propagate NaN instead of running to `max_iterations`.
-
-Gradients (w.r.t. the cost, hence x, and the weights a and b):
-
-- `implicit_diff=ImplicitDiff()` (default): implicit differentiation of the optimality conditions
-  H(f, g) = (P1 − a, Pᵀ1 − b) = 0. The Jacobian ∂H/∂(f, g) = (1/ε)[[diag r, P],
-  [Pᵀ, diag c]] is singular along the gauge direction (1, −1) (f + t, g − t gives the
-  same plan). We eliminate f (Schur complement) and solve the m×m system
-  (I − MᵀM + qqᵀ) ŵ = r̂ with M = D_r^{-1/2} P D_c^{-1/2} and q = √c: the rank-one
-  term qqᵀ removes the null space (the right-hand side is orthogonal to q), so the
-  system is symmetric positive definite with eigenvalues in (0, 1]. It is solved
-  matrix-free by conjugate gradients, each step O(n·m), or densely by Cholesky for
-  small m. Memory is O(B·n·m) whatever the number of forward iterations.
-- `implicit_diff=None`: automatic differentiation through the unrolled loop; memory grows
-  with the number of iterations.
+Inputs x `[B, n]` with weights a are transported onto sorted targets y `[m]` with
+weights b, for the cost C_ij = |x_i − y_j|^p and entropic regularisation ε (Cuturi,
+Teboul & Vert, 2019): P_ij = exp((f_i + g_j − C_ij)/ε) for dual potentials f, g found by
+the log-domain updates of the paper's eq. (3), from the sorted initializer
+(`warm_start`), with ε annealing and single-pass half-steps (`_half_step`). Rows stop
+independently, at an L1 marginal error below `threshold` or a non-finite one. Gradients
+by implicit differentiation (`implicit`), or through the unrolled loop.
 """
 
 from __future__ import annotations
@@ -73,18 +34,13 @@ class SinkhornResult:
       f: `[batch, n]` dual potential of the inputs.
       g: `[batch, m]` dual potential of the targets.
       cost: `[batch, n, m]` cost matrix.
-      epsilon: the regularisation the potentials were computed at, a scalar tensor:
-        the requested ε, or, when ε annealing (`epsilon_start`) had not reached ε
-        within `max_iterations`, the larger ε_t it had reached. The plan and the
-        implicit gradient use this value, so they always describe the problem the
-        potentials solve.
+      epsilon: scalar tensor, the ε the potentials solve (the plan and the gradient use
+        it): the requested one, or the larger ε_t annealing had reached.
       num_iterations: `[batch]` int32, Sinkhorn iterations each row used.
-      error: `[batch]` L1 error of the row marginal, Σ_i |(P1)_i − a_i|, of the
-        column-exact plan; with `exact_marginal='input'` the returned plan is row-exact
-        and its column error Σ_j |(Pᵀ1)_j − b_j| is at most this value.
-      readout: None, or what `log_plan`, `plan` and `row_plan` evaluate their
-        `fn(f, g, cost, ε)` with: for float32 inputs with the float64 implicit
-        backward, computed in float32 and differentiated in float64 (see `solve`).
+      error: `[batch]` L1 error Σ_i |(P1)_i − a_i| of the column-exact plan (which bounds
+        the column error of the row-exact plan of `exact_marginal='input'`).
+      readout: None, or what the read-outs evaluate their `fn(f, g, cost, ε)` with
+        (`_implicit_readout`: differentiated in float64 for float32 inputs).
     """
 
     f: tf.Tensor
@@ -109,20 +65,15 @@ class SinkhornResult:
         return tf.exp(self.log_plan())
 
     def row_plan(self):
-        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P from the target potential alone,
-        Q_ij = exp((g_j − C_ij)/ε) / Σ_k exp((g_k − C_ik)/ε) (the row update of eq. 3
-        divided by a_i): rows sum to 1 exactly, whatever the residual marginal error."""
+        """`[batch, n, m]` row-conditional plan a⁻¹ ∘ P from g alone, Q_ij = softmax_j
+        ((g_j − C_ij)/ε) (eq. 3's row update over a_i): rows sum to 1 exactly."""
         return self._read(_row_plan)
 
 
 def _log_plan(f, g, cost, epsilon):
-    """(f_i + g_j − C_ij)/ε `[batch, n, m]`, rounded about once in any dtype.
-
-    f_i + g_j is summed exactly, as s + e (TwoSum: s the rounded sum, e its rounding
-    error), and e is added after s − C_ij, which is exact where the plan is not
-    negligible (s ≈ C_ij); rounded in place, f_i + g_j would carry an error of
-    ulp(f + g)/ε into the log of the plan (a relative 6e-3 on P at ε = 1e-5 in float32).
-    e is a constant for autodiff (it is 0 in exact arithmetic)."""
+    """(f_i + g_j − C_ij)/ε `[batch, n, m]`, rounded about once: f_i + g_j = s + e exactly
+    (TwoSum), e added after s − C_ij (exact where s ≈ C_ij); rounded in place, f_i + g_j
+    would move log P by ulp(f + g)/ε. e, 0 in exact arithmetic, is a constant for autodiff."""
     f, g = f[:, :, None], g[:, None, :]
     s = f + g
     g_part = s - f
@@ -137,16 +88,9 @@ def _row_plan(f, g, cost, epsilon):
     return tf.nn.softmax(_log_plan(tf.stop_gradient(f), g, cost, epsilon), axis=-1)
 
 
-def _tiny(dtype):
-    """Smallest marginal sum trusted by the single-pass log-sum-exp (far above denormals)."""
-    return tf.constant(1e-30 if dtype == tf.float32 else 1e-290, dtype)
-
-
-# Sums over more entries than this are accumulated in float64 for float32 inputs. A
-# float32 sum of n positive terms drifts by up to ~n/16 ulps on CPU (lanes accumulate
-# sequentially), 1e-3 relative at n = 10⁶: the marginal error then stalls above the
-# default threshold and eager runs went to `max_iterations` where XLA (another
-# summation order) converged in 12 iterations.
+# Sums over more entries than this are accumulated in float64 for float32 inputs: a
+# float32 sum of n positive terms drifts by up to ~n/16 ulps on CPU (1e-3 at n = 10⁶),
+# which stalls the marginal error above the default threshold.
 LONG_SUM = 4096
 
 
@@ -168,27 +112,20 @@ def accurate_sum(t, axis: int, long: bool | None = None):
 def _half_step(log_kernel, u, v, log_w, axis: int, active, long: bool):
     """One Sinkhorn half-step in scaled potentials (u = f/ε, v = g/ε), in one pass.
 
-    `axis=2` replaces u by log a − logsumexp_j(v_j + K_ij), `axis=1` replaces v by
-    log b − logsumexp_i(u_i + K_ij), with K = −C/ε. The log-sum-exp is shifted by the
-    potential being replaced, so its summands are the entries of the current plan
-    P_ij = exp(u_i + v_j + K_ij). That plan has the *other* marginal exact (it was
-    just updated), so every entry is at most 1 and the sum cannot overflow: one pass
-    of exp instead of the max pass and the exp pass of a stabilised log-sum-exp. The
-    sums are the current plan's marginal along `axis`, which gives the marginal error
-    for free. Only where a sum underflows (< 1e-30, e.g. an outlier far from every
-    target at a cold start) or is NaN, and only for `active` rows, the stabilised
-    log-sum-exp is recomputed (a `tf.cond`, so it costs nothing when not needed).
-
-    Returns:
-      (new potential, marginal sums of the current plan along `axis`).
+    `axis=2` replaces u by log a − logsumexp_j(v_j + K_ij), `axis=1` v by log b −
+    logsumexp_i(u_i + K_ij), K = −C/ε, shifted by the potential replaced: the summands are
+    the current plan's entries (at most 1: its other marginal is exact), so one pass of exp
+    suffices. Where a sum underflows or is NaN in an `active` row, the stabilised
+    log-sum-exp is recomputed (a `tf.cond`). Returns (new potential, the plan's marginal
+    sums along `axis`).
     """
     old = u if axis == 2 else v
-    # New axes by expand_dims, not slicing: TFLite has no builtin for a strided slice
-    # with a new axis on the unknown shapes of a generalised trace (`reduce_retracing`).
+    # New axes by expand_dims: TFLite has no builtin for a strided slice with a new axis
+    # on the unknown shapes of a generalised trace.
     sums = accurate_sum(tf.exp(tf.expand_dims(u, 2) + tf.expand_dims(v, 1) + log_kernel), axis=axis,
                         long=long)
-    tiny = _tiny(sums.dtype)
-    trusted = sums > tiny  # False for NaN too
+    # Smallest trusted sum, far above denormals; False for NaN too.
+    trusted = sums > tf.constant(1e-30 if sums.dtype == tf.float32 else 1e-290, sums.dtype)
     fast = log_w - tf.math.log(tf.where(trusted, sums, tf.ones_like(sums))) + old
     redo = tf.logical_and(tf.logical_not(trusted), tf.expand_dims(active, 1))
 
@@ -205,28 +142,13 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
               num_blocks, check_every, annealing, long_sums, exact_marginal="target"):
     """Runs the Sinkhorn loop. Returns (f, g, num_iterations, error, ε reached).
 
-    `epsilon`, `epsilon_start`, `epsilon_decay`, `threshold` and `num_blocks` (the bound
-    on blocks of `check_every` iterations) may be tensors, so that new values do not
-    retrace the graph version of the loop; `check_every`, `annealing` (whether ε is
-    annealed from `epsilon_start`), `exact_marginal` and `long_sums` (whether sums over
-    the n inputs and over the m targets are accumulated in float64, see `accurate_sum`)
-    are Python values. Nothing else depends on the static shape, so the graph version
-    may generalise it (`reduce_retracing`).
-
-    One iteration updates g (columns exact), then f (rows exact). The loop works with
-    scaled potentials u = f/ε_t, v = g/ε_t and the log-kernel K = −C̃/ε computed once;
-    under annealing the kernel is used as K·ε/ε_t and u, v are rescaled by ε_{t−1}/ε_t
-    when ε changes (this keeps the single-pass log-sum-exp overflow-free, see
-    `_half_step`). The error of iteration t is Σ_i |(P1)_i − a_i| for the plan after its
-    g update, read off the sums of its f update, so checking it costs no extra pass.
-
-    C̃_ij = C_ij − f⁰_i − g⁰_j is the reduced cost of the start (g⁰ = `g_init`, f⁰ its
-    exact c-transform min_j (C_ij − g⁰_j)); the loop starts from v = 0 and its
-    potentials are added to (f⁰, g⁰) at the end. The iterates are exactly those on C
-    from g⁰ (updates commute with row/column constants), but the loop adds numbers of
-    the size of the plan's log-entries, not of C/ε, whose rounding (machine-ε·|C|/ε per
-    update) floored the marginal error: near the smallest ε of a dtype, two-bin masks
-    on the regular grid ran 1000 iterations at error 2e-3 (float32 and float64).
+    The numbers (ε's, `threshold`, `num_blocks`: the bound on blocks of `check_every`
+    iterations) may be tensors; the other arguments are Python values (`long_sums`: float64
+    sums over the n inputs, the m targets). One iteration updates g, then f, whose sums
+    give the error. The loop works with u = f/ε_t, v = g/ε_t on the reduced cost
+    C̃_ij = C_ij − f⁰_i − g⁰_j of the start (g⁰ = `g_init`, f⁰ its c-transform), K = −C̃/ε
+    (K·ε/ε_t under annealing): the iterates on C, with additions of the size of the plan's
+    log-entries instead of C/ε, whose rounding would floor the marginal error.
     """
     dtype = cost.dtype
     a = tf.exp(log_a)
@@ -249,12 +171,6 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     def kernel_at(it):  # K · ε/ε_t
         return log_kernel * (eps_final / eps_at(it)) if annealing else log_kernel
 
-    def annealed_until(it):
-        if not annealing:
-            return tf.constant(True)
-        return eps_at(it) <= eps_final
-
-    all_rows = tf.ones([batch], tf.bool)
     v0 = tf.zeros_like(g_init)
     u0 = log_a - tf.reduce_logsumexp(tf.expand_dims(v0, 1) + kernel_at(0), axis=2)
 
@@ -275,48 +191,31 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
             u_c, sums = _half_step(kernel, u_c, v_c, log_a, 2, active, long_sums[1])
         it_new = it + check_every
         err_c = accurate_sum(tf.abs(sums - a), axis=-1, long=long_sums[0])
-        at_target = annealed_until(it_new - 1)
-        newly = tf.logical_and(at_target,
-                               tf.logical_or(err_c < threshold,
-                                             tf.logical_not(tf.math.is_finite(err_c))))
+        newly = tf.logical_or(err_c < threshold, tf.logical_not(tf.math.is_finite(err_c)))
+        if annealing:
+            newly = tf.logical_and(eps_at(it_new - 1) <= eps_final, newly)
         keep = tf.expand_dims(done, 1)
-        u_prev = tf.where(keep, u_prev, u_prev_c)
-        u = tf.where(keep, u, u_c)
-        v = tf.where(keep, v, v_c)
+        u_prev, u, v = (tf.where(keep, old, new) for old, new in
+                        ((u_prev, u_prev_c), (u, u_c), (v, v_c)))
         n_it = tf.where(done, n_it, tf.fill(tf.shape(n_it), it_new))
         err = tf.where(done, err, err_c)
         done = tf.logical_or(done, newly)
         return it_new, u_prev, u, v, n_it, err, done
 
-    init = (
-        tf.constant(0, tf.int32),
-        u0,
-        u0,
-        v0,
-        tf.zeros([batch], tf.int32),
-        tf.fill([batch], tf.constant(math.inf, dtype)),
-        tf.logical_not(all_rows),
-    )
+    init = (tf.constant(0, tf.int32), u0, u0, v0, tf.zeros([batch], tf.int32),
+            tf.fill([batch], tf.constant(math.inf, dtype)), tf.zeros([batch], tf.bool))
     it, u_prev, u, v, n_it, err, _ = tf.while_loop(cond, body, init,
                                                    maximum_iterations=num_blocks)
-    # The ε the potentials were computed at: the target ε, unless annealing had not
-    # reached it within the iteration bound (then no row is done, all rows are at ε_t).
+    # The ε the potentials solve: ε_t if annealing had not reached ε (no row is done).
     eps_last = eps_at(tf.maximum(it - 1, 0))
     f = (u if exact_marginal == "input" else u_prev) * eps_last + f_init
     return f, v * eps_last + g_init, n_it, err, eps_last
 
 
-# In eager mode the loop would run op by op from Python (milliseconds per iteration):
-# it runs as one traced graph function. With implicit differentiation (the loop itself
-# is not differentiated) it is that function's call inside `tf.function` and XLA as
-# well, traced once per process and Python arguments instead of once per caller's trace
-# (the loop is about half of an operator's graph; XLA inlines the call). Otherwise, and
-# for the backward, graphs inline the plain functions (the backward's solve is chosen by
-# the static number of targets). Python arguments are part of the trace key. Both
-# traces generalise to unknown shapes after a second shape, so calls at many list
-# lengths do not each trace a new graph: the loop's numerics depend on the shape only
-# through `long_sums` (an argument), and a generalised backward chooses its solve by m
-# when it runs (`implicit_vjp`).
+# The loop runs as one traced graph function in eager mode, and, with implicit
+# differentiation, inside `tf.function` and XLA too (traced once per process and Python
+# arguments, not once per caller); unrolled gradients and graph backwards inline the
+# plain functions. Both traces generalise to unknown shapes after a second shape.
 _run_loop_graph = tf.function(_run_loop, autograph=False, reduce_retracing=True)
 _implicit_vjp_graph = tf.function(implicit_vjp, autograph=False, reduce_retracing=True)
 
@@ -324,12 +223,11 @@ _implicit_vjp_graph = tf.function(implicit_vjp, autograph=False, reduce_retracin
 def _loop(cost, log_a, log_b, g_init, **kwargs):
     """`_run_loop` as a call of its graph function, with the static shapes of its inputs
     on its outputs (a generalised trace returns unknown ones)."""
-    f, g, n_it, err, eps_reached = _run_loop_graph(cost, log_a, log_b, g_init, **kwargs)
-    f.set_shape(log_a.shape)
-    g.set_shape(log_b.shape)
-    n_it.set_shape(log_a.shape[:1])
-    err.set_shape(log_a.shape[:1])
-    return f, g, n_it, err, eps_reached
+    out = _run_loop_graph(cost, log_a, log_b, g_init, **kwargs)
+    shapes = (log_a.shape, log_b.shape, log_a.shape[:1], log_a.shape[:1])
+    for t, shape in zip(out[:4], shapes, strict=True):
+        t.set_shape(shape)
+    return out
 
 
 def _eager_or_graph(fn, graph_fn):
@@ -348,12 +246,9 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
       options: the solver configuration (`softsort_tf.SinkhornOptions`, validated when
         it was built; default `SinkhornOptions()`).
       **option_kwargs: fields of `SinkhornOptions` overriding those of `options`.
-      exact_marginal: which marginal of the returned plan is exact. 'target' (default):
-        Pᵀ1 = b, and `error` is the L1 error of P1; the right choice for read-outs
-        through Pᵀ (sorts, quantiles). 'input': P1 = a (the plan after one more f
-        update, at no extra cost), and the L1 error of Pᵀ1 is at most `error`; the
-        right choice for read-outs through a⁻¹ P (ranks, CDFs), which are then exact
-        convex combinations of the targets.
+      exact_marginal: which marginal of the plan is exact: 'target' (default), Pᵀ1 = b
+        and `error` is the L1 error of P1 (for read-outs through Pᵀ: sorts); 'input',
+        P1 = a and the L1 error of Pᵀ1 is at most `error` (for read-outs through a⁻¹ P).
 
     Returns:
       A `SinkhornResult`.
@@ -363,13 +258,9 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
     if exact_marginal not in EXACT_MARGINALS:
         raise ValueError(f"`exact_marginal` must be one of {EXACT_MARGINALS}, "
                          f"got {exact_marginal!r}.")
-    epsilon = options.solver_epsilon
-    power = options.power
-    max_iterations = options.max_iterations
+    epsilon, epsilon_start = options.solver_epsilon, options.epsilon_start
+    max_iterations, power = options.max_iterations, options.power
     check_every = min(options.check_every, max_iterations)
-    epsilon_start = options.epsilon_start
-    implicit = options.implicit_diff is not None
-
     x = tf.convert_to_tensor(x)
     dtype = x.dtype
     batch = tf.shape(x)[0]
@@ -392,8 +283,7 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
 
     cost = cost_matrix(x, y, power)
     annealing = epsilon_start is not None and epsilon_start > epsilon
-    # Numbers go in as tensors: new values of ε or of the threshold do not retrace the
-    # graph version of the loop in eager mode (inside tf.function/XLA they are constants).
+    # Numbers go in as tensors: new values do not retrace the loop's graph function.
     as_tensor = lambda v: tf.constant(v, dtype)
     loop_kwargs = dict(epsilon=as_tensor(epsilon),
                        epsilon_start=as_tensor(epsilon_start if annealing else epsilon),
@@ -408,9 +298,8 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
             return tf.stop_gradient(exact_target_potential(x_, a_, y, b_, power))
         return tf.zeros_like(b_)
 
-    if not implicit:
-        # Differentiated through: inlined in graphs (the gradient of a while loop with a
-        # `tf.cond` inside a function call does not compile under XLA).
+    if options.implicit_diff is None:
+        # Inlined in graphs: the gradient of a called loop does not compile under XLA.
         run_loop = _eager_or_graph(_run_loop, _run_loop_graph)
         f, g, n_it, err, eps_reached = run_loop(cost, tf.math.log(a), tf.math.log(b),
                                                 init_g(x, a, b), **loop_kwargs)
@@ -421,8 +310,8 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
                                               init_g(tf.stop_gradient(x), a_s, b_s),
                                               **loop_kwargs)
 
-    # For float32 inputs with the float64 backward (at most 64 targets), the read-outs are
-    # differentiated in float64 together with the potentials (`_implicit_readout`).
+    # With the float64 backward (at most 64 targets), float32 read-outs go through
+    # `_implicit_readout` to be differentiated in float64 with the potentials.
     backward_dtype = (tf.float64 if float64_backward(options.implicit_diff.solver, m)
                       else dtype)
     readout = functools.partial(_implicit_readout, f=f0, g=g0, cost=cost, a=a, b=b,
@@ -434,28 +323,12 @@ def solve(x, y, a=None, b=None, options: SinkhornOptions | dict | None = None, *
 
 
 def _implicit_readout(fn, *, f, g, cost, a, b, epsilon, implicit_diff, backward_dtype):
-    """`fn(f, g, cost, ε)` of the solution (f, g) of the problem (cost, a, b), computed
-    in the dtype of the inputs, and differentiated w.r.t. (cost, a, b) in
-    `backward_dtype`: by `fn`'s own VJP (w.r.t. f, g and cost) and the implicit VJP
-    (`implicit_vjp`) through f and g, summed before rounding to the inputs' dtype.
-
-    The read-outs' gradients w.r.t. f, g and the cost are of size |w|/ε and cancel
-    against the implicit ones where the plan is hard; summed in float32 they would leave
-    rounding noise of ~1e-7·|w|/ε (0.01 at ε = 1e-5) where the exact gradient is 0. So
-    the forward holds no float64, and the backward recomputes `fn` in float64.
-
-    Args:
-      fn: a function of (f `[batch, n]`, g `[batch, m]`, cost `[batch, n, m]`, ε) to
-        tensors, differentiable by `tf.GradientTape`.
-      f, g: the potentials, not differentiated (the loop ran on stopped inputs).
-      cost, a, b: the differentiated inputs of the problem.
-      epsilon: the ε the potentials solve.
-      implicit_diff: the `ImplicitDiff` options.
-      backward_dtype: the dtype the gradient is computed in.
-
-    Returns:
-      `fn(f, g, cost, ε)`.
-    """
+    """`fn(f, g, cost, ε)` (tensors) of the solution (f, g) of the problem (cost, a, b),
+    computed in the inputs' dtype; its gradient w.r.t. (cost, a, b) is `fn`'s VJP plus
+    the implicit VJP through (f, g), both in `backward_dtype` and summed before rounding.
+    (The two are of size |w|/ε and cancel where the plan is hard: summed in float32 they
+    leave noise of ~1e-7·|w|/ε where the exact gradient is 0.) f and g are constants (the
+    loop ran on stopped inputs); `implicit_diff` is the `ImplicitDiff`."""
 
     @tf.custom_gradient
     def read(cost_, a_, b_):

@@ -1,10 +1,5 @@
-"""Warm start of the Sinkhorn loop: the dual potential of the exact 1-D problem.
-
-In one dimension the unregularised transport between x (weights a) and sorted targets
-y (weights b) is solved by sorting (north-west corner rule, Proposition 1 of Cuturi,
-Teboul & Vert, 2019), so its dual potential g is available in O((n + m) log n). The
-Sinkhorn loop starts from it (`initializer='sorted'`).
-"""
+"""Warm start of the Sinkhorn loop (`initializer='sorted'`): the dual potential of the
+unregularised 1-D problem, solved by sorting in O((n + m) log n)."""
 
 from __future__ import annotations
 
@@ -16,24 +11,18 @@ from softsort_tf.solvers.cost import pair_cost
 def exact_target_potential(x, a, y, b, power: float):
     """Dual potential g `[batch, m]` of the unregularised 1-D problem (warm start).
 
-    Sorting x gives the optimal plan (north-west corner rule, Prop. 1 of the paper);
-    along its staircase, complementary slackness f_i + g_j = C_ij on the support
-    makes g_{j+1} − g_j = c(x*_j, y_{j+1}) − c(x*_j, y_j) with x*_j the input that
-    straddles the cumulative-mass boundary B_j = b_1 + … + b_j. When the boundary
-    falls exactly between two inputs any value between theirs is optimal; we take
-    their midpoint.
+    Sorting x gives the optimal plan (north-west corner rule, Prop. 1 of Cuturi, Teboul &
+    Vert, 2019); complementary slackness on its staircase gives g_{j+1} − g_j =
+    c(x*_j, y_{j+1}) − c(x*_j, y_j), x*_j the input straddling the cumulative mass
+    b_1 + … + b_j (the midpoint of two inputs when it falls between them).
     """
     m = y.shape[-1]
     if m == 1:
         return tf.zeros_like(y)
     order = tf.argsort(x, axis=-1, stable=True)
     xs = tf.gather(x, order, batch_dims=1)
-    # Cumulative masses, exactly: a float32 running sum drifts by up to n ulps (1e-5 at
-    # n = 1000), more than the tie tolerance, so two sums of equal masses computed
-    # differently (e.g. a fill of 1/n constant-folded by XLA and one computed at run
-    # time) would split exact ties at random and spoil the warm start. float64 inputs
-    # sum in float64; float32 ones in fixed point (int64 multiples of 2⁻⁴⁰: each mass
-    # rounded by at most 2⁻⁴¹, the sums exact, no float64 in the graph).
+    # Cumulative masses, exactly (a float32 running sum drifts past the tie tolerance and
+    # splits exact ties at random): float32 ones in fixed point, int64 multiples of 2⁻⁴⁰.
     if x.dtype == tf.float64:
         cum_a = tf.cumsum(tf.gather(a, order, batch_dims=1), axis=-1)
         bounds = tf.cumsum(b, axis=-1)[:, :-1]  # [B, m - 1]
@@ -41,8 +30,7 @@ def exact_target_potential(x, a, y, b, power: float):
     else:
         cum_a = tf.cumsum(_fixed_point(tf.gather(a, order, batch_dims=1)), axis=-1)
         bounds = tf.cumsum(_fixed_point(b), axis=-1)[:, :-1]
-        # Ties: boundaries within 1e-6 of a cumulative input mass (float32 weights are
-        # rounded to ~6e-8 relative, far below).
+        # Ties: boundaries within 1e-6 of a cumulative input mass.
         tol = _fixed_point(tf.constant(1e-6, tf.float32))
     last = tf.shape(x)[-1] - 1
 
@@ -67,12 +55,10 @@ def _fixed_point(t):
 
 
 def _count_below(values, levels):
-    """#{i : values[b, i] < levels[b, j]} `[batch, k]` for rows of `values` `[batch, n]`
-    and of `levels` `[batch, k]`, both sorted increasingly and of one real or integer
-    dtype (`tf.searchsorted(values, levels, side='left')`). By one stable sort of the
-    levels followed by the values: a level's position in the merged order counts the
-    values strictly below it (equal values come after it) plus the j levels before it.
-    O((n + k) log(n + k)); unlike searchsorted (LowerBound), it has TFLite kernels."""
+    """`tf.searchsorted(values, levels, side='left')` `[batch, k]` for sorted rows of one
+    dtype, by a stable sort of the levels followed by the values (a level's position
+    counts the values strictly below it plus the levels before it): unlike LowerBound,
+    it has TFLite kernels."""
     k = tf.shape(levels)[-1]
     merged = tf.concat([levels, values], axis=-1)
     order = tf.argsort(merged, axis=-1, stable=True)
