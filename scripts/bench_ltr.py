@@ -48,6 +48,18 @@ test NDCG at the temperature with the best validation NDCG (never the test's).
     python scripts/bench_ltr.py --task=ltr --losses= --grid='soft_ndcg_lapsum:1,3,10,30;\
         approx_ndcg:0.01,0.1,1' --output=/tmp/ltr.csv
     python scripts/bench_ltr.py --task=ltr --output=/tmp/ltr.csv --summarize --select
+
+Diagnostics (printed, not written to --output): `--curve` prints after every epoch the
+NDCG@k of 1,500 training lists, the validation and the test lists (is a gap one of
+fitting or of generalisation?); `--noise` sets the `keras_rs` task's grade noise (0:
+grades are quantiles of u·v alone); `--oracle` prints, for the `ltr` task, the test
+NDCG@10 of the expected relevance given a document's own features, x·w (the query's
+drift w_q − w is unobservable to a model that scores one document at a time), per seed:
+what such a model can reach.
+
+    python scripts/bench_ltr.py --task=keras_rs --losses=soft_ndcg_lapsum --curve \
+        --noise=0 --output=/tmp/diag.csv
+    python scripts/bench_ltr.py --task=ltr --seeds=0,1,2,3,4 --oracle
 """
 
 from __future__ import annotations
@@ -311,10 +323,26 @@ def ltr_data(seed, queries, max_list, features, drift, min_list=10):
     return x, y
 
 
+def ltr_oracle(seed, args) -> float:
+    """Test NDCG@10 of the `ltr` task's scorer x·w (w: the mean of the queries' weights,
+    the first draw of `ltr_data`), the expected relevance given a document's features."""
+    w = np.random.default_rng(seed).normal(size=args.features)
+    n_train, n_test = args.queries, args.queries // 4
+    x, y = ltr_data(seed, n_train + n_test + _n_valid(args), args.max_list, args.features,
+                    args.drift)
+    metric = ss.NDCGMetric(k=10)
+    metric.update_state(y[n_train:n_train + n_test], x[n_train:n_train + n_test] @ w)
+    return float(metric.result())
+
+
+def _n_valid(args) -> int:
+    return args.validation if args.validation >= 0 else args.queries // 4
+
+
 def run_ltr(loss_name, seed, args):
     n_train, n_test = args.queries, args.queries // 4
-    n_valid = args.validation if args.validation >= 0 else n_test
-    x, y = ltr_data(seed, n_train + n_test + n_valid, args.max_list, args.features, args.drift)
+    x, y = ltr_data(seed, n_train + n_test + _n_valid(args), args.max_list, args.features,
+                    args.drift)
     cut = n_train + n_test
     xtr, ytr, xte, yte = x[:n_train], y[:n_train], x[n_train:cut], y[n_train:cut]
     xva, yva = x[cut:], y[cut:]
@@ -333,7 +361,8 @@ def run_ltr(loss_name, seed, args):
 def run_keras_rs(loss_name, seed, args):
     # 10 held-out lists per user (of its 20 held-out items): 5 for validation, 5 for
     # test (distinct lists; a user's validation and test lists share its held-out items).
-    (utr, itr, ytr), (uho, iho, yho) = ranking.user_item_lists(seed, test_lists=10)
+    (utr, itr, ytr), (uho, iho, yho) = ranking.user_item_lists(seed, test_lists=10,
+                                                                noise=args.noise)
     is_valid = np.arange(len(uho)) % 10 < 5
     xtr = (utr, itr)
     xva, yva = (uho[is_valid], iho[is_valid]), yho[is_valid]
@@ -389,14 +418,21 @@ def _train(loss_name, seed, args, score, variables, train, valid, test, k, batch
     untrained = evaluate(test)
     rng = np.random.default_rng(seed)
     xtr, ytr = train
+    if args.curve:  # a fixed subset of the training lists, drawn apart from the order
+        fit = np.random.default_rng(seed + 1).choice(len(ytr), min(1500, len(ytr)), False)
+        fit = (_take(xtr, fit), ytr[fit])
     start_time = time.time()
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
         order = rng.permutation(len(ytr))
         for start in range(0, len(order) - batch + 1, batch):
             j = order[start:start + batch]
             value = float(step(_take(xtr, j), ytr[j]))
             if not np.isfinite(value):
                 raise FloatingPointError(f"{loss_name}: non-finite loss {value}")
+        if args.curve:
+            print(f"curve {loss_name} seed {seed} epoch {epoch + 1}: train "
+                  f"{evaluate(fit):.4f} validation {evaluate(valid):.4f} test "
+                  f"{evaluate(test):.4f}", flush=True)
     seconds = time.time() - start_time
     spread = []
     trained = evaluate(test, spread)
@@ -492,6 +528,12 @@ def main():
     parser.add_argument("--max_list", type=int, default=200, help="ltr: longest list")
     parser.add_argument("--features", type=int, default=10)
     parser.add_argument("--drift", type=float, default=0.7)
+    parser.add_argument("--noise", type=float, default=1.0,
+                        help="keras_rs: the grades' noise (0: quantiles of u·v alone)")
+    parser.add_argument("--curve", action="store_true", help="print the training, "
+                        "validation and test NDCG after every epoch")
+    parser.add_argument("--oracle", action="store_true", help="ltr: print the test NDCG "
+                        "of the expected relevance x·w for each seed, and stop")
     parser.add_argument("--output", default="bench_ltr.csv")
     parser.add_argument("--reference", default="pairwise_logistic",
                         help="--summarize: the loss the paired differences are taken to")
@@ -503,6 +545,10 @@ def main():
     args = parser.parse_args()
     if args.summarize:
         summarize(args.output, args.task, args.reference, args.select)
+        return
+    if args.oracle:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            print(f"ltr oracle x·w seed {seed}: test NDCG@10 {ltr_oracle(seed, args):.4f}")
         return
     done = set()
     if os.path.exists(args.output):
