@@ -81,6 +81,8 @@ class SinkhornRank(_SinkhornLayer):
     array([[2., 1., 3.]], dtype=float32)
     """
 
+    _config_keys = ("zero_based",)
+
     def __init__(self, zero_based: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.zero_based = bool(zero_based)
@@ -88,9 +90,6 @@ class SinkhornRank(_SinkhornLayer):
     def call(self, inputs, mask=None):
         return self._call(sinkhorn_ops.sinkhorn_rank, inputs, mask=mask,
                           zero_based=self.zero_based)
-
-    def get_config(self):
-        return {**super().get_config(), "zero_based": self.zero_based}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -127,6 +126,8 @@ class SinkhornSort(_SinkhornLayer):
     array([[2., 1.]], dtype=float32)
     """
 
+    _config_keys = ("topk", "num_targets")
+
     def __init__(self, topk: int | None = None, num_targets: int | None = None, **kwargs):
         super().__init__(**kwargs)
         if topk is not None:
@@ -156,9 +157,6 @@ class SinkhornSort(_SinkhornLayer):
             return tuple(input_shape)
         return replace_axis(input_shape, self.axis, size)
 
-    def get_config(self):
-        return {**super().get_config(), "topk": self.topk, "num_targets": self.num_targets}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SinkhornQuantile(_SinkhornLayer):
@@ -178,6 +176,8 @@ class SinkhornQuantile(_SinkhornLayer):
     3.0
     """
 
+    _config_keys = ("quantiles", "width")
+
     def __init__(self, quantiles=0.5, width: float | None = None, **kwargs):
         super().__init__(**kwargs)
         levels, scalar = _checks.check_quantiles(quantiles)
@@ -195,9 +195,6 @@ class SinkhornQuantile(_SinkhornLayer):
     def compute_output_shape(self, input_shape):
         size = None if isinstance(self.quantiles, float) else len(self.quantiles)
         return replace_axis(input_shape, self.axis, size)
-
-    def get_config(self):
-        return {**super().get_config(), "quantiles": self.quantiles, "width": self.width}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -222,6 +219,8 @@ class SinkhornQuantileNormalization(_SinkhornLayer):
     array([[0.5 , 0.25, 1.  , 0.75]], dtype=float32)
     """
 
+    _config_keys = ("num_targets", "learn_range")
+
     def __init__(self, num_targets: int = 16, learn_range: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.num_targets = _checks.check_positive_int("num_targets", num_targets)
@@ -243,7 +242,3 @@ class SinkhornQuantileNormalization(_SinkhornLayer):
     def call(self, inputs, mask=None):
         f = tf.cast(self.target_values(), inputs.dtype)
         return self._call(sinkhorn_ops.sinkhorn_quantile_normalization, inputs, f, mask=mask)
-
-    def get_config(self):
-        return {**super().get_config(), "num_targets": self.num_targets,
-                "learn_range": self.learn_range}

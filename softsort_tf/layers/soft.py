@@ -44,6 +44,7 @@ class _SoftLayer(keras.layers.Layer):
     """
 
     operation: str = ""
+    _config_keys: tuple[str, ...] = ()  # the subclass's own arguments, kept as attributes
 
     def __init__(self, method: str = "sinkhorn", temperature=None,
                  direction: str | None = None, axis: int = -1,
@@ -81,7 +82,8 @@ class _SoftLayer(keras.layers.Layer):
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(direction=self.direction, axis=self.axis,
-                      **self._arguments.get_config())
+                      **self._arguments.get_config(),
+                      **{key: getattr(self, key) for key in self._config_keys})
         return config
 
 
@@ -150,6 +152,7 @@ class TopKLayer(_SoftLayer):
     """
 
     operation = "topk"
+    _config_keys = ("k",)
 
     def __init__(self, k=1, method: str = "sinkhorn", temperature: float | None = None,
                  **kwargs):
@@ -158,10 +161,6 @@ class TopKLayer(_SoftLayer):
 
     def call(self, inputs, mask=None):
         return self._call(soft.soft_topk, inputs, self.k, mask=mask)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "k": self.k}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class QuantileLayer(_SoftLayer):
@@ -182,6 +181,7 @@ class QuantileLayer(_SoftLayer):
     """
 
     operation = "quantile"
+    _config_keys = ("quantiles",)
 
     def __init__(self, quantiles=0.5, method: str = "sinkhorn",
                  temperature: float | None = None, **kwargs):
@@ -198,6 +198,3 @@ class QuantileLayer(_SoftLayer):
     def compute_output_shape(self, input_shape):
         size = None if isinstance(self.quantiles, float) else len(self.quantiles)
         return replace_axis(input_shape, self.axis, size)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "quantiles": self.quantiles}
