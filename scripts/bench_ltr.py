@@ -361,8 +361,8 @@ def run_ltr(loss_name, seed, args):
 def run_keras_rs(loss_name, seed, args):
     # 10 held-out lists per user (of its 20 held-out items): 5 for validation, 5 for
     # test (distinct lists; a user's validation and test lists share its held-out items).
-    (utr, itr, ytr), (uho, iho, yho) = ranking.user_item_lists(seed, test_lists=10,
-                                                                noise=args.noise)
+    (utr, itr, ytr), (uho, iho, yho) = ranking.user_item_lists(
+        seed, train_lists=args.train_lists, test_lists=10, noise=args.noise)
     is_valid = np.arange(len(uho)) % 10 < 5
     xtr = (utr, itr)
     xva, yva = (uho[is_valid], iho[is_valid]), yho[is_valid]
@@ -528,6 +528,8 @@ def main():
     parser.add_argument("--max_list", type=int, default=200, help="ltr: longest list")
     parser.add_argument("--features", type=int, default=10)
     parser.add_argument("--drift", type=float, default=0.7)
+    parser.add_argument("--train_lists", type=int, default=50,
+                        help="keras_rs: training lists per user")
     parser.add_argument("--noise", type=float, default=1.0,
                         help="keras_rs: the grades' noise (0: quantiles of u·v alone)")
     parser.add_argument("--curve", action="store_true", help="print the training, "
