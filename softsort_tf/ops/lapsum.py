@@ -1,30 +1,17 @@
 """LapSum operators: soft ranks, sorts, top-k masks, quantiles and permutation matrices
 in O(n log n) (Struski, Bednarczyk, Podolak & Tabor, ICML 2025, arXiv 2503.06242).
 
-With Lap_α the CDF of the Laplace distribution of scale α, the LapSum function of the
-scores r_1..r_n of a list, F(x) = Σ_j Lap_α(x − r_j) (paper eq. (1)), is an increasing
-bijection R → (0, n), and every operator is read off F or its inverse:
+Every operator is read off the LapSum function F(x) = Σ_j Lap_α(x − r_j) of a list's
+scores (paper eq. (1); Lap_α the Laplace CDF of scale α) or its inverse, the closed
+form of paper Thm. 3.1 (`_SortedList.invert`) from one-sided kernel sums of the sorted
+scores, computed by a parallel scan of non-negative terms (nothing overflows at any
+scale). Thresholds are held as offsets from their sorted neighbours, so results depend
+on the scores' differences only.
 
-- soft rank (1-based): ½ + F(r_i) = 1 + Σ_{j≠i} Lap_α(r_i − r_j);
-- soft sort: F⁻¹(k − ½), k = 1..n;
-- soft top-k membership: Lap_α(r_i − t) with F(t) = n − k (paper §3): they sum to k;
-- soft quantile at level τ: F⁻¹(τ·n);
-- soft permutation matrix: P[k, j] = Lap_α(t_{k+1} − r_j) − Lap_α(t_k − r_j), t_k =
-  F⁻¹(k), t_0 = −∞, t_n = +∞ (paper §4): doubly stochastic.
-
-F⁻¹ is the closed form of paper Thm. 3.1 (`_SortedList.invert`), from the one-sided
-kernel sums of the sorted scores s, A_i = Σ_{j<i} exp(−(s_i − s_j)/α) and
-B_i = Σ_{j>i} exp(−(s_j − s_i)/α), computed by a parallel scan (O(n) work, O(log n)
-depth) of non-negative terms: nothing overflows at any scale of the scores.
-Thresholds are held as offsets from their sorted neighbours, so results depend on the
-scores' differences only. The top-k mask and the quantiles have the implicit-function
-gradient ∂t/∂r_j = softmax_j(−|t − r_j|/α).
-
-`alpha` (default `DEFAULT_ALPHA`) is in the units of the scores: scores a few α apart
-get nearly hard results, closer ones are blurred together. A Python number or a scalar
-tensor (gradients flow into it); `temperature_range(dtype)` is the range a dtype
-resolves. Inputs `[..., n]`; float16/bfloat16 compute in float32. Padding and non-finite
-scores: docs/api.md ("Padding"). Every operator compiles with XLA for an unknown n.
+`alpha` (default `DEFAULT_ALPHA`, a Python number or a scalar tensor that gradients
+reach) is in the units of the scores; `temperature_range(dtype)` is the range a dtype
+resolves. Inputs `[..., n]`; float16/bfloat16 compute in float32. Padding and
+non-finite scores: docs/api.md ("Padding"). Every operator compiles with XLA.
 """
 
 from __future__ import annotations
@@ -70,8 +57,7 @@ def temperature_range(dtype) -> tuple[float, float]:
 
 
 def _alpha_tensor(alpha, dtype):
-    """`alpha` as a scalar tensor of `dtype`, checked finite and > 0: at trace time when
-    its value is known, else by a run-time assertion."""
+    """`alpha` as a scalar tensor of `dtype`, checked finite and > 0."""
     if not isinstance(alpha, (tf.Tensor, tf.Variable)):
         return tf.constant(_checks.check_positive("alpha", alpha), dtype)
     value = tf.get_static_value(alpha) if isinstance(alpha, tf.Tensor) else None
@@ -90,21 +76,11 @@ def _alpha_tensor(alpha, dtype):
 
 
 class _Prepared:
-    """One call's lists in the frame the operators compute in.
-
-    Attributes:
-      x: `[b, n]` scores (negated for 'DESCENDING'), every entry finite: padded and
-        non-finite entries replaced by the largest finite valid score of the row.
-      raw: the scores before the replacement.
-      alpha: α, a scalar tensor of the compute dtype.
-      view, mask: the `BatchView` and the caller's bool mask `[b, n]` (or None).
-      valid: bool `[b, n]`, the valid entries with a finite score.
-      neg, pos: bool `[b, n]`, the valid entries at −inf and +inf.
-      n_neg, n_pos, n_fin, n_all: `[b]` numbers of −inf, +inf, finite and valid entries
-        (float).
-      nan: bool `[b]`, the lists with a NaN at a valid entry (their results are NaN,
-        `poison_rows`).
-    """
+    """One call's lists in the frame the operators compute in: the scores `x` `[b, n]`
+    (negated for 'DESCENDING'; padded and non-finite entries replaced by the row's
+    largest finite valid score) and `raw` (before the replacement), `alpha`; bool
+    `[b, n]` `valid` (finite valid entries), `neg`/`pos` (valid at −inf/+inf); float
+    `[b]` counts `n_neg`, `n_pos`, `n_fin`, `n_all`; bool `[b]` `nan` (poisoned rows)."""
 
     def __init__(self, lists: Lists, direction: str, alpha):
         self.direction = _checks.check_direction(direction)
@@ -123,9 +99,8 @@ class _Prepared:
             _masking.n_valid(t, dtype) for t in (self.neg, self.pos, self.valid, given))
 
     def place(self, finite, n_fin):
-        """The results `finite` `[b, n, ...]` of the finite entries (sorted positions
-        0..n_fin − 1) moved to positions n₋.. of the whole list, and the bool `[b, n]`
-        positions of the −inf entries, of the finite ones and of the +inf ones."""
+        """`finite` `[b, n, ...]` (sorted positions 0..n_fin − 1) moved to positions n₋..,
+        and the bool `[b, n]` positions of the −inf, finite and +inf entries."""
         n = tf.shape(finite)[1]
         position = tf.range(n)[None, :]
         n_neg = tf.cast(self.n_neg, tf.int32)[:, None]
@@ -137,25 +112,22 @@ class _Prepared:
 
 
 # -- The parallel scan -----------------------------------------------------------------
-#: Longest static list length whose float32 scores keep the kernel sums in float32 (F
-#: cancels two sums of up to n terms: ranks within 14 ulps of n of the float64 sums at
-#: n = 1024, test_float32_sums_up_to_the_threshold); longer static lists keep them while
-#: every A_i + B_i is at most this bound and redo them in float64 otherwise.
+#: Longest static list length whose float32 scores keep the kernel sums in float32
+#: (ranks within 14 ulps of n of the float64 sums at n = 1024); longer lists keep them
+#: while every A_i + B_i is at most this bound.
 FLOAT32_SUMS_UP_TO = 1024
 
 
 def sum_dtype(dtype, n: int | None):
-    """The dtype of the kernel sums A, B and of F for scores of `dtype` in lists of
-    static length `n` (None: unknown): float64 for float64 scores and for float32 lists
-    longer than `FLOAT32_SUMS_UP_TO` or of unknown length, else float32."""
+    """The dtype of the kernel sums and of F for scores of `dtype` in lists of static
+    length `n` (None: unknown): float32 only for float32 lists up to `FLOAT32_SUMS_UP_TO`."""
     if dtype == tf.float64 or n is None or n > FLOAT32_SUMS_UP_TO:
         return tf.float64
     return dtype
 
 
 def _shift_right(t, shift, fill):
-    """`t[:, i - shift]` (`fill` for i < shift) along the last axis, for a dynamic
-    `shift` (a dynamic slice of the concatenation, compilable by XLA)."""
+    """`t[:, i - shift]` (`fill` for i < shift) for a dynamic `shift`, XLA-compilable."""
     n = tf.shape(t)[-1]
     padded = tf.concat([tf.fill(tf.shape(t), tf.constant(fill, t.dtype)), t], axis=-1)
     out = tf.slice(padded, tf.stack([0, n - shift]), tf.stack([-1, n]))
@@ -182,13 +154,9 @@ _BLOCK = 16
 @tf.custom_gradient
 def _affine_scan(decay, add):
     """Inclusive scan y_i = decay_i·y_{i−1} + add_i (y_{−1} = 0) along the last axis of
-    `[rows, n]` tensors, 0 ≤ decay ≤ 1 and add ≥ 0 (every intermediate is a
-    non-negative sum bounded by Σ add).
-
-    Recursive doubling inside blocks of `_BLOCK` entries, then over the blocks' totals,
-    then each entry adds its block's incoming total times the product of the decays from
-    the block start: O(n) work, O(log n) depth. The gradient is the reverse scan
-    λ_i = ȳ_i + decay_{i+1}·λ_{i+1}, with ∂/∂add_i = λ_i and ∂/∂decay_i = λ_i·y_{i−1}."""
+    `[rows, n]` tensors, 0 ≤ decay ≤ 1, add ≥ 0: recursive doubling inside blocks of
+    `_BLOCK`, then over the blocks' totals (O(n) work, O(log n) depth). The gradient is
+    the reverse scan λ_i = ȳ_i + decay_{i+1}·λ_{i+1}."""
     rows = tf.shape(decay)[0]
     n = tf.shape(decay)[1]
     num_blocks = (n + _BLOCK - 1) // _BLOCK
@@ -235,14 +203,12 @@ def _laplace_sums(s, w, alpha):
 
 
 def _scaled_gap(low, high, alpha):
-    """(high − low)/α for high ≥ low without overflow in the subtraction (α itself never
-    scaled); +inf when the quotient overflows (exp(−inf) = 0 for every caller)."""
+    """(high − low)/α ≥ 0 without overflow in the subtraction (+inf past the range)."""
     return _over_alpha(tf.maximum(high * 0.5 - low * 0.5, 0.0), alpha)
 
 
 def _scaled_difference(a, b, alpha):
-    """(a − b)/α without overflow in the subtraction (±inf when the quotient overflows
-    or a is infinite)."""
+    """(a − b)/α without overflow in the subtraction (±inf past the range)."""
     return _over_alpha(a * 0.5 - b * 0.5, alpha)
 
 
@@ -262,26 +228,17 @@ def _over_alpha(half, alpha):
 
 
 # -- The sorted list and the inverse of F ----------------------------------------------
-#: Solutions t of F(t) = level, `[b, K]` each: `value` (t), `m` (its segment,
-#: s_left = s_m ≤ t ≤ s_right = s_{m+1}, 1-based) and the offsets
-#: `delta_left` = (t − s_left)/α ≥ 0, `delta_right` = (t − s_right)/α ≤ 0.
+#: Solutions t of F(t) = level, `[b, K]` each: t, its segment m (s_m ≤ t ≤ s_{m+1},
+#: 1-based), and the offsets (t − s_left)/α ≥ 0 and (t − s_right)/α ≤ 0.
 _Threshold = collections.namedtuple(
     "_Threshold", "value m s_left s_right delta_left delta_right")
 
 
 class _SortedList:
-    """One call's finite scores sorted, with the kernel sums of the construction.
-
-    Attributes (all `[b, n]` except `count`):
-      s: the scores sorted increasingly, finite valid entries first (the others after,
-        with the largest finite valid value, weight 0).
-      order: the input index of each sorted position.
-      w: 1 at finite valid sorted positions, 0 at the others.
-      a, b: the kernel sums A, B (`_laplace_sums`).
-      f: F at the sorted scores, +inf after the finite entries (so that counting levels
-        never lands there).
-      count: `[b]` number N of finite valid entries (float).
-    """
+    """One call's finite scores sorted, with the kernel sums: `[b, n]` `s` (ascending,
+    finite valid entries first), `order` (their input indices), `w` (1 at finite valid
+    positions), `a`, `b` (`_laplace_sums`), `f` (F at `s`, +inf past the finite entries)
+    and `count` `[b]`, the number N of finite valid entries."""
 
     def __init__(self, prep: _Prepared, x2d, alpha):
         self.alpha = alpha
@@ -330,9 +287,8 @@ class _SortedList:
         return self.invert(levels, tf.reduce_sum(tf.cast(below, tf.int32), axis=-1))
 
     def solve_unit_spaced(self, offset, num_levels):
-        """F⁻¹ at the levels offset + k, k = 0..num_levels − 1 (O(n), a histogram of F),
-        as a `_Threshold` `[b, num_levels]`, and the bool `[b, num_levels]` of the levels
-        below N (those above are solved at ½, to be discarded)."""
+        """F⁻¹ at the levels offset + k, k < num_levels (O(n), a histogram of F), and
+        the bool `[b, num_levels]` of the levels below N (the others are discarded)."""
         b = tf.shape(self.f)[0]
         dtype = self.f.dtype
         kmax = tf.cast(num_levels, dtype)
@@ -350,9 +306,7 @@ class _SortedList:
 
     def offsets(self, thr, values):
         """(t − r)/α `[b, K, n]` of thresholds `thr` at scores `values` `[b, n]`, from
-        the neighbour on the side of r: δ_left + (s_left − r)/α for r ≤ s_left,
-        δ_right + (s_right − r)/α otherwise. Both terms have the same sign, so the result
-        is the difference of scores rounded once, whatever their offset."""
+        the neighbour on r's side (two terms of the same sign: no cancellation)."""
         s = values[:, None, :]
         below = s <= thr.s_left[:, :, None]
         from_left = thr.delta_left[:, :, None] + _scaled_difference(
@@ -363,14 +317,9 @@ class _SortedList:
 
     def invert(self, levels, m):
         """The solutions t of F(t) = level for `[b, K]` levels in (0, N) in the segments
-        m, as a `_Threshold`.
-
-        Paper Thm. 3.1: with d = level − m, g = (s_{m+1} − s_m)/α, p = 1 + A_m,
-        q = 1 + B_{m+1} and ℓ = log p + log q − g (1-based s),
-        t = (s_m + s_{m+1})/2 + (α/2)·log(p/q) + α·asinh(d·exp(−ℓ/2)), evaluated as is
-        for |d| ≤ exp(ℓ/2) and from one neighbour otherwise (also on the unbounded
-        segments m = 0 and m = N). The offsets from the neighbours are computed from
-        the same terms, without forming t."""
+        m (paper Thm. 3.1: with d = level − m, p = 1 + A_m, q = 1 + B_{m+1},
+        ℓ = log p + log q − (s_{m+1} − s_m)/α, t = (s_m + s_{m+1})/2 + (α/2)·log(p/q)
+        + α·asinh(d·e^{−ℓ/2}), for |d| ≤ e^{ℓ/2}; from one neighbour otherwise)."""
         alpha = self.alpha
         dtype = self.s.dtype
         n = tf.shape(self.s)[-1]
@@ -425,8 +374,7 @@ class _SortedList:
 
 
 def _sort_rows(packed):
-    """Ascending sort of the rows: XLA's single-operand sort when traced for XLA
-    (`jit_compile=True`), else `tf.sort`."""
+    """Ascending sort of the rows: XLA's single-operand sort under XLA, else `tf.sort`."""
     try:
         from tensorflow.compiler.tf2xla.ops import gen_xla_ops
         from tensorflow.python.ops import control_flow_util
@@ -438,13 +386,9 @@ def _sort_rows(packed):
 
 
 def _stable_argsort(x2d):
-    """Stable ascending argsort of `[b, n]` rows (int32).
-
-    float32 rows (and n < 2³¹) are sorted as one int64 key per entry: the float's bits
-    mapped to an order-preserving int32 in the high half, the index in the low half.
-    Keys are distinct, so any sort is stable, and XLA's CPU sort compares a single
-    integer operand natively (a key-value or float sort calls a compiled comparator per
-    comparison). Other dtypes use `tf.argsort(stable=True)`."""
+    """Stable ascending argsort of `[b, n]` rows (int32); float32 rows sort one int64 key
+    per entry (the float's order-preserving bits, then the index): distinct keys, and a
+    single integer operand XLA's CPU sort compares natively."""
     if x2d.dtype != tf.float32:
         return tf.argsort(x2d, axis=-1, stable=True)
     # In integer arithmetic (TFLite has no builtin shift or and): a negative float's bits
@@ -464,8 +408,7 @@ def _scatter_rows(index, values):
 
 
 def _valid_first(order, valid):
-    """A stable reordering of the sorted positions `order` with the valid entries first
-    (in their sorted order) and the others after (O(n))."""
+    """`order` stably reordered with the valid entries first (O(n))."""
     is_valid = tf.gather(valid, order, batch_dims=1)
     vi = tf.cast(is_valid, tf.int32)
     n_valid = tf.reduce_sum(vi, axis=-1, keepdims=True)
@@ -475,8 +418,8 @@ def _valid_first(order, valid):
 
 
 def _asinh_unit(z):
-    """asinh(z) for |z| ≤ 1: `tf.math.asinh` in float64; in float32 (no TFLite builtin
-    Asinh) log1p(u + u²/(1 + √(1 + u²))) of u = |z|, odd-extended (within 2 ulps)."""
+    """asinh(z) for |z| ≤ 1; in float32 (no TFLite Asinh) log1p(u + u²/(1 + √(1 + u²)))
+    of u = |z|, odd-extended (within 2 ulps)."""
     if z.dtype == tf.float64:
         return tf.math.asinh(z)
 
@@ -506,9 +449,8 @@ def _lap_cdf_difference(hi, lo, spread):
 
 
 def _implicit_weights(u, valid):
-    """π = softmax_j(−|u_j|) over the valid entries (0 at the others) and u clipped to
-    finite values (0 at the others), for offsets u = (t − r_j)/α `[..., n]` of a
-    threshold: ∂t/∂r_j = π_j (the implicit-function gradient of F(t) = level)."""
+    """∂t/∂r_j = π_j = softmax_j(−|u_j|) over the valid entries and u clipped finite (0
+    at the others) for the offsets u = (t − r_j)/α `[..., n]` of a threshold."""
     bound = tf.constant(np.finfo(u.dtype.as_numpy_dtype).max / 4, u.dtype)
     u = tf.clip_by_value(u, -bound, bound)                      # so that 0·u = 0
     logits = tf.where(valid, -tf.abs(u), tf.constant(-np.inf, u.dtype))
