@@ -1,28 +1,15 @@
 """Differentiable sorting networks (Petersen, Borgelt, Kuehne & Deussen, ICML 2021;
 monotonic sigmoids: ICLR 2022): odd-even and bitonic networks of relaxed swaps.
 
-A sorting network sorts n values on n wires by a fixed sequence of layers of
-comparators (Knuth, TAOCP vol. 3, §5.3.4). Each comparator of values a (min wire) and
-b (max wire) is relaxed with a sigmoid f of steepness β,
-
-    σ = f(β·(b − a)),   min ← σ·a + (1 − σ)·b,   max ← (1 − σ)·a + σ·b,
-
-and the same mixing applied to the rows of a matrix that starts as the identity gives
-the relaxed permutation matrix P̂: a product of doubly-stochastic layers, the exact
-permutation as β → ∞. Row i of P̂ is the distribution of the input at position i of
-the `direction` order ('DESCENDING' by default), so `P̂ @ x` soft-sorts x.
-
-Networks (`network=`): 'odd_even' (transposition sort: n layers, layer l compares the
-wires (i, i + 1) with i ≡ l mod 2) and 'bitonic' (Batcher's: ⌈log₂ n⌉(⌈log₂ n⌉ + 1)/2
-layers on 2^⌈log₂ n⌉ wires, the first of which hold values below every score, routed by
-exact comparators, so that it sorts every n; diffsort's network, which drops the
-comparators of those wires, differs for n = 11, 19, 21, 22, 23, 27 among n ≤ 33).
-Sigmoids: `relaxed_step`. Padded entries (`mask=`, ragged lists) sit on wires of their
-own, routed by exact comparators, and layers the unpadded list would not have leave a
-row unchanged: the valid block of P̂ is that of the unpadded list. n may be unknown at
-trace time (the layers then run in a `tf.while_loop`); both compile with XLA. Cost:
-O(L·n²) per list for L layers (n odd-even, ~½log₂²n bitonic), the L intermediate
-matrices kept for the gradient.
+Each comparator of values a (min wire) and b (max wire) is relaxed with a sigmoid f of
+steepness β (`relaxed_step`): σ = f(β·(b − a)), min ← σ·a + (1 − σ)·b, max ←
+(1 − σ)·a + σ·b; the same mixing of the rows of the identity gives P̂, a product of
+doubly-stochastic layers (row i: the input at position i of the `direction` order).
+Networks: 'odd_even' (n layers) and 'bitonic' (Batcher's, ⌈log₂ n⌉(⌈log₂ n⌉ + 1)/2
+layers on 2^⌈log₂ n⌉ wires, the extra wires below every score and routed by exact
+comparators, so that it sorts every n). Padded entries sit on wires of their own, so
+the valid block of P̂ is that of the unpadded list. n may be unknown at trace time;
+both compile with XLA. Cost O(L·n²) per list for L layers.
 """
 
 from __future__ import annotations
@@ -85,20 +72,16 @@ def check_art_lambda(art_lambda) -> float:
 def relaxed_step(v, steepness: float, sigmoid: str = DEFAULT_SIGMOID,
                  art_lambda: float = DEFAULT_ART_LAMBDA):
     """σ = f(β·v): the weight a relaxed comparator gives to "already in order" when
-    the value on its max wire exceeds the value on its min wire by v.
-
-    Each f is the CDF of a symmetric distribution (f(0) = ½), diffsort's
-    parameterisation, with u = β·v:
+    the value on its max wire exceeds the value on its min wire by v. Each f is the CDF
+    of a symmetric distribution (diffsort's parameterisation), with u = β·v:
 
     - 'logistic': 1/(1 + e^(−u)); 'logistic_phi': the logistic of β·v/(|v| + 10⁻¹⁰)^λ
       (the activation replacement trick, ICML 2021, λ = `art_lambda`);
     - 'gaussian': Φ(u); 'reciprocal': ½·u/(2 + |u|) + ½; 'cauchy': arctan(u)/π + ½;
     - 'optimal': u + ½ for |u| ≤ ¼, 1 − 1/(16u) above, −1/(16u) below.
 
-    'reciprocal', 'cauchy' and 'optimal' are the monotonic sigmoids of ICLR 2022
-    (derivative decaying as 1/u²: the relaxed network's outputs are non-decreasing in
-    every input). `v` must be finite; β·v may overflow to ±inf, which gives exactly 0
-    or 1 (and zero gradient).
+    'reciprocal', 'cauchy' and 'optimal' are the monotonic sigmoids of ICLR 2022. `v`
+    must be finite; β·v may overflow to ±inf (exactly 0 or 1, zero gradient).
 
     Args:
       v: differences b − a, a float tensor.
@@ -150,13 +133,10 @@ def network_wires(network: str, n: int) -> int:
 
 
 def network_layers(network: str, n: int) -> list[tuple[np.ndarray, np.ndarray, int]]:
-    """The layers of the network for a static n, each `(partner, is_lo, stage)`.
-
-    `partner[w]` is the wire compared with wire w (w itself: no comparator), `is_lo[w]`
-    whether w receives the minimum, `stage` the index that decides whether the layer
-    exists for a list of n_valid <= n entries: the layer index l (odd-even, which has
-    n_valid layers) or the block b (bitonic, ⌈log₂ n_valid⌉ blocks).
-    """
+    """The layers of the network for a static n, each `(partner, is_lo, stage)`:
+    the wire compared with each wire (itself: none), whether it receives the minimum,
+    and the stage (odd-even: the layer; bitonic: the block) that decides whether the
+    layer exists for a list of n_valid <= n entries."""
     w = np.arange(network_wires(network, n))
     if network == "odd_even":
         layers = [(_odd_even_layer(w, layer, n, np.where), layer) for layer in range(n)]
@@ -167,9 +147,8 @@ def network_layers(network: str, n: int) -> list[tuple[np.ndarray, np.ndarray, i
 
 
 def layer_swaps(network: str, n: int) -> list[tuple[str, int]]:
-    """How each static layer of `network_layers` pairs its wires, as a data movement:
-    `('xor', m)` (bitonic: wire w ↔ w XOR m) or `('pairs', s)` (odd-even: s + 2i ↔
-    s + 2i + 1 while both are wires, the others unpaired)."""
+    """How each layer of `network_layers` pairs its wires: `('xor', m)` (bitonic: w ↔ w
+    XOR m) or `('pairs', s)` (odd-even: s + 2i ↔ s + 2i + 1)."""
     if network == "odd_even":
         return [("pairs", layer % 2) for layer in range(n)]
     blocks = network_wires(network, n).bit_length() - 1
@@ -178,8 +157,7 @@ def layer_swaps(network: str, n: int) -> list[tuple[str, int]]:
 
 def _swap_static(t, swap, wires: int):
     """`t[:, partner]` of a static layer (`layer_swaps`) for `[batch, wires, c]` `t`, as
-    reshapes and reverses: XLA compiles these to copies, where a gather with the same
-    indices is an element-by-element loop."""
+    reshapes and reverses (copies under XLA, where a gather is a loop)."""
     kind, k = swap
     batch, c = tf.shape(t)[0], tf.shape(t)[2]
     if kind == "xor":
@@ -206,9 +184,8 @@ def _odd_even_layer(w, layer, n, where):
 
 def _bitonic_layer(w, block, step):
     """`(partner, is_lo)` of step `step` of block `block` of the bitonic sorter on the
-    wires `w` (numpy or tensors): wires w and w XOR m, m = 2^(block − step); the
-    comparator sorts ascending in the groups of 2^(block + 1) wires of even index,
-    descending in the others."""
+    wires `w` (numpy or tensors): w ↔ w XOR 2^(block − step), ascending in the groups
+    of 2^(block + 1) wires of even index, descending in the others."""
     m = 2 ** (block - step)
     bit = (w // m) % 2                                 # w is the upper wire of its pair
     descending = (w // (2 * 2 ** block)) % 2
@@ -217,8 +194,8 @@ def _bitonic_layer(w, block, step):
 
 @tf.custom_gradient
 def _partner_rows(t, partner):
-    """`t[:, partner]` for `[batch, wires, ...]` `t`; `partner` is an involution (a
-    product of disjoint transpositions), so the gradient is the same gather."""
+    """`t[:, partner]` for `[batch, wires, ...]` `t`; `partner` is an involution, so the
+    gradient is the same gather."""
 
     def grad(upstream):
         return tf.gather(upstream, partner, axis=1), None
@@ -227,11 +204,9 @@ def _partner_rows(t, partner):
 
 
 def _mix(state, other, sign, step_fn, relaxed, hard):
-    """Rows σ·state + (1 − σ)·other of `[batch, wires, n + 1]` states (σ = 1 keeps a row
-    bit for bit), σ `[batch, wires]` = step_fn(b − a) on the `relaxed` wires (None: all)
-    and `hard` on the others; b − a = (value on the max wire) − (value on the min wire)
-    (`sign` +1 on min wires, −1 on max wires), clipped to the finite range (the
-    difference of two finite floats may overflow)."""
+    """Rows σ·state + (1 − σ)·other of `[batch, wires, n + 1]` states, σ = step_fn(b − a)
+    on the `relaxed` wires (None: all) and `hard` on the others; `sign` is +1 on min
+    wires, −1 on max wires; b − a is clipped finite."""
     dtype = state.dtype
     diff = (other[:, :, -1] - state[:, :, -1]) * sign
     limit = tf.constant(np.finfo(dtype.as_numpy_dtype).max, dtype)
@@ -245,12 +220,10 @@ def _mix(state, other, sign, step_fn, relaxed, hard):
 
 
 def _apply_layer(state, kind, partner, is_lo, active, step_fn, swap=None):
-    """`(state, kind)` after one layer (`partner`, `is_lo` `[wires]`: `network_layers`)
-    of `state` (`[batch, wires, n + 1]`: the rows of P̂ on the wires, and the ascending
-    keys as the last column) whose wire kinds `kind` `[batch or 1, wires]` are tensors.
-    A comparator of two entries is relaxed, one with a padding wire exact; rows where
-    `active` `[batch, 1]` (None: all) is False are unchanged. `swap`: `state[:, partner]`
-    as a function of `state` (default a gather)."""
+    """`(state, kind)` after one layer (`network_layers`) of `state` `[batch, wires,
+    n + 1]` (the rows of P̂, then the keys) with wire kinds `kind`: comparators of two
+    entries relaxed, others exact; rows where `active` `[batch, 1]` is False unchanged;
+    `swap`: `state[:, partner]` as a function of `state` (default a gather)."""
     dtype = state.dtype
     other = _partner_rows(state, partner) if swap is None else swap(state)
     other_kind = tf.gather(kind, partner, axis=1)
@@ -269,10 +242,8 @@ def _apply_layer(state, kind, partner, is_lo, active, step_fn, swap=None):
 
 @functools.lru_cache(maxsize=512)
 def static_plan(network: str, n: int):
-    """The layers of the network for a full list of static length n, with the wire
-    kinds resolved: `(wires, layers)`, each layer `(swap, sign, relaxed, hard)`: its
-    pairing (`layer_swaps`), +1 on min wires and −1 on max wires, the wires of
-    comparators of two entries and σ (0 or 1) of the other wires."""
+    """`(wires, layers)` for a full list of static length n, each layer `(swap, sign,
+    relaxed, hard)` with the wire kinds resolved (the arguments of `_mix`)."""
     wires = network_wires(network, n)
     w = np.arange(wires)
     kind = np.where(w < wires - n, _BELOW, _ENTRY)  # odd-even: wires == n
@@ -288,8 +259,7 @@ def static_plan(network: str, n: int):
 
 
 def _run_static(keys, network: str, step_fn):
-    """`_run_network` for full lists of a static length: the wire kinds are known at
-    trace time, so each layer is data movement and elementwise ops with constant masks."""
+    """`_run_network` for full lists of a static length (constant masks per layer)."""
     dtype = keys.dtype
     n = keys.shape[-1]
     wires, layers = static_plan(network, n)
@@ -313,10 +283,8 @@ def _ceil_log2(count):
 
 
 def _run_network(keys, valid, network: str, step_fn):
-    """`(sorted_keys, perm)`: the relaxed network on `[batch, n]` finite ascending `keys`
-    (padded entries replaced; `valid` bool `[batch, n]` or None), `[batch, n]` relaxed
-    sorted keys and `[batch, n, n]` P̂ (row i: position i of the ascending order; with
-    `valid`, positions >= n_valid are 0)."""
+    """`(sorted_keys, perm)` `[batch, n]`, `[batch, n, n]` of the relaxed network on
+    finite `keys` (`valid`: bool `[batch, n]` or None; rows >= n_valid are 0)."""
     static_n = keys.shape[-1]
     if valid is None and static_n is not None:
         return _run_static(keys, network, step_fn)
@@ -411,11 +379,9 @@ def _run_dynamic(state, kind, n, wires, network, active, step_fn):
 
 # -- Public operators ------------------------------------------------------------------
 def _network_lists(lists: Lists, steepness, network, sigmoid, art_lambda, direction, hard):
-    """`(values, perm, exact)` of a batch of lists, the arguments checked: the sorted
-    values in direction order, P̂, and the exact P when `hard` (else None). The network
-    runs on the values minus a per-list reference (`permutation.centred_finite_rows`;
-    convex combinations commute with the shift), so its results do not depend on the
-    scores' offset; a list with a non-finite value gives NaN."""
+    """`(values, perm, exact)`: the sorted values in direction order, P̂, and the exact P
+    when `hard` (else None), computed on the centred values (`centred_finite_rows`); a
+    list with a non-finite value gives NaN."""
     steepness = _checks.check_positive("steepness", steepness)
     network, sigmoid = check_network(network), check_sigmoid(sigmoid)
     art_lambda = check_art_lambda(art_lambda)
@@ -437,8 +403,7 @@ def sorting_network_permutation_matrix(scores, steepness: float = DEFAULT_STEEPN
                            network: str = DEFAULT_NETWORK, sigmoid: str = DEFAULT_SIGMOID,
                            art_lambda: float = DEFAULT_ART_LAMBDA,
                            direction: str = "DESCENDING", hard: bool = False, *, mask=None):
-    """Relaxed permutation matrix P̂ of a differentiable sorting network: the product of
-    the layers' doubly-stochastic mixing matrices (module docstring).
+    """Relaxed permutation matrix P̂ of a differentiable sorting network (module docstring).
 
     Args:
       scores: `[..., n]` real tensor, or a `tf.RaggedTensor` `[batch, (n)]` (ragged
