@@ -261,7 +261,8 @@ def relevance_permutation_targets(labels, mask):
     return match / tf.maximum(count, 1.0)
 
 
-def _check_same_shape(y_true, y_pred):
+def check_same_shape(y_true, y_pred):
+    """`(y_true, y_pred)` as tensors, a `ValueError` unless their shapes match."""
     y_pred = tf.convert_to_tensor(y_pred)
     y_true = tf.convert_to_tensor(y_true)
     if not y_true.shape.is_compatible_with(y_pred.shape):
@@ -319,14 +320,14 @@ def rank_correlation(y_true, y_pred, rank_fn: Callable, axis: int = -1, *, mask=
     padded = (mask is not None or negative_labels_are_padding
               or isinstance(y_true, tf.RaggedTensor) or isinstance(y_pred, tf.RaggedTensor))
     if not padded:
-        y_true, y_pred = _check_same_shape(y_true, y_pred)
+        y_true, y_pred = check_same_shape(y_true, y_pred)
         predicted = rank_fn(y_pred, axis=axis, mask=None)
         target = tf.cast(hard_stats.rankdata(y_true, axis=axis), predicted.dtype)
         corr = hard_stats.pearson_correlation(predicted, target, axis=axis)
         return _nan_where_missing(corr, y_true, y_pred, axis)
     if axis != -1 and not isinstance(y_pred, tf.RaggedTensor):
         y_true, y_pred = (tf.experimental.numpy.moveaxis(t, axis, -1)
-                          for t in _check_same_shape(y_true, y_pred))
+                          for t in check_same_shape(y_true, y_pred))
         if mask is not None:
             mask = tf.experimental.numpy.moveaxis(tf.convert_to_tensor(mask), axis, -1)
     labels, scores, valid = padded_lists(

@@ -1,15 +1,11 @@
 """Permutations as inputs: the Kendall embedding, the Kendall and Mallows kernels and
 Kendall's τ, hard and smooth (Jiao & Vert, ICML 2015 and ICML 2018).
 
-Conventions: the embedding lists the pairs (i, j), i < j, in the order of
-`numpy.triu_indices(n, 1)`; a tied pair is 0 in the hard embedding, 1/2 (0 signed) in
-the smooth one. τ is τ-b (`scipy.stats.kendalltau`): 0 with weight 0 for a list with
-fewer than two valid items or all targets (or predictions) tied, NaN for a NaN at a
-valid entry. With a `mask` padded items take no part (a pair with one is 0 in the
-embedding). `algorithm='pairwise'` counts the pairs in O(n²) per list (the kernels:
-one matrix product of the `[rows, n²]` embeddings), 'merge' in O(n log n) time and
-O(n) memory (Knight's algorithm with a radix inversion count), 'auto' by the static n
-(`PAIRWISE_MAX_N` for lists, `GRAM_PAIRWISE_MAX_N` for kernels; 'merge' when unknown).
+The embedding lists the pairs i < j in the order of `numpy.triu_indices(n, 1)`. τ is
+τ-b (`scipy.stats.kendalltau`), 0 with weight 0 where undefined. `algorithm`:
+'pairwise' counts the pairs in O(n²) per list, 'merge' in O(n log n) time and O(n)
+memory (Knight's algorithm), 'auto' by the static n (`PAIRWISE_MAX_N` for lists,
+`GRAM_PAIRWISE_MAX_N` for kernels; 'merge' when unknown).
 """
 
 from __future__ import annotations
@@ -159,12 +155,8 @@ def _tied_pairs(same_as_previous):
 
 def _inversions(z):
     """Number of pairs j < i with z_j > z_i in each row of an int32 `[batch, n]` tensor
-    whose rows are permutations of 0..n − 1.
-
-    Most-significant-bit-first radix partition, ⌊log₂ n⌋ + 1 passes of O(n): before the
-    pass of bit b the row is grouped by z >> (b + 1) (group k starts at k·2^(b+1)); each
-    1 before a 0 of a group is an inversion, then each group is stably split by the bit.
-    """
+    of permutations of 0..n − 1: an MSB-first radix partition (⌊log₂ n⌋ + 1 passes of
+    O(n)), counting each 1 before a 0 of a group, then splitting the group by the bit."""
     shape = tf.shape(z)
     n = shape[1]
     rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
@@ -267,9 +259,8 @@ def _tau_b(n0, n1, n2, n3, nd):
 
 
 def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores=False):
-    """`(labels, scores, valid, view, missing)`: checked (`ranking.check_lists`) `[B, n]`
-    lists, NaN-free (integer labels, and scores with `exact_scores`, as int64), `valid`
-    from the mask, negative labels and ragged rows; `missing` `[B]` marks the lists
+    """`(labels, scores, valid, view, missing)`: checked NaN-free `[B, n]` lists (integer
+    labels, and scores with `exact_scores`, as int64) and `missing` `[B]`, the lists
     with a NaN at a valid entry."""
     negative_labels_are_padding = _checks.check_bool("negative_labels_are_padding",
                                                      negative_labels_are_padding)
@@ -283,11 +274,7 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores
         if _masking.is_ragged(mask):
             mask = mask.to_tensor(False)
         mask = _masking.combine(present, mask)
-    y_true = tf.convert_to_tensor(y_true)
-    y_pred = tf.convert_to_tensor(y_pred)
-    if not y_true.shape.is_compatible_with(y_pred.shape):
-        raise ValueError(f"`y_true` and `y_pred` must have the same shape (one target per "
-                         f"prediction), got {y_true.shape} and {y_pred.shape}.")
+    y_true, y_pred = ranking.check_same_shape(y_true, y_pred)
     scores, view = _shapes.to_batch(y_pred, axis, "y_pred")
     labels, _ = _shapes.to_batch(y_true, axis, "y_true")
     labels = tf.cast(labels, _shapes.batch_compute_dtype(y_pred.dtype))
@@ -491,10 +478,9 @@ def _kernel_stats(x, y, x_mask, y_mask, algorithm):
 
 
 def kendall_kernel(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "auto"):
-    """Gram matrix of the Kendall kernel: Kendall's τ-b between the rows of x and y.
-
-    K(x, y) = ⟨s(x), s(y)⟩ / (‖s(x)‖ ‖s(y)‖), s the signed Kendall embedding (Jiao &
-    Vert 2015, Def. 1): positive definite and right-invariant; 0 for a row all tied.
+    """Gram matrix of the Kendall kernel: Kendall's τ-b between the rows of x and y
+    (Jiao & Vert 2015, Def. 1): positive definite and right-invariant; 0 for a row all
+    tied.
 
     Args:
       x: `[..., p, n]` rows of n scores each (float16/bfloat16 computed in float32).
