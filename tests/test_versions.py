@@ -13,6 +13,7 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import pathlib
+import sys
 from importlib import metadata
 
 import keras
@@ -84,6 +85,7 @@ def test_the_keras_mask_without_keras_accessor(monkeypatch):
     spec = importlib.util.spec_from_file_location("keras_contracts_without_accessor",
                                                   keras_contracts.__file__)
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # as an import registers it
     spec.loader.exec_module(module)
     x = tf.constant([[1.0, 2.0, 0.0]])
     assert module.get_keras_mask(x) is None

@@ -1,6 +1,6 @@
 """Keras layers of the front door: `RankLayer`, `SortLayer`, `TopKLayer` and
 `QuantileLayer` call `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with
-`method=` a key of `FAMILIES` (the arguments' rule: `softsort_tf._methods`).
+`method=` a key of `FAMILIES` (the arguments' rule: `softsort_tf._keras`).
 
 Every argument is validated at construction (the temperature in the range of the
 layer's compute dtype; k of `TopKLayer` against n at the call) and is part of
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import keras
 
-from softsort_tf import _checks, _docs, _methods
+from softsort_tf import _checks, _docs, _keras
 from softsort_tf._keras import (
     broadcast_keras_mask,
     full_precision_layer_kwargs,
@@ -49,7 +49,7 @@ class _SoftLayer(keras.layers.Layer):
     def __init__(self, method: str = "sinkhorn", temperature=None,
                  direction: str | None = None, axis: int = -1,
                  method_kwargs: dict | None = None, **kwargs):
-        arguments, layer_kwargs = _methods.MethodArguments.create(
+        arguments, layer_kwargs = _keras.MethodArguments.create(
             method, temperature, method_kwargs, kwargs, self.operation)
         super().__init__(**full_precision_layer_kwargs(layer_kwargs))
         arguments.check_dtype(layer_compute_dtype(self))

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import keras
 
-from softsort_tf import _keras, _methods
+from softsort_tf import _keras
 from softsort_tf.losses.base import LossFunctionWrapper
 
 
@@ -17,13 +17,13 @@ class MethodLoss(LossFunctionWrapper):
       fn: the functional form; it receives `method`, `temperature` and the family's
         arguments as keywords.
       fn_kwargs: its other (validated) keyword arguments.
-      method, temperature, method_kwargs, **kwargs: see `softsort_tf._methods` (`kwargs`:
+      method, temperature, method_kwargs, **kwargs: see `softsort_tf._keras` (`kwargs`:
         the family's settings when they are arguments of their own, e.g. Sinkhorn's
         `options`, `squash`, `targets`, `epsilon`, ...; another name raises a
         `TypeError`).
       reduction, name, dtype: as in `LossFunctionWrapper`.
 
-    The arguments are validated once (`_methods.MethodArguments`; the temperature in
+    The arguments are validated once (`_keras.MethodArguments`; the temperature in
     the range of the compute dtype, `Family.temperature_range`); `method`, `temperature`
     and the family's settings (e.g. `options`) are attributes. The config holds
     `fn_kwargs`, `method`, `temperature`, `method_kwargs` and the family's settings (for
@@ -41,7 +41,7 @@ class MethodLoss(LossFunctionWrapper):
     def __init__(self, fn: Callable, fn_kwargs: dict, *, method: str = "sinkhorn",
                  temperature=None, method_kwargs: dict | None = None,
                  reduction="sum_over_batch_size", name=None, dtype=None, **kwargs):
-        arguments, rest = _methods.MethodArguments.create(method, temperature, method_kwargs,
+        arguments, rest = _keras.MethodArguments.create(method, temperature, method_kwargs,
                                                           kwargs)
         if rest:
             raise TypeError(f"{type(self).__name__} got unexpected keyword arguments "

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _docs, _keras, _methods
+from softsort_tf import _checks, _docs, _keras
 from softsort_tf._lists import (
     dcg_discounts,
     gains,
@@ -122,7 +122,7 @@ def _rank_loss_arguments(method, temperature, scale_free, negative_labels_are_pa
                          kwargs, spread=None):
     """`(padding, temperature, scale_free, kwargs)` of a rank-based `ListLoss`, checked."""
     padding = _checks.check_bool("negative_labels_are_padding", negative_labels_are_padding)
-    _methods.check_padding(method, padding, "negative_labels_are_padding=True")
+    _keras.check_padding(method, padding, "negative_labels_are_padding=True")
     return (padding, *resolve_scale_free(method, temperature, scale_free, kwargs, spread))
 
 
@@ -296,7 +296,7 @@ class ListwisePermutationLoss(ListLoss):
                  probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
                  reduction: str = "sum_over_batch_size",
                  name: str = "listwise_permutation_loss", dtype=None):
-        temperature = _methods.check_temperature(_check_listwise_method(method), temperature,
+        temperature = _keras.check_temperature(_check_listwise_method(method), temperature,
                                                  _keras.compute_dtype(dtype))
         super().__init__(
             listwise_permutation_loss, reduction=reduction, name=name, dtype=dtype,
