@@ -124,14 +124,11 @@ class Settings:
       method_kwargs: the family's own validated arguments (a dict).
     """
 
-    #: Keywords of a layer's or loss's constructor read by `create` (besides
-    #: `method_kwargs`): none for the base class.
+    #: Constructor keywords read by `create` besides `method_kwargs` (none here), their
+    #: "not set" values (dropped, not refused, for another family), and whether the
+    #: settings hold the temperature themselves.
     keywords: frozenset[str] = frozenset()
-    #: The values of `keywords` that mean "not set" (a constructor may pass them to
-    #: every family: they are dropped for another family instead of refused).
     keyword_defaults: dict = {}
-    #: Whether the settings hold the temperature themselves (`create` then returns None
-    #: for the temperature a layer or loss keeps).
     holds_temperature = False
 
     def __init__(self, family: Family, method_kwargs: dict | None = None):
@@ -202,36 +199,13 @@ def refuse_foreign_keywords(family: Family, kwargs: dict) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """One family of differentiable sorting operators.
-
-    Attributes:
-      name: its key (the `method` argument everywhere).
-      temperature: the name of its temperature argument in its own operators ('epsilon',
-        'alpha', 'tau', ...); `temperature=` means it wherever a family is chosen by name.
-      default_temperature: the default of that argument.
-      meaning: what the temperature means for a user.
-      reference: where the family comes from.
-      operations: `{operation: fn}` for the operations of `OPERATIONS` it computes
-        itself, each `fn(x, *args, direction, mask, **kwargs)` (`args`: k of `topk`, the
-        levels of `quantile`), a `list_operator` taking `axis` or written along the last
-        axis (`along_any_axis` wraps it). Rank, sort and top-k default to read-outs of
-        `matrix_fn`.
-      matrix_fn: `matrix_fn(scores, *, direction, hard, mask, **kwargs)` → the relaxed
-        permutation matrix P̂ `[..., n, n]` (row i: the entry at position i), or None.
-      masks: whether its operators take a `mask` (and ragged lists).
-      doubly_stochastic: whether the columns of P̂ sum to 1 too.
-      log_domain: whether `matrix_fn(..., log=True)` returns log P̂ computed in the log
-        domain.
-      settings: the `Settings` class of its own keywords.
-      temperature_range: `temperature_range(dtype)` → `(low, high)`, the temperatures a
-        computation in `dtype` resolves (default: the positive normal numbers).
-      real_k: whether its top-k takes a real k in (0, n) (else an integer in [1, n)).
-      tensor_temperature: whether its temperature may be a tensor or variable (learnable).
-      temperature_units: one of `TEMPERATURE_UNITS` (`temperature_for_scale`).
-      scale_free_temperature: the temperature, in standard deviations of each list's
-        standardised scores, of the scale-free rank losses (`SoftNDCGLoss` without a
-        temperature); None: `default_temperature`.
-      scale_free_settings: the family's settings that go with it, unless given.
+    """One family of differentiable sorting operators: its key `name` (the `method`
+    argument everywhere), its temperature's own argument name (`temperature=` means it
+    wherever a family is chosen by name), default, `meaning` and `reference`; the
+    `operations` it computes itself (`{operation: fn(x, *args, direction, mask,
+    **kwargs)}`, along any axis or the last one), and/or `matrix_fn` (the relaxed
+    permutation matrix P̂, rank/sort/top-k then read off it). The other fields and their
+    defaults: docs/adding_a_family.md ("The record").
     """
 
     name: str
@@ -414,14 +388,10 @@ _OUTPUT_KINDS = dict(rank="elementwise", sort="sorted", topk="elementwise", quan
 _NO_ARGUMENT = object()
 
 
-def _parameters(fn: Callable) -> frozenset[str]:
-    return frozenset(inspect.signature(fn).parameters)
-
-
 def along_any_axis(operation: str, fn: Callable) -> Callable:
     """`fn`, an operation written along the last axis of `[..., n]`, as a `list_operator`
     keeping the keywords `fn` takes; `fn` itself when it takes `axis` already."""
-    if "axis" in _parameters(fn) | frozenset(getattr(fn, "keywords", None) or ()):
+    if "axis" in {*inspect.signature(fn).parameters, *(getattr(fn, "keywords", None) or ())}:
         return fn
     kind = _OUTPUT_KINDS[operation]
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from softsort_tf import _checks, _docs, _masking
 from softsort_tf.ops import family
-from softsort_tf.ops.permutation import poison_rows, with_straight_through
+from softsort_tf.ops.permutation import _in_xla_context, poison_rows, with_straight_through
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = ["DEFAULT_ALPHA", "temperature_range", "lapsum_permutation_matrix",
@@ -375,13 +375,9 @@ class _SortedList:
 
 def _sort_rows(packed):
     """Ascending sort of the rows: XLA's single-operand sort under XLA, else `tf.sort`."""
-    try:
+    if _in_xla_context():
         from tensorflow.compiler.tf2xla.ops import gen_xla_ops
-        from tensorflow.python.ops import control_flow_util
-        if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-            return gen_xla_ops.xla_sort(packed)
-    except (ImportError, AttributeError):  # pragma: no cover - private API moved
-        pass
+        return gen_xla_ops.xla_sort(packed)
     return tf.sort(packed, axis=-1)
 
 

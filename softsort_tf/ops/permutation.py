@@ -3,12 +3,9 @@ NeuralSort (Grover et al. 2019, in O(n²)), the exact matrix, and the straight-t
 plumbing the families share.
 
 Row i of P̂ `[..., n, n]` is a distribution over the items that may occupy position i
-in `direction` order ('DESCENDING' by default, as in both papers); rows sum to 1, the
-row-wise argmax is the argsort, and P̂ tends to the exact matrix as τ → 0 (τ in the
-units of the scores). Scores are sorted along the last axis; n may be unknown at trace
-time. With a `mask` (or ragged input) the valid block of P̂ is P̂ of the unpadded list,
-the rows of sorted positions >= n_valid and the columns of padded entries are 0, and
-padded scores get zero gradient; a list with a non-finite valid score gives NaN.
+in `direction` order ('DESCENDING' by default); P̂ tends to the exact matrix as τ → 0
+(τ in the units of the scores). With a `mask` (or ragged input) the valid block of P̂
+is P̂ of the unpadded list, the other rows and columns 0 (docs/api.md, "Padding").
 """
 
 from __future__ import annotations
@@ -44,9 +41,7 @@ def check_hard(hard) -> bool:
 
 
 def _descending_order(d, valid=None):
-    """Stable DESCENDING argsort of `[batch, n]` scores `d`; with a `[batch, n]` boolean
-    `valid`, the valid entries come first (in their order) and the padded ones last (a
-    second stable sort on validity, so no fill value can tie with a valid entry)."""
+    """Stable DESCENDING argsort of `[batch, n]` scores `d`, the `valid` entries first."""
     order = tf.argsort(d, axis=-1, direction="DESCENDING", stable=True)
     if valid is None:
         return order
@@ -91,10 +86,8 @@ def _masked_normalise(weights, valid):
 
 
 def straight_through(hard, soft):
-    """Straight-through estimator: the value of `hard`, the gradient of `soft`.
-
-    `hard + (soft − stop_gradient(soft))`: the bracket is exactly zero, so the value is
-    bit-for-bit `hard`, and the gradient w.r.t. `soft` is the identity.
+    """Straight-through estimator `hard + (soft − stop_gradient(soft))`: the value of
+    `hard` bit for bit, the gradient of `soft`.
 
     Args:
       hard: the forward value, e.g. `hard_permutation_matrix(scores)` (or ragged).
@@ -221,8 +214,7 @@ def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False) 
 
 
 def _in_xla_context() -> bool:
-    """Whether the op is being traced for XLA (`jit_compile=True`), to pick the faster
-    of two equivalent formulations; False if TensorFlow cannot tell."""
+    """Whether the op is traced for XLA (`jit_compile=True`; False if TF cannot tell)."""
     try:
         from tensorflow.python.ops import control_flow_util
         return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
@@ -231,15 +223,10 @@ def _in_xla_context() -> bool:
 
 
 def _soft_sort_rows(top, s, power: float, tau: float, valid=None, log: bool = False):
-    """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p / τ) for `[batch, n]` `top`, `s`.
-
-    Differences are taken before any scaling (a huge |d| or tiny τ gives weight 0, not
-    inf − inf); 1/τ scales the differences by τ^(−1/p) when that is a normal number,
-    else the cost. The gradient is written by hand: the sign of d comes from an exact
-    comparison, so the zero diagonal differences (which XLA may recompute as ±1 ulp)
-    cancel. With `valid` (padded entries of `s` finite), the softmax runs over the
-    valid columns and rows i >= n_valid are 0; `top` holds the valid sorted scores first.
-    """
+    """P̂[b, i, j] = softmax_j(−|top[b, i] − s[b, j]|^p / τ) for `[batch, n]` `top`, `s`
+    (with `valid`: over the valid columns, rows i >= n_valid 0). Differences are taken
+    before any scaling; the hand-written gradient reads the sign of d from an exact
+    comparison, so the zero diagonal differences cancel."""
     xla = _in_xla_context()
     info = np.finfo(s.dtype.as_numpy_dtype)
     scale = tau ** (-1.0 / power)
