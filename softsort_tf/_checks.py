@@ -20,6 +20,13 @@ def check_direction(direction: str) -> str:
     return direction.upper()
 
 
+def check_choice(name: str, value, choices: tuple):
+    """Returns `value` if it is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+    return value
+
+
 def check_positive(name: str, value, *, allow_none: bool = False) -> float | None:
     """Checks that `value` is a finite real number > 0 (not a bool, a string or a tensor,
     which would be read as a constant and get no gradient)."""

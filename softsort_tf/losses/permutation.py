@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from softsort_tf import _checks, _shapes
+from softsort_tf import _checks, _masking
 from softsort_tf._permutation_targets import check_format, per_example_mean, pick, read_targets
 from softsort_tf.losses.base import LossFunctionWrapper
 
@@ -56,7 +56,7 @@ def permutation_cross_entropy(y_true, y_pred,
     from_log = _checks.check_bool("from_log", from_log)
     y_true, y_pred, is_matrix, num_sample_axes, rows_valid = read_targets(
         y_true, y_pred, y_true_format, mask)
-    dtype = _shapes.compute_dtype(y_pred.dtype)
+    dtype = _masking.compute_dtype(y_pred.dtype)
     p = tf.cast(y_pred, dtype)
     if is_matrix:
         target = tf.cast(y_true, dtype)

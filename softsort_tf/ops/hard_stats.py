@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
+from softsort_tf import _checks, _masking
 
 # Cumulative masses within this distance of a quantile level count as equal to it,
 # so that e.g. τ = 0.5 with 4 equal weights averages the 2nd and 3rd values.
@@ -41,7 +41,7 @@ def rankdata(x, axis: int = -1, *, mask=None):
         return _masking.map_lists(
             lambda lists, aligned, group: lists.to_elementwise(
                 rankdata(lists.dense, mask=lists.mask)), x, mask)
-    x2d, view = _shapes.to_batch(x, axis)
+    x2d, view = _masking.to_batch(x, axis)
     valid = _masking.mask_to_batch(mask, view)
     batch, n = tf.shape(x2d)[0], tf.shape(x2d)[1]
     if valid is not None:  # any padded value (NaN included) is replaced before the sort
@@ -68,20 +68,20 @@ def rankdata(x, axis: int = -1, *, mask=None):
                                tf.shape(xs))
     ranks = tf.gather(mean_position, tf.argsort(order, axis=-1, stable=True), batch_dims=1)
     ranks = _masking.fill_padded(ranks, valid)
-    return _shapes.from_batch(ranks, view, cast=False)
+    return _masking.from_batch(ranks, view, cast=False)
 
 
 def _sorted_masses(x, axis, weights, mask):
     """`(xs, before, upto, view, valid)`: the rows of x sorted (padded entries replaced
     by the largest valid value of their row, without mass) and the normalised
     cumulative masses (float64) before and up to each sorted value."""
-    x2d, view = _shapes.to_batch(x, axis)
+    x2d, view = _masking.to_batch(x, axis)
     valid = _masking.mask_to_batch(mask, view)
     x2d = _masking.replace_padded(x2d, valid)
     if weights is None:
         w = tf.ones_like(x2d, tf.float64) if valid is None else tf.cast(valid, tf.float64)
     else:
-        w = _shapes.weights_to_batch(weights, view, tf.float64)
+        w = _masking.weights_to_batch(weights, view, tf.float64)
         w = w if valid is None else tf.where(valid, w, tf.zeros_like(w))
     order = tf.argsort(x2d, axis=-1, stable=True)
     w = tf.gather(w, order, batch_dims=1)
@@ -95,7 +95,7 @@ def _per_list(value, view, valid):
     """A `[batch]` result in the shape of x without its axis, 0 for a list of no valid entry."""
     if valid is not None:
         value = tf.where(tf.reduce_any(valid, axis=-1), value, tf.zeros_like(value))
-    return _shapes.from_batch(value, view, keep_axis=False)
+    return _masking.from_batch(value, view, keep_axis=False)
 
 
 def weighted_quantile(x, quantile: float, axis: int = -1, weights=None, *, mask=None):

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes, _special
+from softsort_tf import _checks, _masking, _special
 from softsort_tf import _lists as ranking
 
 PAIRWISE_MAX_N = 32
@@ -27,13 +27,6 @@ GRAM_PAIRWISE_MAX_N = 128
 ALGORITHMS = ("auto", "pairwise", "merge")
 
 COMBINATIONS = ("additive", "multiplicative")
-
-
-def check_algorithm(algorithm) -> str:
-    """Validates the `algorithm` argument (one of `ALGORITHMS`)."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.")
-    return algorithm
 
 
 def _is_pairwise(algorithm: str, static_n, limit: int) -> bool:
@@ -95,7 +88,7 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
     """
     smooth_scale = _checks.check_positive("smooth_scale", smooth_scale, allow_none=True)
     signed = _checks.check_bool("signed", signed)
-    x2d, view = _shapes.to_batch(x, axis, "x")
+    x2d, view = _masking.to_batch(x, axis, "x")
     valid = _masking.mask_to_batch(mask, view)
     x2d = _masking.replace_padded(x2d, valid)
     i, j = pair_indices(view.n)
@@ -109,7 +102,7 @@ def kendall_embedding(x, smooth_scale: float | None = None, *, signed: bool = Fa
     if valid is not None:
         pair_valid = tf.logical_and(tf.gather(valid, i, axis=1), tf.gather(valid, j, axis=1))
         phi = tf.where(pair_valid, phi, tf.zeros_like(phi))
-    return _shapes.from_batch(phi, view)
+    return _masking.from_batch(phi, view)
 
 
 def _take(a, order):
@@ -275,9 +268,9 @@ def _lists(y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores
             mask = mask.to_tensor(False)
         mask = _masking.combine(present, mask)
     y_true, y_pred = ranking.check_same_shape(y_true, y_pred)
-    scores, view = _shapes.to_batch(y_pred, axis, "y_pred")
-    labels, _ = _shapes.to_batch(y_true, axis, "y_true")
-    labels = tf.cast(labels, _shapes.batch_compute_dtype(y_pred.dtype))
+    scores, view = _masking.to_batch(y_pred, axis, "y_pred")
+    labels, _ = _masking.to_batch(y_true, axis, "y_true")
+    labels = tf.cast(labels, _masking.batch_compute_dtype(y_pred.dtype))
     exact_labels = _integer_batch(y_true, view)
     exact_scores = _integer_batch(y_pred, view) if exact_scores else None
     valid = _masking.mask_to_batch(mask, view)
@@ -309,10 +302,10 @@ def _integer_batch(t, view):
 def _finish(values, weights, missing, view, return_weights: bool):
     values = tf.where(missing, tf.constant(np.nan, values.dtype), values)
     weights = tf.where(missing, tf.ones_like(weights), weights)  # NaN is not skipped
-    values = _shapes.from_batch(tf.cast(values, view.output_dtype), view, keep_axis=False)
+    values = _masking.from_batch(tf.cast(values, view.output_dtype), view, keep_axis=False)
     if not return_weights:
         return values
-    weights = _shapes.from_batch(tf.cast(weights, values.dtype), view, keep_axis=False)
+    weights = _masking.from_batch(tf.cast(weights, values.dtype), view, keep_axis=False)
     return values, weights
 
 
@@ -339,7 +332,7 @@ def kendall_tau(y_true, y_pred, *, mask=None, axis: int = -1,
     >>> round(float(kendall_tau([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0])), 4)
     0.6667
     """
-    algorithm = check_algorithm(algorithm)
+    algorithm = _checks.check_choice("algorithm", algorithm, ALGORITHMS)
     return_weights = _checks.check_bool("return_weights", return_weights)
     labels, scores, valid, view, missing = _lists(
         y_true, y_pred, mask, axis, negative_labels_are_padding, exact_scores=True)
@@ -452,10 +445,10 @@ def _pairwise_gram(x, y, xm, ym):
 def _kernel_stats(x, y, x_mask, y_mask, algorithm):
     """`(τ-b, discordances, output dtype)` float64 `[..., p, q]` of all pairs of rows, NaN
     where a pair of rows has a NaN at an item valid in both."""
-    algorithm = check_algorithm(algorithm)
+    algorithm = _checks.check_choice("algorithm", algorithm, ALGORITHMS)
     y_given = y is not None
     x, y, out_dtype = _xy_rows(x, y)
-    dtype = _shapes.batch_compute_dtype(x.dtype)
+    dtype = _masking.batch_compute_dtype(x.dtype)
     xm = _row_mask(x_mask, x, "x_mask")
     ym = _row_mask(y_mask, y, "y_mask") if (y_given or y_mask is not None) else xm
     x, y = tf.cast(x, dtype), tf.cast(y, dtype)
@@ -568,8 +561,7 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
     >>> float(k[0, 0])
     3.0
     """
-    if combination not in COMBINATIONS:
-        raise ValueError(f"`combination` must be one of {COMBINATIONS}, got {combination!r}.")
+    _checks.check_choice("combination", combination, COMBINATIONS)
     if rank_weights is None:
         raise ValueError("`rank_weights` must be a vector of n rank weights, got None.")
     x, y, out_dtype = _xy_rows(x, y)
@@ -583,7 +575,7 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
                          f"{u.shape[0]}.")
 
     def embed(t):
-        t = tf.cast(t, _shapes.batch_compute_dtype(t.dtype))
+        t = tf.cast(t, _masking.batch_compute_dtype(t.dtype))
         shape = tf.shape(t)
         order = _argsort(tf.reshape(t, tf.stack([-1, shape[-1]])))
         w = tf.gather(u, tf.reshape(_inverse_permutation(order), shape))  # u at rank − 1

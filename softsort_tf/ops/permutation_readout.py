@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _masking, _shapes
+from softsort_tf import _masking
 
 
 def _square(perm):
@@ -34,7 +34,7 @@ def _align_values(perm, values):
         values = values[..., None, :]
     out_dtype = next((t for t in (values.dtype, perm.dtype) if t.is_floating), tf.float32)
     dtype = (tf.float64 if tf.float64 in (perm.dtype, values.dtype)
-             else _shapes.compute_dtype(out_dtype))
+             else _masking.compute_dtype(out_dtype))
     return tf.cast(perm, dtype), tf.cast(values, dtype), out_dtype
 
 
@@ -148,7 +148,7 @@ def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
             ranks.flat_values, perm.nested_row_splits[:-1], validate=False)
     perm = _square(perm)
     out_dtype = perm.dtype if perm.dtype.is_floating else tf.float32
-    dtype = _shapes.compute_dtype(out_dtype)
+    dtype = _masking.compute_dtype(out_dtype)
     p = tf.cast(perm, dtype)
     start = 0 if zero_based else 1
     positions = tf.cast(tf.range(start, start + tf.shape(perm)[-1]), dtype)

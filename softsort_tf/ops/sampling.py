@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _masking, _shapes
+from softsort_tf import _checks, _masking
 from softsort_tf.ops.permutation import DEFAULT_DISTANCE_POWER, DEFAULT_TAU
 from softsort_tf.ops.soft import permutation_matrix
 
@@ -59,7 +59,7 @@ def stateless_uniform(shape, seed, dtype=tf.float32):
       A tensor of `shape` with values in [2⁻ᵇ⁻¹, 1 − 2⁻ᵇ⁻¹] ⊂ (0, 1) (b = 23 or 52).
     """
     seed = tf.bitcast(tf.cast(_as_seed(seed), tf.int64), tf.uint64)
-    dtype = _shapes.compute_dtype(dtype)
+    dtype = _masking.compute_dtype(dtype)
     bits = 52 if dtype == tf.float64 else 23
     key = tf.bitwise.bitwise_xor(seed[0], _mix64(seed[1] + tf.constant(_SEED_SALT, tf.uint64)))
     shape = tf.cast(shape, tf.int64)
@@ -71,11 +71,8 @@ def stateless_uniform(shape, seed, dtype=tf.float32):
 
 
 def gumbel_noise(shape, seed, dtype=tf.float32):
-    """Standard Gumbel noise g = −log(−log u), u from `stateless_uniform`.
-
-    u is bit-identical everywhere; XLA's logarithm differs from the CPU kernel's in the
-    last bits, so float64 noise may differ by a few ulps under XLA, and float32 noise
-    (computed in float64, rounded once) by one ulp where it straddles a rounding boundary.
+    """Standard Gumbel noise g = −log(−log u), u from `stateless_uniform` (bit-identical
+    everywhere; XLA's logarithm may change the last bits of g).
 
     Args:
       shape, seed, dtype: as in `stateless_uniform`.
@@ -83,7 +80,7 @@ def gumbel_noise(shape, seed, dtype=tf.float32):
     Returns:
       A tensor of `shape` and `dtype` (float32 for reduced precision).
     """
-    dtype = _shapes.compute_dtype(dtype)
+    dtype = _masking.compute_dtype(dtype)
     u = tf.cast(stateless_uniform(shape, seed, dtype), tf.float64)  # exact cast
     return tf.cast(-tf.math.log(-tf.math.log(u)), dtype)
 
@@ -117,7 +114,7 @@ def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
     scores = tf.convert_to_tensor(scores)
     if scores.shape.rank is None or scores.shape.rank == 0:
         raise ValueError("`scores` must have rank >= 1 (shape [..., n]).")
-    dtype = _shapes.compute_dtype(scores.dtype)
+    dtype = _masking.compute_dtype(scores.dtype)
     s = tf.cast(scores, dtype)[..., None, :]
     shape = tf.concat([tf.shape(s)[:-2], [num_samples], tf.shape(s)[-1:]], axis=0)
     noise = gumbel_noise(shape, seed, dtype)
@@ -130,7 +127,7 @@ def gumbel_perturb(scores, num_samples: int, seed, *, mask=None):
 
 def _scores_mask(mask, scores):
     """A mask `[..., n]` (or `[n]`) of `scores` `[..., n]`, checked, as bool of their shape."""
-    _, view = _shapes.to_batch(scores, -1, "scores")
+    _, view = _masking.to_batch(scores, -1, "scores")
     return tf.reshape(_masking.mask_to_batch(mask, view), tf.shape(scores))
 
 
@@ -185,7 +182,7 @@ def stochastic_permutation_matrix(scores, num_samples: int, seed, method: str = 
                 lists.dense, num_samples, group_seed(seed, group), method, direction, hard,
                 mask=lists.mask, **kwargs), num_samples), scores, mask, name="scores")
     scores = tf.convert_to_tensor(scores)
-    dtype = _shapes.compute_dtype(scores.dtype)
+    dtype = _masking.compute_dtype(scores.dtype)
     perturbed = gumbel_perturb(tf.cast(scores, dtype), num_samples, seed, mask=mask)
     if mask is not None:
         mask = _scores_mask(mask, scores)[..., None, :]

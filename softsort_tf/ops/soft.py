@@ -4,26 +4,17 @@
 `FAMILIES` (`softsort_tf.ops.family`), and check every argument before any computation:
 the family's own keywords (an unknown one is refused with the family's names), the
 temperature (`Family.check_temperature`), k (an integer in [1, n), a real in (0, n) for
-LapSum) and the mask's shape. Naming and direction conventions: docs/api.md.
-
-| method | temperature (default) | operations | cost per list |
-|---|---|---|---|
-| 'sinkhorn' | `epsilon` (1e-2) | rank, sort, topk, quantile | O(n²) (O(n·k) for top-k) |
-| 'lapsum' | `alpha` (1.0) | rank, sort, topk, quantile | O(n log n) |
-| 'permutahedron' | `regularization_strength` (1.0) | rank, sort | O(n log n) |
-| 'softsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
-| 'neuralsort' | `tau` (1.0) | rank, sort, topk | O(n²) |
-| 'sorting_network' | `steepness` (10.0; sharper as it grows) | rank, sort, topk | O(L·n²) |
-
-The families with a relaxed permutation matrix P̂ read their operations off it (ranks
-P̂ᵀ(1..n), sorted values P̂x, top-k membership the column sums of its first k rows).
+LapSum) and the mask's shape. Naming and direction conventions: docs/api.md; the
+families' temperatures: docs/options.md. The families with a relaxed permutation matrix
+P̂ read their operations off it (ranks P̂ᵀ(1..n), sorted values P̂x, top-k membership
+the column sums of its first k rows).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf import _checks, _docs, _shapes
+from softsort_tf import _checks, _docs, _masking
 from softsort_tf.ops.family import Family, get_family, get_matrix_family
 
 
@@ -43,7 +34,7 @@ def _check_arguments(family: Family, operation: str, dtype: tf.DType, temperatur
     if temperature is not None and family.temperature in kwargs:
         raise ValueError(f"`temperature` and `{family.temperature}` set the same argument of "
                          f"method={family.name!r}: pass one of them.")
-    dtype = _shapes.compute_dtype(dtype)
+    dtype = _masking.compute_dtype(dtype)
     if temperature is not None:
         kwargs = {**kwargs, family.temperature: family.check_temperature(temperature, dtype)}
     elif kwargs.get(family.temperature) is not None:

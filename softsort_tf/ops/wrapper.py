@@ -19,7 +19,7 @@ import inspect
 
 import tensorflow as tf
 
-from softsort_tf import _masking, _shapes
+from softsort_tf import _masking
 
 OUTPUT_KINDS = ("elementwise", "sorted", "per_list", "square")
 
@@ -33,7 +33,7 @@ class Lists:
     values: tf.Tensor
     mask: tf.Tensor | None
     weights: tf.Tensor | None
-    view: _shapes.BatchView
+    view: _masking.BatchView
 
     @property
     def dtype(self) -> tf.DType:
@@ -73,18 +73,18 @@ def _dense_output(result: ListResult, lists: Lists):
     """The public dense output of a `ListResult`, in the input's layout and dtype."""
     view, values = lists.view, result.values
     if result.kind == "elementwise":
-        return _shapes.from_batch(_masking.fill_padded(values, lists.mask), view)
+        return _masking.from_batch(_masking.fill_padded(values, lists.mask), view)
     if result.kind == "sorted":
         if result.lengths is not None:
             keep = _masking.valid_prefix(tf.cast(result.lengths, tf.int32), tf.shape(values)[-1])
             values = _masking.fill_padded(values, keep)
-        return _shapes.from_batch(values, view)
+        return _masking.from_batch(values, view)
     if result.kind == "per_list":
         keep_axis = values.shape.rank == 2
         if lists.mask is not None:
             has_valid = tf.reduce_any(lists.mask, axis=-1)
             values = _masking.fill_padded(values, has_valid[:, None] if keep_axis else has_valid)
-        return _shapes.from_batch(values, view, keep_axis=keep_axis)
+        return _masking.from_batch(values, view, keep_axis=keep_axis)
     if result.kind == "square":
         n = view.n
         out = tf.reshape(values, tf.concat([view.moved_shape[:-1], tf.stack([n, n])], axis=0))
@@ -110,12 +110,12 @@ def _ragged_output(result: ListResult, lists: _masking.RaggedLists):
 
 def _lists(x, axis, mask, weights, check_numerics, name):
     """`Lists` of a dense input."""
-    x2d, view = _shapes.to_batch(x, axis, name)
+    x2d, view = _masking.to_batch(x, axis, name)
     mask2d = _masking.mask_to_batch(mask, view)
     x2d = _masking.replace_padded(x2d, mask2d)
     if check_numerics:
         x2d = tf.debugging.check_numerics(x2d, f"softsort_tf: `{name}` has NaN or Inf")
-    w2d = None if weights is None else _shapes.weights_to_batch(weights, view, x2d.dtype)
+    w2d = None if weights is None else _masking.weights_to_batch(weights, view, x2d.dtype)
     return Lists(values=x2d, mask=mask2d, weights=w2d, view=view)
 
 
