@@ -2,14 +2,11 @@
 n]` (rows = sorted positions; sample axes before the last two are averaged over).
 
 `y_true` is a permutation matrix `[..., n, n]` or an ordering `[..., n]` (position i
-holds the index of the i-th item: integers, or floats holding them).
-`y_true_format='auto'` reads an integer `y_true` as an ordering, a floating one as a
-matrix at the rank of `y_pred` and as an ordering below it, except at rank(y_pred) − 1
-with rank(y_pred) ≥ 4, where it asks for `y_true_format`. Padding (softsort_tf._masking):
-negative entries after an ordering's n_valid indices, or a `mask` `[..., n]` of the valid
-items, mark the rows of sorted positions >= n_valid, which are ignored (means over the
-valid rows; 0 for none). An invalid ordering raises a `ValueError` eagerly, an
-`InvalidArgumentError` in a graph (unchecked under XLA). Results are per example.
+holds the index of the i-th item). `y_true_format='auto'` reads an integer `y_true` as an
+ordering, a floating one as a matrix at the rank of `y_pred` and as an ordering below
+it (at rank(y_pred) − 1 ≥ 3 it asks for `y_true_format`). Negative entries
+after an ordering's n_valid indices, or a `mask` `[..., n]`, mark padding: the rows of
+sorted positions >= n_valid are ignored. Results are per example.
 """
 from __future__ import annotations
 
@@ -21,10 +18,7 @@ Y_TRUE_FORMATS = ("auto", "indices", "matrix")
 
 
 def check_format(y_true_format: str) -> str:
-    if y_true_format not in Y_TRUE_FORMATS:
-        raise ValueError(f"`y_true_format` must be one of {Y_TRUE_FORMATS}, "
-                         f"got {y_true_format!r}.")
-    return y_true_format
+    return _checks.check_choice("y_true_format", y_true_format, Y_TRUE_FORMATS)
 
 
 def read_targets(y_true, y_pred, y_true_format: str, mask=None):

@@ -16,12 +16,6 @@ _PACKAGE = "softsort_tf"
 FORMS = ("rank", "cdf")
 
 
-def _check_form(form: str) -> str:
-    if form not in FORMS:
-        raise ValueError(f"`form` must be one of {FORMS}, got {form!r}.")
-    return form
-
-
 def default_top_k_epsilon(num_classes: int) -> float:
     """The default ε of `SoftTopKLoss` for L classes, max(0.3 / L², 1e-6)
     (`softsort_tf.ops.sinkhorn.epsilon_for_length`): each soft rank blurred over ≈ 0.4
@@ -78,7 +72,7 @@ def soft_topk_loss(y_true, logits, k: int = 1, *, form: str = "rank",
     if static_classes is not None and static_classes < 2:
         raise ValueError(f"`logits` must have L >= 2 classes on the last axis, got shape "
                          f"{logits.shape}.")
-    form = _check_form(form)
+    form = _checks.check_choice("form", form, FORMS)
     family = get_family(method)
     # The family's settings; a temperature its settings leave to the caller (Sinkhorn's
     # `epsilon=None`) is chosen for the number of classes L (`Settings.for_length`).
@@ -179,7 +173,8 @@ class SoftTopKLoss(MethodLoss):
             kwargs = get_family(method).settings.leave_temperature(kwargs)
         super().__init__(
             soft_topk_loss,
-            dict(k=_checks.check_positive_int("k", k), form=_check_form(form),
+            dict(k=_checks.check_positive_int("k", k),
+                 form=_checks.check_choice("form", form, FORMS),
                  from_sparse=_checks.check_bool("from_sparse", from_sparse)),
             method=method, temperature=temperature, method_kwargs=method_kwargs,
             reduction=reduction, name=name, dtype=dtype, **kwargs)

@@ -49,4 +49,5 @@ class KendallTau(PerListMean):
         super().__init__(name, dtype, axis=_checks.check_int("axis", axis),
                          negative_labels_are_padding=_checks.check_bool(
                              "negative_labels_are_padding", negative_labels_are_padding),
-                         algorithm=kendall_ops.check_algorithm(algorithm))
+                         algorithm=_checks.check_choice("algorithm", algorithm,
+                                                        kendall_ops.ALGORITHMS))
