@@ -58,9 +58,7 @@ class ImplicitDiff:
     max_iterations: int = 200
 
     def __post_init__(self):
-        if self.solver not in IMPLICIT_SOLVERS:
-            raise ValueError(f"`ImplicitDiff.solver` must be one of {IMPLICIT_SOLVERS}, "
-                             f"got {self.solver!r}.")
+        _checks.check_choice("ImplicitDiff.solver", self.solver, IMPLICIT_SOLVERS)
         object.__setattr__(self, "max_iterations", _checks.check_positive_int(
             "ImplicitDiff.max_iterations", self.max_iterations))
 
@@ -121,9 +119,7 @@ class SinkhornOptions:
         if self.implicit_diff is not None and not isinstance(self.implicit_diff, ImplicitDiff):
             raise ValueError(f"`implicit_diff` must be an ImplicitDiff or None (unrolled "
                              f"gradients), got {self.implicit_diff!r}.")
-        if self.initializer not in INITIALIZERS:
-            raise ValueError(f"`initializer` must be one of {INITIALIZERS}, "
-                             f"got {self.initializer!r}.")
+        _checks.check_choice("initializer", self.initializer, INITIALIZERS)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

@@ -2,11 +2,8 @@
 `QuantileLayer` call `soft_rank`, `soft_sort`, `soft_topk` and `soft_quantile` with
 `method=` a key of `FAMILIES` (the arguments' rule: `softsort_tf._keras`).
 
-Every argument is validated at construction (the temperature in the range of the
-layer's compute dtype; k of `TopKLayer` against n at the call) and is part of
-`get_config()`. Keras masks are the operators' `mask` (docs/api.md, "Padding";
-'permutahedron' takes none). Under a float16/bfloat16 policy the layers compute and
-return float32.
+Every argument is validated at construction and is part of `get_config()`; Keras masks
+are the operators' `mask`; under a float16/bfloat16 policy the layers compute in float32.
 """
 
 from __future__ import annotations

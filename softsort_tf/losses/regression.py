@@ -1,12 +1,10 @@
 """Regression losses: soft least-quantile, trimmed and quantile regression (paper §4),
 and the pinball loss.
 
-The soft losses are batch statistics: the per-example values of the whole batch (the
-errors |y − ŷ|^p, or the residuals y − ŷ) are transported, with uniform masses, onto a
-few target bins, and the statistic is read off the transport plan as one share per
-example whose mean is the statistic (`batch_statistic_shares`); Keras reduces the
-shares like any per-example loss. They are Sinkhorn only (no `method=`; the other
-families of `FAMILIES` define no target bins), ε by default 1e-2, the paper's.
+The soft losses are batch statistics read off the transport of the batch's errors (or
+residuals) onto a few target bins, as one share per example (`batch_statistic_shares`),
+which Keras reduces like any per-example loss. They are Sinkhorn only (the other
+families define no target bins), ε by default 1e-2, the paper's.
 """
 
 from __future__ import annotations
@@ -128,10 +126,8 @@ def batch_statistic_shares(values, *, mask=None, target_weights, shares_fn,
 
 
 def _float_examples(y_true, y_pred, mask=None):
-    """`(y_true, y_pred)` as dense tensors (a `tf.RaggedTensor` raises a `ValueError`
-    naming it) in the float dtype of `y_pred`, the examples that `mask` (`[batch]`,
-    False = padding) marks replaced by 0 before any arithmetic (so that NaN/Inf padding
-    reaches neither the values nor the gradients)."""
+    """`(y_true, y_pred)` as dense tensors in the float dtype of `y_pred`, the examples
+    `mask` (`[batch]`) marks False replaced by 0 before any arithmetic."""
     _checks.check_dense("y_pred", y_pred, mask=None)
     _checks.check_dense("y_true", y_true, mask=None)
     y_pred = tf.convert_to_tensor(y_pred)

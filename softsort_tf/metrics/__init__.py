@@ -6,8 +6,6 @@
   the mean of the per-batch statistics weighted by batch size (as `Model.fit` averages
   a loss), not the statistic of all the errors of the epoch.
 - `SpearmanCorrelation`, `KendallTau`, `NDCGMetric`, `MRRMetric`, the permutation
-  accuracies: sample-weighted means of per-list (or per-example) values.
-
-`SoftTopKLoss`'s hard counterparts are Keras' `SparseTopKCategoricalAccuracy(k)` and
-`TopKCategoricalAccuracy(k)`.
+  accuracies: sample-weighted means of per-list (or per-example) values (docs/api.md,
+  "Metrics"); `SoftTopKLoss`'s are Keras' `SparseTopKCategoricalAccuracy(k)`.
 """

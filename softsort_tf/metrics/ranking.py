@@ -1,13 +1,10 @@
 """Hard ranking metrics over padded and ragged lists: NDCG@k and MRR.
 
 Padding as in docs/api.md ("Padding"; Keras-RS's `{"labels": ..., "mask": ...}` too).
-Items are ranked by decreasing score, tied scores in input order (a stable sort), for
-lists of any length. Gains 2^label − 1, discounts 1/log₂(1 + position): NDCG@k and
-MRR@k equal `keras_rs.metrics.NDCG(k)` and `MeanReciprocalRank(k)` but for two
-conventions: a list without a relevant item (no valid label > 0) is left out of the
-means by default (`lists_without_relevant='skip'`), where Keras-RS counts it with
-value 0 (as 'zero' does, with its own sample weight where Keras-RS gives the batch's
-mean weight); Keras-RS orders tied scores at random.
+Items are ranked by decreasing score, ties in input order. NDCG@k and MRR@k equal
+`keras_rs.metrics.NDCG(k)` and `MeanReciprocalRank(k)` except that a list without a
+relevant item is left out of the means by default (`lists_without_relevant='skip'`;
+'zero' counts it as 0, as Keras-RS) and that Keras-RS orders tied scores at random.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Squashing functions that map raw scores into [0, 1] before transport.
 
 The Sinkhorn operators compare inputs to a target grid on [0, 1] (Cuturi et al., 2019,
-§3); the ε → 0 limit does not change under an increasing transform, so inputs are
-standardised along the list and mapped into [0, 1] (the talk's Algorithm 2):
-
-- `'logistic'` (default): sigmoid(π z / √3), the unit-variance logistic CDF (the papers').
-- `'atan'`: 1/2 + arctan(z) / π, heavier-tailed: outliers squashed less hard.
-- `'robust'`: the robust z-score (x − median) / (1.4826 · MAD), asinh-compressed, then
-  the arctan map: outliers stay apart and do not crush the bulk (its limits:
-  docs/options.md).
-- `None`: inputs used as given (values already in [0, 1]).
-
-Statistics are weighted by the input weights, and computed without overflow: values
-from float32 subnormals (read from their bits: CPU kernels flush them to zero) to the
-largest float give finite outputs; a constant row maps to 0.5 with finite gradients.
+§3), so inputs are standardised along the list and mapped into [0, 1] (the talk's
+Algorithm 2): `'logistic'` (default, sigmoid(π z / √3)), `'atan'` (1/2 + arctan(z)/π),
+`'robust'` (the asinh-compressed median/MAD z-score, then the arctan map) or `None`
+(inputs already in [0, 1]); docs/options.md. Statistics are weighted by the input
+weights and computed without overflow, float32 subnormals included; a constant row maps
+to 0.5 with finite gradients.
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import math
 
 import tensorflow as tf
 
-from softsort_tf import _masking
+from softsort_tf import _checks, _masking
 
 SQUASHES = ("logistic", "atan", "robust", None)
 MAD_TO_STD = 1.4826  # MAD of a normal law times this is its standard deviation
@@ -33,9 +26,7 @@ def check_squash(squash):
         squash = squash.lower()
         if squash == "none":
             squash = None
-    if squash not in SQUASHES:
-        raise ValueError(f"`squash` must be one of {SQUASHES}, got {squash!r}.")
-    return squash
+    return _checks.check_choice("squash", squash, SQUASHES)
 
 
 def _safe_positive(v):
