@@ -1,16 +1,10 @@
 """Keras layers over the relaxed permutation matrices of the families: `SoftSort`,
-`NeuralSort`, `SinkhornPermutation` (`Family.matrix`, `softsort_tf.ops.family`).
-
-Scores `[batch, n]` are sorted along the last axis; `output_mode` returns P̂ `[batch,
-n, n]` ('matrix'), P̂ @ x of the scores or of `values` called as `[scores, values]`
-('sorted'), or soft ranks ('ranks'). Padding (Keras masks, a `mask` call argument,
-ragged inputs) is that of softsort_tf._masking; the output mask is the input mask for
-'ranks', the first n_valid positions for 'sorted', None for 'matrix' (its padding is in
-P̂'s zero rows and columns). `stochastic=True` perturbs the scores by Gumbel noise
-(`softsort_tf.ops.sampling`) in training, or always with `sample_at_inference`, from a
-`keras.random.SeedGenerator` saved with the model; `num_samples=S` adds a sample axis
-before the matrix axes (S copies of the noise-free output when no noise is drawn). The
-layers compute in float32 (or float64) under any policy: P̂ does not fit float16.
+`NeuralSort`, `SinkhornPermutation` (`Family.matrix`). `output_mode` returns P̂
+('matrix'), P̂ @ x ('sorted') or soft ranks ('ranks'); the output mask is the input
+mask for 'ranks', the first n_valid positions for 'sorted', None for 'matrix'.
+`stochastic=True` perturbs the scores by Gumbel noise (`softsort_tf.ops.sampling`) from
+a `keras.random.SeedGenerator` saved with the model; `num_samples=S` adds a sample axis
+before the matrix axes. The layers compute in float32 (or float64) under any policy.
 """
 
 from __future__ import annotations
@@ -61,9 +55,7 @@ class _PermutationLayer(keras.layers.Layer):
         self.supports_masking = True
         self.direction = _checks.check_direction(direction)
         self.hard = permutation_ops.check_hard(hard)
-        if output_mode not in OUTPUT_MODES:
-            raise ValueError(f"`output_mode` must be one of {OUTPUT_MODES}, got {output_mode!r}.")
-        self.output_mode = output_mode
+        self.output_mode = _checks.check_choice("output_mode", output_mode, OUTPUT_MODES)
         self.stochastic = bool(stochastic)
         self.num_samples = (None if num_samples is None
                             else _checks.check_positive_int("num_samples", num_samples))

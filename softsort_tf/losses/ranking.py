@@ -42,12 +42,6 @@ LISTWISE_METHODS = tuple(name for name, op in MATRIX_FAMILIES.items()
 GAINS = ("exponential", "linear")
 
 
-def _check_listwise_method(method: str) -> str:
-    if method not in LISTWISE_METHODS:
-        raise ValueError(f"`method` must be one of {LISTWISE_METHODS}, got {method!r}.")
-    return method
-
-
 def resolve_gain(gain: str | None, scale_free: bool) -> str:
     """The gain of a soft NDCG: `gain`, or (None) 'linear' when `scale_free`, else
     'exponential' (a sharp explicit temperature: the NDCG itself as it → 0)."""
@@ -258,7 +252,7 @@ def listwise_permutation_loss(y_true, y_pred, mask=None, *, method: str = "neura
     >>> float(v[0]) < 1e-6
     True
     """
-    _check_listwise_method(method)
+    _checks.check_choice("method", method, LISTWISE_METHODS)
     labels, scores, valid = padded_lists(y_true, y_pred, mask)
     perm = permutation_matrix(scores, method, mask=valid,
                               **temperature_kwargs(method, temperature))
@@ -296,8 +290,8 @@ class ListwisePermutationLoss(ListLoss):
                  probability_floor: float = DEFAULT_PROBABILITY_FLOOR,
                  reduction: str = "sum_over_batch_size",
                  name: str = "listwise_permutation_loss", dtype=None):
-        temperature = _keras.check_temperature(_check_listwise_method(method), temperature,
-                                                 _keras.compute_dtype(dtype))
+        method = _checks.check_choice("method", method, LISTWISE_METHODS)
+        temperature = _keras.check_temperature(method, temperature, _keras.compute_dtype(dtype))
         super().__init__(
             listwise_permutation_loss, reduction=reduction, name=name, dtype=dtype,
             method=method, temperature=temperature,

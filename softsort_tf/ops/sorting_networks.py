@@ -46,18 +46,6 @@ _BELOW, _ENTRY, _ABOVE = -1, 0, 1
 
 
 # -- Arguments and sigmoids ------------------------------------------------------------
-def check_network(network) -> str:
-    if network not in NETWORKS:
-        raise ValueError(f"`network` must be one of {NETWORKS}, got {network!r}.")
-    return network
-
-
-def check_sigmoid(sigmoid) -> str:
-    if sigmoid not in SIGMOIDS:
-        raise ValueError(f"`sigmoid` must be one of {SIGMOIDS}, got {sigmoid!r}.")
-    return sigmoid
-
-
 def check_art_lambda(art_lambda) -> float:
     """λ of the activation replacement trick, in [0, 1) (λ = 1 would make φ a sign)."""
     try:
@@ -121,7 +109,7 @@ def relaxed_step(v, steepness: float, sigmoid: str = DEFAULT_SIGMOID,
         tail = 1.0 / (16.0 * tf.maximum(a, quarter))  # 1/(16|u|), bounded
         centre = tf.clip_by_value(u, -quarter, quarter) + half
         return tf.where(a <= quarter, centre, tf.where(u > 0, 1.0 - tail, tail))
-    return check_sigmoid(sigmoid)  # raises: not a sigmoid
+    return _checks.check_choice("sigmoid", sigmoid, SIGMOIDS)  # raises: not a sigmoid
 
 
 # -- The networks' layers --------------------------------------------------------------
@@ -383,7 +371,8 @@ def _network_lists(lists: Lists, steepness, network, sigmoid, art_lambda, direct
     when `hard` (else None), computed on the centred values (`centred_finite_rows`); a
     list with a non-finite value gives NaN."""
     steepness = _checks.check_positive("steepness", steepness)
-    network, sigmoid = check_network(network), check_sigmoid(sigmoid)
+    network = _checks.check_choice("network", network, NETWORKS)
+    sigmoid = _checks.check_choice("sigmoid", sigmoid, SIGMOIDS)
     art_lambda = check_art_lambda(art_lambda)
     ascending = _checks.check_direction(direction) == "ASCENDING"
     hard = check_hard(hard)
