@@ -98,13 +98,11 @@ def batch_statistic_shares(values, *, mask=None, target_weights, shares_fn,
                            options: SinkhornOptions | dict | None = None, **option_kwargs):
     """Per-example shares of a soft statistic of a batch of values (one list).
 
-    The values v_i (`[B]`, the list axis) are transported, with uniform masses over the
-    B_v valid entries (`mask`), onto the target bins b (`target_weights`, ascending).
-    With P the plan, the mean of the values sent to bin j is Q̃_j = Σ_i c_ij,
-    c_ij = P_ij v_i / b_j (b_j read as the column's own sum, so each Q̃_j is an exact
-    convex combination). `shares_fn(c, v, count)` (c `[1, B, m]`, 0 on padded rows;
-    v `[1, B]`; count = B_v `[1, 1]`, ≥ 1) returns the `[1, B]` shares s_i whose sum
-    over the valid entries is the statistic S.
+    The values v_i (`[B]`, uniform masses over the B_v valid entries) are transported
+    onto the bins b (`target_weights`, ascending); with P the plan, the mean of bin j is
+    Q̃_j = Σ_i c_ij, c_ij = P_ij v_i / (column j's sum). `shares_fn(c, v, count)` (c
+    `[1, B, m]`, 0 on padded rows; v `[1, B]`; count = B_v `[1, 1]`, ≥ 1) returns the
+    `[1, B]` shares s_i whose sum over the valid entries is the statistic S.
 
     Returns:
       `[B]`: B_v·s_i for a valid entry (their mean over the valid entries is S), 0 for

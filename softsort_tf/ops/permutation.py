@@ -374,14 +374,10 @@ def _abs_row_sums(s, weights=None):
 
 
 def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
-    """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory.
-
-    The logits, linear in s, are computed for s / M (M the power of two at or above
-    max |s|: exact, logits bounded by 2n), shifted to a maximum of 0 and multiplied by
-    M / τ capped at the largest float, so that huge scores or a tiny τ give a one-hot
-    row, not NaN. With `valid`, n and A_s·1 are those of the valid entries (n_valid,
-    A_s·w with 0/1 weights) and rows i > n_valid are 0.
-    """
+    """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory: the logits
+    of s / M (M the power of two at or above max |s|), shifted to a maximum of 0, times
+    M / τ capped at the largest float (huge scores or a tiny τ give a one-hot row, not
+    NaN). With `valid`: over the valid entries, rows i >= n_valid 0."""
     n = tf.shape(s)[-1]
     dtype = s.dtype
     info = np.finfo(dtype.as_numpy_dtype)

@@ -46,9 +46,8 @@ def stateless_uniform(shape, seed, dtype=tf.float32):
     """Counter-based uniform noise in the open interval (0, 1), keyed by `seed`.
 
     Element k (row-major) is splitmix64(k·γ + key), key = seed[0] ⊕ splitmix64(seed[1] +
-    salt), its top b = 23 (float32) or 52 (float64) bits m mapped to (m + 1/2)·2⁻ᵇ < 1
-    exactly. Integer arithmetic only: bit-identical eagerly, under `tf.function` and
-    XLA, on any device (unlike `tf.random.stateless_uniform`).
+    salt), its top b bits m mapped to (m + 1/2)·2⁻ᵇ: integer arithmetic only, so
+    bit-identical eagerly, under `tf.function` and XLA, on any device.
 
     Args:
       shape: 1-D int tensor or list, the output shape.
