@@ -267,11 +267,12 @@ def ranks_table(args):
                 row.update(torch_strength=s, torch_err=err)
                 calls["torch"] = TorchRanker().stepper(x, w, s)
                 calls["torch_sort"] = TorchRanker(torchsort.soft_sort).stepper(x, w, s)
-            a, err = strength_for(LAPSUM, x, 1.0 / n)
-            row.update(lapsum_alpha=a, lapsum_err=err)
-            calls["lapsum"] = LAPSUM.stepper(x, w, a)
-            calls["lapsum_sort"] = LAPSUM_SORT.stepper(x, w, a)
-            if n * batch <= args.permutahedron_max_size:
+            if "lapsum" in args.libraries:
+                a, err = strength_for(LAPSUM, x, 1.0 / n)
+                row.update(lapsum_alpha=a, lapsum_err=err)
+                calls["lapsum"] = LAPSUM.stepper(x, w, a)
+                calls["lapsum_sort"] = LAPSUM_SORT.stepper(x, w, a)
+            if "permutahedron" in args.libraries and n * batch <= args.permutahedron_max_size:
                 e = row.get("torch_strength")
                 if e is None:
                     e, _ = strength_for(PERMUTAHEDRON, x, 1.0 / n)
@@ -497,7 +498,8 @@ def markdown(meta, rows, sink, topk, spear, mem):
         cells.append(f"{r['torch_strength']:.3g} [{r['torch_err']:.2f}]"
                      if "torch_strength" in r else "—")
         cells.append(ms(r, "torch"))
-        cells.append(f"{r['lapsum_alpha']:.3g} [{r['lapsum_err']:.2f}]")
+        cells.append(f"{r['lapsum_alpha']:.3g} [{r['lapsum_err']:.2f}]"
+                     if "lapsum_alpha" in r else "—")
         cells += [ms(r, "lapsum"), ratio(r, "lapsum"), ms(r, "torch_sort"),
                   ms(r, "lapsum_sort"), ratio(r, "sort"), ms(r, "perm"), ratio(r, "perm"),
                   ms(r, "perm_sort"), ratio(r, "perm_sort")]
@@ -554,6 +556,9 @@ def main():
     parser.add_argument("--batches", type=lambda s: [int(v) for v in s.split(",")],
                         default=[1, 32])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--libraries", type=lambda s: set(s.split(",")),
+                        default={"lapsum", "permutahedron"},
+                        help="Our operators in the ranks table: lapsum, permutahedron.")
     parser.add_argument("--permutahedron_max_size", type=float, default=4e7,
                         help="Largest n·batch timed for the permutahedron operator.")
     parser.add_argument("--sinkhorn_n", type=int, default=20_000)
@@ -584,7 +589,7 @@ def main():
     mem = memory_section(args) if "memory" not in skip else None
 
     def alpha_at(n):
-        if n in by_n:
+        if "lapsum_alpha" in by_n.get(n, {}):
             return by_n[n]["lapsum_alpha"]
         return strength_for(LAPSUM, problem(n, 1)[0], 1.0 / n)[0]
 
