@@ -75,17 +75,27 @@ def _log_plan(f, g, cost, epsilon):
     (TwoSum), e added after s − C_ij (exact where s ≈ C_ij); rounded in place, f_i + g_j
     would move log P by ulp(f + g)/ε. e, 0 in exact arithmetic, is a constant for autodiff."""
     f, g = f[:, :, None], g[:, None, :]
-    s = f + g
-    g_part = s - f
-    error = (f - (s - g_part)) + (g - g_part)
+    # e of the finite potentials (a −∞ one counts as 0, and e as 0): no NaN is formed.
+    finite_f = tf.where(tf.math.is_finite(f), f, tf.zeros_like(f))
+    finite_g = tf.where(tf.math.is_finite(g), g, tf.zeros_like(g))
+    s = finite_f + finite_g
+    g_part = s - finite_f
+    error = (finite_f - (s - g_part)) + (finite_g - g_part)
     error = tf.where(tf.abs(error) <= error.dtype.max, error, tf.zeros_like(error))  # ±inf
-    return (s - cost + tf.stop_gradient(error)) / tf.cast(epsilon, cost.dtype)
+    return (f + g - cost + tf.stop_gradient(error)) / tf.cast(epsilon, cost.dtype)
 
 
 def _row_plan(f, g, cost, epsilon):
     # softmax_j is invariant to the row's f_i: f shifts the logits to the accurate log-plan
-    # and is a constant for autodiff.
-    return tf.nn.softmax(_log_plan(tf.stop_gradient(f), g, cost, epsilon), axis=-1)
+    # and is a constant for autodiff. A non-finite f_i (−∞ for a zero weight a_i) is
+    # replaced by min_j C_ij − g_j (its ε → 0 limit for any a_i > 0): a row of −∞ logits
+    # has no softmax, and logits far from 0 (C_ij/ε for a large x_i) leave the row's
+    # largest one at exp(l − max l) = 0 when XLA rounds l twice differently.
+    f = tf.stop_gradient(f)
+    c_transform = tf.stop_gradient(tf.reduce_min(cost - g[:, None, :], axis=-1))
+    fill = tf.where(tf.math.is_finite(c_transform), c_transform, tf.zeros_like(f))
+    f = tf.where(tf.math.is_finite(f), f, fill)
+    return tf.nn.softmax(_log_plan(f, g, cost, epsilon), axis=-1)
 
 
 # Sums over more entries than this are accumulated in float64 for float32 inputs: a
@@ -209,6 +219,8 @@ def _run_loop(cost, log_a, log_b, g_init, *, epsilon, epsilon_start, epsilon_dec
     # The ε the potentials solve: ε_t if annealing had not reached ε (no row is done).
     eps_last = eps_at(tf.maximum(it - 1, 0))
     f = (u if exact_marginal == "input" else u_prev) * eps_last + f_init
+    # A zero weight's potential is −∞, whatever XLA's rounding of its row of C/ε ~ 1e14.
+    f = tf.where(tf.math.is_inf(log_a), log_a, f)
     return f, v * eps_last + g_init, n_it, err, eps_last
 
 

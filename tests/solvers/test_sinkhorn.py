@@ -342,3 +342,61 @@ def test_float32_read_outs_are_the_float64_ones_of_the_same_potentials_rounded()
             for name, value, ref in (("plan", got[1], want[1]), ("row_plan", got[2], want[2])):
                 np.testing.assert_allclose(value, ref, rtol=1e-5, atol=1e-8,
                                            err_msg=f"{name}, ε = {eps}, {mode}")
+
+
+@pytest.mark.parametrize("dtype, large", [(np.float32, 40.0), (np.float64, 1e6)])
+def test_zero_weight_rows_read_out_the_limits_of_their_potentials(dtype, large):
+    """Inputs of weight a_i = 0 (f_i = −∞): their rows of log P are −∞ and of P 0, and
+    their row-conditional plan is softmax_j((g_j − C_ij)/ε) of the same potentials
+    (float64 reference), finite eagerly and under XLA, also for a large x_i (C_ij/ε up
+    to 2e13); the gradients are finite, the float64 one equals central differences and
+    the float32 one the float64 one."""
+    x = np.array([[0.3, 0.1, 0.7, 0.9, large], [0.2, 0.15, 0.6, 0.4, 0.5]])
+    a = np.array([[1.0, 1.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 2.0, 1.0]])
+    a /= a.sum(-1, keepdims=True)
+    y = np.linspace(0.1, 0.9, 5)
+    zero = a == 0
+    probe = np.random.RandomState(3).rand(2, 5, 5)
+
+    def run(x_):
+        res = solver.solve(x_, tf.constant(y, x_.dtype), tf.constant(a, x_.dtype),
+                           epsilon=0.05, threshold=1e-12, max_iterations=5000)
+        reads = res.log_plan(), res.plan(), res.row_plan()
+        loss = tf.reduce_sum(tf.cast(probe, x_.dtype) * (reads[1] + reads[2]))
+        return reads, res.f, res.g, res.cost, res.epsilon, loss
+
+    def with_gradient(x_):
+        with tf.GradientTape() as tape:
+            tape.watch(x_)
+            *out, loss = run(x_)
+        return out, loss, tape.gradient(loss, x_)
+
+    xla = tf.function(with_gradient, jit_compile=True)
+    grads = {}
+    for mode, fn in (("eager", with_gradient), ("xla", xla)):
+        ((log_plan, plan, row_plan), f, g, cost, eps), _, grad = fn(tf.constant(x, dtype))
+        logits = ((g.numpy()[:, None, :].astype(np.float64) - cost.numpy())
+                  / float(eps.numpy()))
+        logits -= logits.max(-1, keepdims=True)
+        want = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        assert np.all(np.isneginf(f.numpy()[zero])), mode
+        assert np.all(np.isneginf(log_plan.numpy()[zero])), mode
+        assert np.all(plan.numpy()[zero] == 0), mode
+        for t in (plan, row_plan, grad):
+            assert np.isfinite(t.numpy()).all(), mode
+        np.testing.assert_allclose(row_plan.numpy()[zero], want[zero], rtol=1e-5, atol=1e-7,
+                                   err_msg=mode)
+        grads[mode] = grad.numpy()
+    np.testing.assert_allclose(grads["xla"], grads["eager"], rtol=1e-4, atol=1e-6)
+    if dtype == np.float64:
+        step, fd = 1e-6, np.zeros_like(x)
+        for idx in np.ndindex(*x.shape):
+            if x[idx] > 10:  # its plan is hard: no gradient
+                continue
+            dx = np.zeros_like(x)
+            dx[idx] = step
+            fd[idx] = (run(tf.constant(x + dx))[-1] - run(tf.constant(x - dx))[-1]) / (2 * step)
+        np.testing.assert_allclose(grads["eager"], fd, rtol=1e-5, atol=1e-6)
+    else:
+        reference = with_gradient(tf.constant(x))[2].numpy()
+        np.testing.assert_allclose(grads["eager"], reference, rtol=1e-3, atol=1e-4)
