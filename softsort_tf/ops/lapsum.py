@@ -269,7 +269,10 @@ class _SortedList:
             return tf.cast(a, dtype), tf.cast(b, dtype), tf.cast(f, dtype)
 
         wide = sum_dtype(dtype, x2d.shape[-1])
-        if wide == dtype or x2d.shape[-1] is None:
+        # Under XLA a data-dependent choice of precision (tf.cond) would make the compiled
+        # gradient depend on the input's values (compiled anew for each); XLA takes the
+        # wide sums whenever they may be needed.
+        if wide == dtype or x2d.shape[-1] is None or _in_xla_context():
             self.a, self.b, f = sums_and_f(wide)
         else:
             a, b, f = sums_and_f(dtype)
