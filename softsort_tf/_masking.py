@@ -17,6 +17,16 @@ from softsort_tf import _checks
 _REDUCED = (tf.float16, tf.bfloat16)
 
 
+def inverse_permutation(order):
+    """The inverse of each row of a `[batch, n]` int32 permutation (a scatter, O(n))."""
+    shape = tf.shape(order)
+    rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
+    positions = tf.broadcast_to(tf.range(shape[1])[None, :], shape)
+    inverse = tf.scatter_nd(tf.stack([rows, order], axis=-1), positions, shape)
+    inverse.set_shape(order.shape)
+    return inverse
+
+
 def compute_dtype(dtype: tf.DType) -> tf.DType:
     """The dtype an operator computes in: float32 for float16/bfloat16 inputs."""
     dtype = tf.as_dtype(dtype)

@@ -113,16 +113,6 @@ def _argsort(keys):
     return tf.argsort(keys, axis=-1, stable=True)
 
 
-def _inverse_permutation(order):
-    """The inverse of each row of a `[batch, n]` permutation."""
-    shape = tf.shape(order)
-    rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
-    positions = tf.broadcast_to(tf.range(shape[1])[None, :], shape)
-    inverse = tf.scatter_nd(tf.stack([rows, order], axis=-1), positions, shape)
-    inverse.set_shape(order.shape)
-    return inverse
-
-
 def _cummax(a):
     """Running maximum along the last axis of an int `[batch, n]` tensor (a Hillis–Steele
     scan, ⌈log₂ n⌉ doubling steps)."""
@@ -203,7 +193,7 @@ def _counts_merge(x, y, valid):
     y_sorted, v_sorted = _take(ys, order_y), _take(vs, order_y)
     n2 = _tied_pairs(tf.logical_and(tf.logical_and(v_sorted, tf.logical_not(first)),
                                     tf.equal(y_sorted, previous(y_sorted))))
-    nd = _inversions(_inverse_permutation(order_y))
+    nd = _inversions(_masking.inverse_permutation(order_y))
     nv = tf.reduce_sum(tf.cast(valid, tf.int64), axis=1)
     return nv * (nv - 1) // 2, n1, n2, n3, nd
 
@@ -578,7 +568,7 @@ def weighted_kendall_kernel(x, y=None, rank_weights=None, *,
         t = tf.cast(t, _masking.batch_compute_dtype(t.dtype))
         shape = tf.shape(t)
         order = _argsort(tf.reshape(t, tf.stack([-1, shape[-1]])))
-        w = tf.gather(u, tf.reshape(_inverse_permutation(order), shape))  # u at rank − 1
+        w = tf.gather(u, tf.reshape(_masking.inverse_permutation(order), shape))  # u at rank − 1
         pair_w = (tf.add if combination == "additive" else tf.multiply)(
             w[..., :, None], w[..., None, :])
         return _flat_pairs(pair_w * tf.cast(t[..., :, None] < t[..., None, :], dtype))

@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks
+from softsort_tf import _checks, _masking
 from softsort_tf.ops import family
 from softsort_tf.ops.lapsum import _stable_argsort
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
@@ -264,16 +264,6 @@ def _descending_order(z):
     return _stable_argsort(tf.where(tf.equal(neg, 0), tf.zeros_like(neg), neg))
 
 
-def _inverse_permutation(order):
-    """The inverse of each row of a `[b, n]` permutation (a scatter, O(n))."""
-    shape = tf.shape(order)
-    rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
-    positions = tf.broadcast_to(tf.range(shape[1])[None, :], shape)
-    inverse = tf.scatter_nd(tf.stack([rows, order], axis=-1), positions, shape)
-    inverse.set_shape(order.shape)
-    return inverse
-
-
 def _rho(x2d):
     """ρ = (n, ..., 1) for every row, `[b, n]`."""
     n = tf.shape(x2d)[-1]
@@ -354,7 +344,7 @@ def permutahedron_rank(x, regularization: str = "l2", regularization_strength: f
             primal_sorted = (tf.where(finite_s, safe_s - _per_block(safe_s, block, "mean"),
                                       tf.zeros_like(s))
                              + _rho_block_mean(block, s.dtype))
-        inv = _inverse_permutation(order)
+        inv = _masking.inverse_permutation(order)
         primal = tf.gather(primal_sorted, inv, batch_dims=1)
         out = tf.exp(primal) if kl else primal
 
@@ -412,7 +402,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     def sort(x2d):
         neg = -x2d
         order = _descending_order(neg)
-        inv = _inverse_permutation(order)
+        inv = _masking.inverse_permutation(order)
         sw = tf.gather(neg, order, batch_dims=1)              # −θ sorted decreasingly
         rho_raw = _rho(x2d)
         _, block, _ = _isotonic(rho_raw / strength, sw, kl)
