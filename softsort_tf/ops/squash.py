@@ -4,7 +4,8 @@ The Sinkhorn operators compare inputs to a target grid on [0, 1] (Cuturi et al.,
 §3), so inputs are standardised along the list and mapped into [0, 1] (the talk's
 Algorithm 2): `'logistic'` (default, sigmoid(π z / √3)), `'atan'` (1/2 + arctan(z)/π),
 `'robust'` (the asinh-compressed median/MAD z-score, then the arctan map) or `None`
-(inputs already in [0, 1]); docs/options.md. Statistics are weighted by the input
+(the values as they are, ε then in their units: raw scores whose scale the model
+learns); docs/options.md. Statistics are weighted by the input
 weights and computed without overflow, float32 subnormals included; a constant row maps
 to 0.5 with finite gradients.
 """

@@ -321,7 +321,8 @@ _COMMON_ARGS_DOC = """
       weights: non-negative input weights a, `[n]` or the shape of x (default uniform):
         the input measure, also weighting the squashing's standardisation.
       squash: how inputs are mapped into [0, 1]: 'logistic' (default), 'atan', 'robust'
-        or None (inputs already in [0, 1]); see `softsort_tf.ops.squash`.
+        or None (the values as they are, ε in their units; in float32 keep |x|^p/ε
+        ≲ 1e7, beyond which C/ε is rounded by more than 1); see `softsort_tf.ops.squash`.
       targets: where the targets sit on [0, 1]: 'regular' (default, y_j = (j − 1)/(m − 1))
         or 'centres' (the centres of the target bins in mass).
       check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of
