@@ -97,9 +97,11 @@ _FLAGS = {
     "temperature": (float, "The family's temperature (tau, epsilon, alpha, steepness, ...); "
                     "default: the binary's for the family (large-MNIST: 1024 for n <= 7, "
                     "else 128, on the raw CNN scores, SoftSort paper; its inverse for a "
-                    "steepness; 0.005 for Sinkhorn's epsilon, Cuturi et al.; kNN: 0.1)."),
-    "method_kwargs": (str, "The family's own settings as a JSON object, e.g. "
-                      "'{\"squash\": null}' (Sinkhorn on the raw CNN scores) or "
+                    "steepness; Sinkhorn's epsilon: 100 on the raw scores, 0.005 on "
+                    "squashed ones, Cuturi et al.; kNN: 0.1)."),
+    "method_kwargs": (str, "The family's own settings as a JSON object, merged over the "
+                      "large-MNIST binaries' defaults (Sinkhorn: '{\"squash\": null}', the raw CNN "
+                      "scores), e.g. '{\"squash\": \"logistic\"}' or "
                       "'{\"network\": \"bitonic\"}' (sorting networks)."),
     "family_modules": (str, "Comma-separated modules to import before the flags are "
                        "checked: modules that register families (ss.register_family) "

@@ -6,8 +6,9 @@ exact-permutation accuracy for sorting, validation MSE for the median):
 
 - `method` (when `space.methods` has several): families with a relaxed matrix;
 - the family's `temperature`, log-uniform over the range of its units
-  (`Family.temperature_units`: raw CNN scores for τ and α, their inverse for a
-  steepness, the scale-free range for Sinkhorn's ε), one hyper-parameter per unit
+  (`Family.temperature_units`: raw CNN scores for τ and α, and for Sinkhorn's ε on the
+  raw scores, the binaries' default; their inverse for a steepness; the scale-free range
+  for Sinkhorn's ε with its squash), one hyper-parameter per unit
   (`temperature_scores`, `temperature_inverse_scores`, `temperature_normalized`),
   active only for the methods of those units;
 - `learning_rate` of Adam, log-uniform.
@@ -43,11 +44,6 @@ __all__ = ["TUNERS", "LargeMnistHyperModel", "SearchSpace", "range_is_valid", "s
 TUNERS = ("random", "bayesian", "hyperband")
 
 
-def _units(method: str) -> str:
-    """The units of the temperature of `method` (`Family.temperature_units`)."""
-    return ss.get_family(method).temperature_units
-
-
 def _check_range(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
     low, high = (float(v) for v in bounds)
     if not (0 < low <= high and math.isfinite(high)):
@@ -74,11 +70,11 @@ class SearchSpace:
     Attributes:
       methods: the operators to choose from (one: the method is fixed).
       temperature_scores: (low, high) of a temperature in the units of the raw CNN
-        scores (SoftSort's and NeuralSort's τ, LapSum's α).
+        scores (SoftSort's and NeuralSort's τ, LapSum's α, Sinkhorn's ε on raw scores).
       temperature_inverse_scores: (low, high) of a temperature in their inverse units
         (the sorting networks' steepness β).
       temperature_normalized: (low, high) of a temperature independent of the scores'
-        scale (Sinkhorn's ε).
+        scale (Sinkhorn's ε on squashed scores).
       learning_rate: (low, high) of Adam's learning rate.
     """
 
@@ -128,18 +124,36 @@ class LargeMnistHyperModel(kt.HyperModel):
         else:
             method = hp.Fixed("method", space.methods[0])
         temperature = self.config.temperature if method == self.config.method else None
-        for units in dict.fromkeys(_units(m) for m in space.methods):
-            users = [m for m in space.methods if _units(m) == units]
+        for units in dict.fromkeys(self._units(m) for m in space.methods):
+            users = [m for m in space.methods if self._units(m) == units]
             name = f"temperature_{units}"
             with hp.conditional_scope("method", users):
                 if method in users:
                     temperature = hp.Float(name, *getattr(space, name), sampling="log")
         learning_rate = hp.Float("learning_rate", *space.learning_rate, sampling="log")
+        settings = self._settings(method)
         config = dataclasses.replace(self.config, method=method, learning_rate=learning_rate,
-                                     temperature=temperature)
+                                     temperature=temperature,
+                                     method_kwargs=json.dumps(settings) if settings else None)
         if temperature is None:
-            config.temperature = large_mnist.default_temperature(method, config.n)
+            config.temperature = large_mnist.default_temperature(method, config.n, settings)
         return config
+
+    def _settings(self, method: str) -> dict:
+        """The family's own settings in a trial of `method`: the config's for its method,
+        else the binaries' defaults (`large_mnist.default_settings`)."""
+        if method == self.config.method:
+            return models.parse_method_kwargs(method, self.config.method_kwargs)
+        return large_mnist.default_settings(method)
+
+    def _units(self, method: str) -> str:
+        """The units of the temperature of `method` with its settings in a trial:
+        'scores' on the raw scores (`Family.on_raw_scores`), else its
+        `Family.temperature_units`."""
+        family = ss.get_family(method)
+        if family.on_raw_scores(self._settings(method)):
+            return "scores"
+        return family.temperature_units
 
     def build(self, hp: kt.HyperParameters) -> keras.Model:
         return large_mnist.build_model(self.trial_config(hp))

@@ -225,6 +225,7 @@ class Family:
     temperature_units: str = "scores"
     scale_free_temperature: float | None = None
     scale_free_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    raw_scores_settings: Mapping[str, object] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -246,6 +247,14 @@ class Family:
         if self.temperature_units not in TEMPERATURE_UNITS:
             raise ValueError(f"`temperature_units` must be one of {TEMPERATURE_UNITS}, got "
                              f"{self.temperature_units!r}.")
+
+    def on_raw_scores(self, settings: Mapping[str, object]) -> bool:
+        """Whether the family's `settings` apply it to the scores as they are: they
+        include its `raw_scores_settings` (a family that normalises the scores, with the
+        normalisation off), its temperature then in the units of the scores."""
+        raw = self.raw_scores_settings
+        return raw is not None and all(k in settings and settings[k] == v
+                                       for k, v in raw.items())
 
     def temperature_for_scale(self, scale: float, normalized: float | None = None) -> float:
         """The temperature as sharp as `scale` is for scores (1/`scale` for inverse units;

@@ -562,4 +562,5 @@ SINKHORN = family.Family(
     temperature_units="normalized",
     # Scale-free: ε = 3 on the squashed costs; the default threshold (1e-3) would stop
     # it after one iteration (marginal error 1.2e-4), 1e-6 after two.
-    scale_free_temperature=3.0, scale_free_settings={"threshold": 1e-6})
+    scale_free_temperature=3.0, scale_free_settings={"threshold": 1e-6},
+    raw_scores_settings={"squash": None})

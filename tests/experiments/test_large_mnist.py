@@ -189,10 +189,21 @@ def test_median_evaluation_metrics_and_bad_configs():
     config = ExperimentConfig(task="sort", n=9).finalize()
     assert (config.temperature, config.batch_size, config.steps_per_epoch) == (128.0, 20, 687)
     # One temperature, its default in the family's units (raw CNN scores: τ = 128 for
-    # n = 9; a steepness: 1/128; Sinkhorn's scale-free ε: Cuturi et al.'s 0.005).
+    # n = 9; a steepness: 1/128). Sinkhorn runs on the raw scores by default, at ε = 100,
+    # its settings merged over that default; with its squash on, ε is Cuturi et al.'s 0.005.
     assert ExperimentConfig(method="sorting_network", n=9).finalize().temperature == 1.0 / 128
     assert ExperimentConfig(method="lapsum", n=3).finalize().temperature == 1024.0
-    assert ExperimentConfig(method="sinkhorn", n=3).finalize().temperature == 5e-3
+    raw = ExperimentConfig(method="sinkhorn", n=3).finalize()
+    assert (raw.temperature, json.loads(raw.method_kwargs)) == (100.0, {"squash": None})
+    centres = ExperimentConfig(method="sinkhorn", n=3,
+                               method_kwargs='{"targets": "centres"}').finalize()
+    assert (centres.temperature, json.loads(centres.method_kwargs)) == (
+        100.0, {"squash": None, "targets": "centres"})
+    squashed = ExperimentConfig(method="sinkhorn", n=3,
+                                method_kwargs='{"squash": "logistic"}').finalize()
+    assert (squashed.temperature, json.loads(squashed.method_kwargs)) == (
+        5e-3, {"squash": "logistic"})
+    assert ExperimentConfig(method="softsort", n=3).finalize().method_kwargs is None
     config = ExperimentConfig(task="median").finalize()
     assert (config.learning_rate, config.batch_size, config.steps_per_epoch) == (1e-3, 5, 2750)
 

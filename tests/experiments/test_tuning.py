@@ -26,10 +26,9 @@ def _check_trial(hp):
     assert hp["method"] in space.methods
     assert space.learning_rate[0] <= hp["learning_rate"] <= space.learning_rate[1]
     # Conditional: the range of the family's units only (τ in the scores' units for
-    # SoftSort and NeuralSort, the scale-free ε for Sinkhorn).
+    # SoftSort and NeuralSort, and ε for Sinkhorn, on the raw scores by default).
     scores, normalized = "temperature_scores", "temperature_normalized"
-    assert (scores in hp) == (hp["method"] in ("softsort", "neuralsort"))
-    assert (normalized in hp) == (hp["method"] == "sinkhorn")
+    assert scores in hp and normalized not in hp
     if scores in hp:
         assert space.temperature_scores[0] <= hp[scores] <= space.temperature_scores[1]
     if normalized in hp:
@@ -92,15 +91,21 @@ def test_patience_ends_a_trial_that_stopped_improving(searches):
     assert [t["epochs_trained"] for t in second["trials"]] == [2, 3]
 
 
-def test_hypermodel_applies_the_trial_hyperparameters():
-    config = ExperimentConfig(task="median", n=3, **TINY).finalize()
+@pytest.mark.parametrize("method, method_kwargs, units, squash", [
+    ("softsort", None, "scores", None),  # Sinkhorn's defaults: the raw scores
+    ("sinkhorn", '{"squash": "logistic"}', "normalized", "logistic"),  # the config's
+])
+def test_hypermodel_applies_the_trial_hyperparameters(method, method_kwargs, units, squash):
+    config = ExperimentConfig(task="median", n=3, method=method, method_kwargs=method_kwargs,
+                              **TINY).finalize()
     hypermodel = tuning.LargeMnistHyperModel(config, tuning.SearchSpace(**SPACE).validate())
     hp = kt.HyperParameters()
     hp.Fixed("method", "sinkhorn")
-    hp.Fixed("temperature_normalized", 0.004)
+    hp.Fixed(f"temperature_{units}", 0.004)
     hp.Fixed("learning_rate", 3e-4)
     model = hypermodel.build(hp)
     assert (model.method, model.temperature) == ("sinkhorn", 0.004)
+    assert model.method_kwargs == {"squash": squash}
     assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(3e-4)
     images = np.zeros((2, 3, 112, 28, 1), np.float32)
     out = model({"images": images, "step": np.zeros([2], np.int64)})

@@ -149,6 +149,40 @@ def test_scale_equivariance(method, op):
                                    err_msg=f"c={c}")
 
 
+RAW = [m for m in FAMILIES if family.FAMILIES[m].raw_scores_settings is not None]
+
+
+@pytest.mark.parametrize("method", RAW)
+def test_raw_scores_settings_put_the_temperature_in_the_units_of_the_scores(method):
+    """A normalising family with its `raw_scores_settings` follows the scores' scale as a
+    temperature in their units: P̂(x·c, T·c) = P̂(x, T), and P̂(x·c, T) differs; with its
+    own normalisation (the defaults) P̂(x·c, T) = P̂(x, T). `on_raw_scores` tells the two
+    apart."""
+    fam = family.FAMILIES[method]
+    raw = dict(fam.raw_scores_settings)
+    assert fam.temperature_units == "normalized"
+    assert fam.on_raw_scores(raw) and fam.on_raw_scores({**raw, "extra": 1})
+    assert not fam.on_raw_scores({})
+
+    def matrix(x, t, **kwargs):
+        return _finite(ss.permutation_matrix(tf.constant(x), method, temperature=t,
+                                             **kwargs).numpy())
+
+    x, t = _scores(2), 1.0
+    base, normalized = matrix(x, t, **raw), matrix(x, t)
+    for c in (2.0 ** -3, 3.7):
+        np.testing.assert_allclose(matrix(x * c, t * c, **raw), base, rtol=1e-9, atol=1e-9,
+                                   err_msg=f"c={c}")
+        assert np.abs(matrix(x * c, t, **raw) - base).max() > 0.1, c
+        np.testing.assert_allclose(matrix(x * c, t), normalized, rtol=1e-9, atol=1e-9)
+
+
+def test_families_without_raw_scores_settings_are_never_on_raw_scores():
+    for name, fam in family.FAMILIES.items():
+        if fam.raw_scores_settings is None:
+            assert not fam.on_raw_scores({}) and not fam.on_raw_scores({"squash": None}), name
+
+
 # ---------------------------------------------------------------------------------
 # Σ top-k = k, stochastic matrices.
 # ---------------------------------------------------------------------------------
