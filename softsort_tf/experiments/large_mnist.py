@@ -47,8 +47,9 @@ from softsort_tf.datasets import large_mnist
 from softsort_tf.experiments import models, training
 
 __all__ = ["TASKS", "ExperimentConfig", "build_model", "dataset_error", "default_settings",
-           "default_tau", "default_temperature", "evaluate", "make_datasets", "n_error",
-           "objective", "prepare_runtime", "run"]
+           "default_tau", "default_temperature", "evaluate", "make_datasets",
+           "method_settings", "n_error", "objective", "prepare_runtime", "run",
+           "settings_text"]
 
 TASKS = ("sort", "median")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -82,6 +83,22 @@ def default_settings(method: str) -> dict:
     ({'squash': None}, {})
     """
     return dict(softsort_tf.get_family(method).raw_scores_settings or {})
+
+
+def method_settings(method: str, method_kwargs: str | dict | None) -> dict:
+    """The settings of a run of `method`: `method_kwargs` (checked by
+    `models.parse_method_kwargs`) merged over `default_settings(method)`.
+
+    Example:
+    >>> method_settings("sinkhorn", '{"targets": "centres"}')
+    {'squash': None, 'targets': 'centres'}
+    """
+    return {**default_settings(method), **models.parse_method_kwargs(method, method_kwargs)}
+
+
+def settings_text(settings: dict) -> str | None:
+    """`settings` as the JSON text of a config's `method_kwargs` (None when empty)."""
+    return json.dumps(settings) if settings else None
 
 
 def default_temperature(method: str, n: int, settings: dict | None = None) -> float:
@@ -154,10 +171,8 @@ class ExperimentConfig(training.RunConfig):
             self.batch_size = 20 if sort else 5
         if self.learning_rate is None:
             self.learning_rate = 0.005 if sort else 0.001
-        # The family's own settings over the binaries' defaults (a clear error now).
-        settings = {**default_settings(self.method),
-                    **models.parse_method_kwargs(self.method, self.method_kwargs)}
-        self.method_kwargs = json.dumps(settings) if settings else None
+        settings = method_settings(self.method, self.method_kwargs)  # a clear error now
+        self.method_kwargs = settings_text(settings)
         if self.temperature is None:
             self.temperature = default_temperature(self.method, self.n, settings)
         if self.steps_per_epoch is None:

@@ -134,26 +134,20 @@ class LargeMnistHyperModel(kt.HyperModel):
         settings = self._settings(method)
         config = dataclasses.replace(self.config, method=method, learning_rate=learning_rate,
                                      temperature=temperature,
-                                     method_kwargs=json.dumps(settings) if settings else None)
+                                     method_kwargs=large_mnist.settings_text(settings))
         if temperature is None:
             config.temperature = large_mnist.default_temperature(method, config.n, settings)
         return config
 
     def _settings(self, method: str) -> dict:
         """The family's own settings in a trial of `method`: the config's for its method,
-        else the binaries' defaults (`large_mnist.default_settings`)."""
-        if method == self.config.method:
-            return models.parse_method_kwargs(method, self.config.method_kwargs)
-        return large_mnist.default_settings(method)
+        else the binaries' defaults (`large_mnist.method_settings`)."""
+        own = self.config.method_kwargs if method == self.config.method else None
+        return large_mnist.method_settings(method, own)
 
     def _units(self, method: str) -> str:
-        """The units of the temperature of `method` with its settings in a trial:
-        'scores' on the raw scores (`Family.on_raw_scores`), else its
-        `Family.temperature_units`."""
-        family = ss.get_family(method)
-        if family.on_raw_scores(self._settings(method)):
-            return "scores"
-        return family.temperature_units
+        """The units of the temperature of `method` in a trial (`Family.units`)."""
+        return ss.get_family(method).units(self._settings(method))
 
     def build(self, hp: kt.HyperParameters) -> keras.Model:
         return large_mnist.build_model(self.trial_config(hp))

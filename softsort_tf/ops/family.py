@@ -256,6 +256,11 @@ class Family:
         return raw is not None and all(k in settings and settings[k] == v
                                        for k, v in raw.items())
 
+    def units(self, settings: Mapping[str, object]) -> str:
+        """The units of the temperature with the family's `settings`: 'scores' on the raw
+        scores (`on_raw_scores`), else `temperature_units`."""
+        return "scores" if self.on_raw_scores(settings) else self.temperature_units
+
     def temperature_for_scale(self, scale: float, normalized: float | None = None) -> float:
         """The temperature as sharp as `scale` is for scores (1/`scale` for inverse units;
         `normalized`, default the family's default, for 'normalized' units)."""

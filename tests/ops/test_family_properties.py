@@ -163,6 +163,7 @@ def test_raw_scores_settings_put_the_temperature_in_the_units_of_the_scores(meth
     assert fam.temperature_units == "normalized"
     assert fam.on_raw_scores(raw) and fam.on_raw_scores({**raw, "extra": 1})
     assert not fam.on_raw_scores({})
+    assert (fam.units(raw), fam.units({})) == ("scores", "normalized")
 
     def matrix(x, t, **kwargs):
         return _finite(ss.permutation_matrix(tf.constant(x), method, temperature=t,
@@ -181,6 +182,7 @@ def test_families_without_raw_scores_settings_are_never_on_raw_scores():
     for name, fam in family.FAMILIES.items():
         if fam.raw_scores_settings is None:
             assert not fam.on_raw_scores({}) and not fam.on_raw_scores({"squash": None}), name
+            assert fam.units({"squash": None}) == fam.temperature_units, name
 
 
 # ---------------------------------------------------------------------------------
