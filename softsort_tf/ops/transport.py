@@ -123,6 +123,7 @@ NEGLIGIBLE_MASS = 1e-20
 # Where padded entries and surplus bins sit: one unit of cost away from [0, 1], so the
 # iterations of a padded list follow those of the unpadded one.
 PADDING_POSITION = 2.0
+TARGETS_MIDPOINT = 0.5  # the real targets span [0, 1] (both grids)
 
 TARGET_GRIDS = ("regular", "centres")  # the paper's grid, or the bins' centres in mass
 
@@ -200,6 +201,31 @@ class TargetMeasure:
         return b
 
 
+def on_the_targets(values, mask=None):
+    """`values` `[batch, n]` moved by a constant c per row so that the midpoint of the
+    row's finite (and, with a `[batch, n]` `mask`, valid) values sits at the midpoint
+    of the targets' span [0, 1]; unmoved in a row without such a value.
+
+    For the cost |x − y|² the plan and the read-outs are unchanged: (x_i − c − y_j)² =
+    (x_i − y_j)² − 2c·x_i + 2c·y_j + c², a term per input and one per target, which the
+    potentials f, g absorb. The cost is then computed from numbers of the size of the
+    row's spread instead of its offset, so rounding does not grow with the offset
+    (values as they are, `squash=None`: 1e4 + x in float32 is as exact as x), and a
+    row already on [0, 1] barely moves (the 'zeros' initializer starts where it did).
+    c is a constant for autodiff; the gradient is unchanged for the same reason.
+    """
+    valid = tf.math.is_finite(values)
+    if mask is not None:
+        valid = tf.logical_and(valid, mask)
+    inf = tf.constant(np.inf, values.dtype)
+    high = tf.reduce_max(tf.where(valid, values, -inf), axis=-1, keepdims=True)
+    low = tf.reduce_min(tf.where(valid, values, inf), axis=-1, keepdims=True)
+    # The halves first: no overflow at the ends of the float range.
+    c = 0.5 * high + 0.5 * low - TARGETS_MIDPOINT
+    c = tf.stop_gradient(tf.where(tf.math.is_finite(c), c, tf.zeros_like(c)))
+    return values - c
+
+
 class Transport:
     """The solved transport problem of one operator call on a batch of `Lists` onto a
     `TargetMeasure`, filled in `direction` order, with the operators' `options`,
@@ -251,6 +277,8 @@ class Transport:
                              f"({rows}: the shape of x without `axis`, flattened), got "
                              f"{b_rows}.")
         squashed = squash_values(self.values, squash, weights=None if self.uniform_a else a)
+        if squash is None and options.power == 2.0:
+            squashed = on_the_targets(squashed, self.mask)
         if self.mask is not None:
             # Padded entries sit with the surplus bins, away from the valid ones.
             squashed = tf.where(self.mask, squashed,
@@ -321,8 +349,10 @@ _COMMON_ARGS_DOC = """
       weights: non-negative input weights a, `[n]` or the shape of x (default uniform):
         the input measure, also weighting the squashing's standardisation.
       squash: how inputs are mapped into [0, 1]: 'logistic' (default), 'atan', 'robust'
-        or None (the values as they are, ε in their units; in float32 keep |x|^p/ε
-        ≲ 1e7, beyond which C/ε is rounded by more than 1); see `softsort_tf.ops.squash`.
+        or None (the values as they are, ε in their units; for p = 2 the cost is formed
+        from the values moved onto the targets per list, so an offset costs no
+        precision; for other p float32 rounds C/ε by ≈ 1e-7·|x|^p/ε); see
+        `softsort_tf.ops.squash`.
       targets: where the targets sit on [0, 1]: 'regular' (default, y_j = (j − 1)/(m − 1))
         or 'centres' (the centres of the target bins in mass).
       check_numerics: raise `InvalidArgumentError` on NaN/Inf in x instead of

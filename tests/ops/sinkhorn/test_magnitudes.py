@@ -73,6 +73,83 @@ def test_a_large_common_offset_keeps_sorted_values_exact_and_monotone():
     assert np.all(np.abs(q - 1e7 - 3) <= 3.0) and q[0, 0] < q[0, 1]
 
 
+RAW = dict(squash=None, threshold=1e-5)  # values as they are: ε in their units
+
+
+def _raw_outputs(x, epsilon, **kwargs):
+    """Ranks, top-3 masses and the relaxed matrix of raw values (p = 2)."""
+    return (ss.sinkhorn_rank(x, epsilon=epsilon, **RAW, **kwargs).numpy(),
+            ss.sinkhorn_topk(x, 3, epsilon=epsilon, **RAW, **kwargs).numpy(),
+            ss.sinkhorn_permutation_matrix(x, epsilon=epsilon, **RAW, **kwargs).numpy())
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 0.1])
+@pytest.mark.parametrize("offset", [1e2, 1e4, 1e6])
+def test_raw_values_with_a_large_offset_keep_float32_precision(offset, epsilon):
+    """squash=None: float32 values c + x (spread ~10) give the float64 result of the
+    same rounded values to float32 precision, whatever c: the cost is formed from the
+    values moved onto the targets per list, not from c + x."""
+    x = (np.random.RandomState(0).randn(3, 8) * 3 + offset).astype(np.float32)
+    for got, want in zip(_raw_outputs(x, epsilon), _raw_outputs(x.astype(np.float64), epsilon),
+                         strict=True):
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_raw_values_are_shift_invariant_in_float64():
+    """p = 2: (x_i + c − y_j)² differs from (x_i − y_j)² by a term per input and one per
+    target, so the plan, and every output but the sorted values, ignore c."""
+    x = np.random.RandomState(1).randn(2, 9) * 3
+    for got, want in zip(_raw_outputs(x + 1e5, 0.5), _raw_outputs(x, 0.5), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-10)
+    np.testing.assert_allclose(ss.sinkhorn_sort(x + 1e5, epsilon=0.5, **RAW).numpy(),
+                               ss.sinkhorn_sort(x, epsilon=0.5, **RAW).numpy() + 1e5,
+                               atol=1e-8)
+
+
+@pytest.mark.parametrize("implicit", [True, False])
+def test_raw_values_with_a_large_offset_keep_float32_gradients(implicit):
+    """The gradient of ranks of c + x (float32, c = 1e4) is the float64 one."""
+    rng = np.random.RandomState(2)
+    x = (rng.randn(3, 8) * 3 + 1e4).astype(np.float32)
+    w = rng.randn(3, 8)
+    kwargs = {} if implicit else {"implicit_diff": None}
+
+    def grad(v):
+        v = tf.constant(v)
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            r = ss.sinkhorn_rank(v, epsilon=1.0, **RAW, **kwargs)
+            loss = tf.reduce_sum(r * tf.constant(w, v.dtype))
+        return tape.gradient(loss, v).numpy()
+
+    got, want = grad(x), grad(x.astype(np.float64))
+    assert np.all(np.isfinite(got)) and np.abs(want).max() > 0.1
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_raw_values_centre_on_the_valid_entries_only():
+    """Padded entries (even huge or infinite ones) do not move the centre of a masked
+    or ragged list: its outputs are those of the list alone."""
+    x = (np.random.RandomState(3).randn(2, 6) * 3 + 1e4).astype(np.float32)
+    padded = np.concatenate([x, np.array([[3e38, -np.inf], [-3e38, 1e30]], np.float32)],
+                            axis=1)
+    mask = np.arange(8)[None, :] < 6
+    alone = ss.sinkhorn_rank(x, epsilon=1.0, **RAW).numpy()
+    masked = ss.sinkhorn_rank(padded, epsilon=1.0, mask=np.repeat(mask, 2, 0), **RAW).numpy()
+    assert np.all(np.isfinite(masked))
+    # Each list stops at its own marginal error (threshold 1e-5 of the unit mass).
+    tol = 6 * RAW["threshold"] * 2
+    np.testing.assert_allclose(masked[:, :6], alone, atol=tol)
+    np.testing.assert_array_equal(masked[:, 6:], 0.0)
+    ragged = tf.RaggedTensor.from_row_lengths(np.concatenate([x[0], x[1, :4]]), [6, 4])
+    got = ss.sinkhorn_rank(ragged, epsilon=1.0, **RAW)
+    np.testing.assert_allclose(got[0].numpy(), alone[0], atol=tol)
+    np.testing.assert_allclose(got[1].numpy(),
+                               ss.sinkhorn_rank(x[1:, :4], epsilon=1.0, **RAW).numpy()[0],
+                               atol=tol)
+
+
 def test_robust_squash_resolves_mixed_scales_that_the_logistic_squash_merges():
     row = np.array([[1e-3, 1e30, 0.5, 1.0, 2.0, 4.0, 8.0, 1e15]], np.float32)
     expected = scipy.stats.rankdata(row[0])
