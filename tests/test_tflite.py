@@ -1,7 +1,8 @@
 """TFLite conversion of every layer of the package with TFLite's builtin ops.
 
 One small model per layer of `softsort_tf.__all__` (every `keras.layers.Layer` there,
-with its default settings, plus the smooth `KendallEmbedding` and each family of the
+with its default settings, plus the smooth `KendallEmbedding`, `SinkhornRank` on raw
+values (`squash=None`) and each family of the
 front-door layers `RankLayer`, `SortLayer`, `TopKLayer` and `QuantileLayer` that defines
 the layer's operation) is converted with `tf.lite.OpsSet.TFLITE_BUILTINS` only, run by
 `tf.lite.Interpreter` and compared with Keras to float32 accuracy. The models are
@@ -53,6 +54,9 @@ def layer_cases() -> dict[str, object]:
     cases["KendallEmbedding[smooth]"] = lambda: softsort_tf.KendallEmbedding(smooth_scale=0.5)
     cases["KendallEmbedding[smooth, signed]"] = lambda: softsort_tf.KendallEmbedding(
         smooth_scale=0.5, signed=True)
+    # Raw values (no squash): the cost is formed from the values moved onto the targets.
+    cases["SinkhornRank[squash=None]"] = lambda: softsort_tf.SinkhornRank(squash=None,
+                                                                          epsilon=0.1)
     for name in FRONT_DOOR:
         cls = getattr(softsort_tf, name)
         for method, fam in family_module.FAMILIES.items():
@@ -132,7 +136,7 @@ def test_cases_cover_every_layer_and_family():
         assert name in layers
     assert "RankLayer[lapsum]" in cases and "SortLayer[permutahedron]" in cases
     sinkhorn = {name for name in cases if _is_sinkhorn(name)}
-    assert len(sinkhorn) == 10 and "SinkhornPermutation" in sinkhorn, sinkhorn
+    assert len(sinkhorn) == 11 and "SinkhornPermutation" in sinkhorn, sinkhorn
 
 
 def _check_builtin_conversion(cases):
@@ -151,7 +155,7 @@ def test_every_layer_converts_with_builtin_ops():
     _check_builtin_conversion({k: v for k, v in layer_cases().items() if not _is_sinkhorn(k)})
 
 
-@pytest.mark.slow  # ten Sinkhorn models in one conversion: ~20 s of CPU
+@pytest.mark.slow  # eleven Sinkhorn models in one conversion: ~20 s of CPU
 def test_sinkhorn_layers_with_their_defaults_convert_with_builtin_ops():
     _check_builtin_conversion({k: v for k, v in layer_cases().items() if _is_sinkhorn(k)})
 
