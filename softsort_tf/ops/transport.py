@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from softsort_tf import _checks, _docs
+from softsort_tf import _checks, _docs, _masking
 from softsort_tf.ops.squash import check_squash, squash_values
 from softsort_tf.ops.wrapper import Lists, list_operator
 from softsort_tf.options import SinkhornOptions
@@ -215,9 +215,8 @@ def on_the_targets(values, mask=None):
     c is a constant for autodiff; the gradient is unchanged for the same reason.
     """
     big = tf.constant(values.dtype.max, values.dtype)
-    valid = tf.abs(values) <= big  # finite (NaN compares false); TFLite builtins alone
-    if mask is not None:
-        valid = tf.logical_and(valid, mask)
+    # Finite (NaN compares false), with TFLite builtins alone; and valid.
+    valid = _masking.combine(tf.abs(values) <= big, mask)
     inf = tf.constant(np.inf, values.dtype)
     high = tf.reduce_max(tf.where(valid, values, -inf), axis=-1, keepdims=True)
     low = tf.reduce_min(tf.where(valid, values, inf), axis=-1, keepdims=True)
