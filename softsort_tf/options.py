@@ -52,6 +52,15 @@ class ImplicitDiff:
         conjugate gradients in the input dtype above. 'dense': float64 Cholesky always;
         'cg': conjugate gradients in the input dtype always.
       max_iterations: bound on the conjugate-gradient iterations (default 200).
+
+    Example:
+    >>> import softsort_tf as ss
+    >>> x = tf.constant([[0.3, -1.0, 2.0]])
+    >>> with tf.GradientTape() as tape:
+    ...     tape.watch(x)
+    ...     first = ss.sinkhorn_rank(x, implicit_diff=ImplicitDiff(solver="dense"))[0, 0]
+    >>> tape.gradient(first, x).shape
+    TensorShape([1, 3])
     """
 
     solver: str = "auto"
@@ -85,6 +94,15 @@ class SinkhornOptions:
         implicit differentiation, or None to backpropagate through the unrolled loop.
       initializer: 'auto' (default), 'sorted' or 'zeros': where the loop starts (see
         `INITIALIZERS`).
+
+    Example:
+    >>> options = SinkhornOptions(epsilon=0.1, max_iterations=50)
+    >>> options.replace(threshold=1e-6).max_iterations, options.implicit_diff.solver
+    (50, 'auto')
+    >>> SinkhornOptions(power=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `power` (the cost exponent p) must be a finite number > 1, got 1.0: ...
     """
 
     epsilon: float | None = DEFAULT_EPSILON

@@ -73,3 +73,36 @@ def test_each_convention_is_written_once_and_filled_everywhere():
     layer_doc = normalized(softsort_tf.layers.soft._SoftLayer.__doc__)
     for fragment in ("method", "temperature", "direction", "axis", "method_kwargs"):
         assert normalized(_docs.FRAGMENTS[fragment]) in layer_doc, fragment
+
+
+def _template_gaps(name, obj):
+    """What the public docstring of `obj` lacks from the template: an example, and an
+    Args section (a function with parameters, a class that is not a warning: "Args:" or,
+    for a record, "Attributes:"), and a Returns section (a function that returns)."""
+    import inspect
+
+    doc = inspect.getdoc(obj) or ""
+    gaps = [] if ">>>" in doc else ["an example"]
+    if inspect.isfunction(obj):
+        signature = inspect.signature(obj)
+        if signature.parameters and "Args:" not in doc:
+            gaps.append("Args:")
+        if signature.return_annotation not in (None, "None") and "Returns:" not in doc:
+            gaps.append("Returns:")
+    elif not issubclass(obj, Warning) and "Args:" not in doc and "Attributes:" not in doc:
+        gaps.append("Args: or Attributes:")
+    return gaps
+
+
+def test_every_public_docstring_follows_the_template():
+    """Each public function and class says what it takes, what it returns and shows it
+    (docs/api.md: every docstring gives the arguments, shapes, defaults and an example)."""
+    import inspect
+
+    gaps = {}
+    for name in softsort_tf.__all__:
+        obj = getattr(softsort_tf, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            if missing := _template_gaps(name, obj):
+                gaps[name] = missing
+    assert not gaps, f"public docstrings short of the template: {gaps}"

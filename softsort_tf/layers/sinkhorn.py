@@ -98,6 +98,11 @@ class SinkhornCDF(_SinkhornLayer):
 
     Input shape `[batch, n]` (any rank), output the same shape.
 
+    Args:
+      **kwargs: the Sinkhorn arguments of `_SinkhornLayer` (`axis`, `direction`,
+        `options`, `squash`, `targets`, the `SinkhornOptions` fields such as
+        `epsilon`) and those of `keras.layers.Layer`.
+
     Example:
     >>> layer = SinkhornCDF(epsilon=1e-3)
     >>> np.round(layer(np.array([[0.3, -1.0, 2.0, 1.0]])).numpy(), 2)

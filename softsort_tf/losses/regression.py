@@ -176,6 +176,15 @@ def soft_least_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
       quantile, width, error_power: as in `SoftLeastQuantileRegressionLoss`.
       mask: optional boolean `[batch]`, False for padding (left out of the statistic).
       **settings: the Sinkhorn settings (`squash`, `targets`, `options`, `epsilon`, ...).
+
+    Returns:
+      `[batch]` shares in the dtype of `y_pred` (0 at padding).
+
+    Example:
+    >>> errors = soft_least_quantile_regression_loss(
+    ...     np.zeros(5), np.array([1.0, -2.0, 3.0, 50.0, -90.0]), epsilon=1e-4)
+    >>> round(float(tf.reduce_mean(errors)), 2)
+    3.0
     """
     b, _ = quantile_bins(quantile, width)
     return _error_shares(y_true, y_pred, error_power, mask, b, 1, settings)
@@ -185,8 +194,23 @@ def soft_trimmed_regression_loss(y_true, y_pred, start_quantile: float = 0.0,
                                  end_quantile: float = 0.5, error_power: float = 1.0, *,
                                  mask=None, **settings):
     """`[batch]` shares of the soft mean of the batch errors between two quantiles, the
-    statistic of `SoftTrimmedRegressionLoss`; arguments as in
-    `soft_least_quantile_regression_loss`."""
+    statistic of `SoftTrimmedRegressionLoss`.
+
+    Args:
+      y_true, y_pred, error_power, mask, **settings: as in
+        `soft_least_quantile_regression_loss`.
+      start_quantile, end_quantile: the quantiles between which errors are averaged
+        (0 ≤ start < end ≤ 1).
+
+    Returns:
+      `[batch]` shares in the dtype of `y_pred` (0 at padding).
+
+    Example:
+    >>> shares = soft_trimmed_regression_loss(
+    ...     np.zeros(4), np.array([1.0, -2.0, 3.0, 100.0]), 0.0, 0.5, epsilon=1e-4)
+    >>> round(float(tf.reduce_mean(shares)), 2)
+    1.5
+    """
     b, index = trimmed_target_weights(start_quantile, end_quantile)
     return _error_shares(y_true, y_pred, error_power, mask, b, index, settings)
 
@@ -207,8 +231,21 @@ def soft_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
                                   width: float | None = None, *, mask=None, **settings):
     """`[batch]` shares of the τ-S-quantile loss L of the batch residuals (§4, Table 1;
     `SoftQuantileRegressionLoss`): example i's is τ x_i / B − b_1 c_i1 − (t/2) c_i2 +
-    Q̃_2² / B (c as in `batch_statistic_shares`). `y_true`, `y_pred`: `[batch]` or
-    `[batch, 1]`; the other arguments as in `soft_least_quantile_regression_loss`."""
+    Q̃_2² / B (c as in `batch_statistic_shares`).
+
+    Args:
+      y_true, y_pred: `[batch]` or `[batch, 1]` (one predicted quantile per example).
+      quantile, width, mask, **settings: as in `soft_least_quantile_regression_loss`.
+
+    Returns:
+      `[batch]` shares in the dtype of `y_pred` (0 at padding); their sum is L.
+
+    Example:
+    >>> shares = soft_quantile_regression_loss(np.array([1.0, 2.0, 3.0, 4.0]),
+    ...                                        np.full(4, 2.5), quantile=0.5)
+    >>> shares.shape
+    TensorShape([4])
+    """
     quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
     b, width = quantile_bins(quantile, width)
 

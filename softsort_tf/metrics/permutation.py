@@ -43,8 +43,12 @@ def exact_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *, m
 def elementwise_permutation_accuracy(y_true, y_pred, y_true_format: str = "auto", *,
                                      mask=None):
     """Fraction of positions whose row-wise argmax of P̂ is the true item (the papers'
-    "proportion of elements correctly placed"); arguments as in
-    `exact_permutation_accuracy`.
+    "proportion of elements correctly placed"), averaged over the sample axes of a
+    stochastic `y_pred`.
+
+    Args:
+      y_true, y_pred, y_true_format, mask: as in `exact_permutation_accuracy`; only the
+        valid rows count.
 
     Returns:
       float32 per-example values in [0, 1], the leading shape of `y_true`.
@@ -81,7 +85,16 @@ class _PermutationAccuracy(keras.metrics.MeanMetricWrapper):
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ExactPermutationAccuracy(_PermutationAccuracy):
     """Proportion of examples whose whole permutation is recovered by the row-wise
-    argmax of P̂ (`exact_permutation_accuracy`); arguments of `_PermutationAccuracy`.
+    argmax of P̂ (`exact_permutation_accuracy`), a running mean over the batches.
+
+    Args:
+      name: the metric's name (default 'exact_permutation_accuracy').
+      dtype: the dtype of the result (default float32).
+      y_true_format: 'auto' (default), 'indices' (`y_true` `[batch, n]` orderings) or
+        'matrix' (`[batch, n, n]` permutation matrices).
+
+    `update_state(y_true, y_pred, sample_weight=None)` takes P̂ `[batch, (S,) n, n]`
+    as `y_pred` and weights the examples by `sample_weight` `[batch]`.
 
     Example:
     >>> m = ExactPermutationAccuracy()
@@ -96,7 +109,11 @@ class ExactPermutationAccuracy(_PermutationAccuracy):
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ElementwisePermutationAccuracy(_PermutationAccuracy):
     """Proportion of positions placed right by the row-wise argmax of P̂, averaged over
-    examples (`elementwise_permutation_accuracy`); arguments of `_PermutationAccuracy`.
+    examples (`elementwise_permutation_accuracy`), a running mean over the batches.
+
+    Args:
+      name: the metric's name (default 'elementwise_permutation_accuracy').
+      dtype, y_true_format: as in `ExactPermutationAccuracy`.
 
     Example:
     >>> m = ElementwisePermutationAccuracy()

@@ -119,9 +119,20 @@ class Settings:
     base class takes them in `method_kwargs`; Sinkhorn's subclass takes arguments of
     their own (`options`, `squash`, `targets`, the `SinkhornOptions` fields).
 
+    Args:
+      family: the `Family`.
+      method_kwargs: the family's own arguments (a dict, default none), as `create`
+        validated them.
+
     Attributes:
       family: the `Family`.
       method_kwargs: the family's own validated arguments (a dict).
+
+    Example:
+    >>> settings, tau, rest = Settings.create(get_family("softsort"), 0.5,
+    ...                                       {"distance_power": 2.0}, {})
+    >>> settings.operator_kwargs(), tau, rest
+    ({'distance_power': 2.0}, 0.5, {})
     """
 
     #: Constructor keywords read by `create` besides `method_kwargs` (none here), their
@@ -204,8 +215,23 @@ class Family:
     wherever a family is chosen by name), default, `meaning` and `reference`; the
     `operations` it computes itself (`{operation: fn(x, *args, direction, mask,
     **kwargs)}`, along any axis or the last one), and/or `matrix_fn` (the relaxed
-    permutation matrix P̂, rank/sort/top-k then read off it). The other fields and their
-    defaults: docs/adding_a_family.md ("The record").
+    permutation matrix P̂, rank/sort/top-k then read off it). `register_family` adds it
+    to the table.
+
+    Args:
+      name: the `method` key (an identifier).
+      temperature: the name of its temperature's own argument (e.g. 'tau').
+      default_temperature: that argument's default.
+      meaning: what the temperature is, in a phrase (for error messages and docs).
+      reference: where the maths come from.
+      operations: `{operation: fn}` for the operations in `OPERATIONS` it computes itself.
+      matrix_fn: `fn(scores, *, direction, hard, mask, **own)` → P̂ `[..., n, n]`, or None.
+      The other fields and their defaults: docs/adding_a_family.md ("The record").
+
+    Example:
+    >>> family = get_family("neuralsort")
+    >>> family.temperature, family.default_temperature, family.matrix_fn is not None
+    ('tau', 1.0, True)
     """
 
     name: str
@@ -484,6 +510,17 @@ def register_family(family: Family, *, replace: bool = False) -> Family:
 
     Returns:
       `family`.
+
+    Example:
+    >>> import softsort_tf as ss
+    >>> def double_rank(x, *, direction="ASCENDING", mask=None, scale=1.0):
+    ...     return 2.0 * ss.soft_rank(x, "softsort", direction=direction, mask=mask,
+    ...                               temperature=scale) - 1.0
+    >>> _ = register_family(Family("double_rank", "scale", 1.0, "τ of SoftSort", "-",
+    ...                            operations=dict(rank=double_rank)))
+    >>> ss.soft_rank([[0.0, 100.0]], "double_rank").numpy()
+    array([[1., 3.]], dtype=float32)
+    >>> unregister_family("double_rank")
     """
     if not isinstance(family, Family):
         raise ValueError(f"register_family takes a Family, got {family!r}.")
@@ -495,12 +532,35 @@ def register_family(family: Family, *, replace: bool = False) -> Family:
 
 
 def unregister_family(name: str) -> None:
-    """Removes the family `name` from the table (a `KeyError` if there is none)."""
+    """Removes the family `name` from the table (a `KeyError` if there is none).
+
+    Args:
+      name: a registered family's name.
+
+    Example:
+    >>> _ = register_family(dataclasses.replace(get_family("softsort"), name="copy"))
+    >>> "copy" in FAMILIES
+    True
+    >>> unregister_family("copy")
+    >>> "copy" in FAMILIES
+    False
+    """
     del _REGISTRY[name]
 
 
 def get_family(method) -> Family:
-    """The family called `method`; a `ValueError` lists the names otherwise."""
+    """The family called `method`; a `ValueError` lists the names otherwise.
+
+    Args:
+      method: a registered family's name (the `method` argument of the entry points).
+
+    Returns:
+      its `Family`.
+
+    Example:
+    >>> get_family("sinkhorn").temperature
+    'epsilon'
+    """
     try:
         return _REGISTRY[method]
     except (KeyError, TypeError):

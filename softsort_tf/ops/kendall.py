@@ -490,7 +490,13 @@ def discordant_pairs(x, y=None, *, x_mask=None, y_mask=None, algorithm: str = "a
     one of the two rankings counting 1/2, so that n_d = ½‖Φ(x) − Φ(y)‖² for the hard
     embedding Φ over the ordered pairs.
 
-    Args, algorithm and shapes as in `kendall_kernel`; returns `[..., p, q]`.
+    Args:
+      x, y, x_mask, y_mask, algorithm: as in `kendall_kernel` (`[..., p, n]`,
+        `[..., q, n]`).
+
+    Returns:
+      `[..., p, q]` counts (halves for pairs tied in one ranking) in the dtype of x
+      (float32 for integer x).
 
     Example:
     >>> discordant_pairs([[1.0, 2.0, 3.0]], [[3.0, 1.0, 2.0], [1.0, 1.0, 2.0]]).numpy()

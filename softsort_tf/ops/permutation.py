@@ -93,6 +93,9 @@ def straight_through(hard, soft):
       hard: the forward value, e.g. `hard_permutation_matrix(scores)` (or ragged).
       soft: a differentiable tensor of the same shape (ragged like `hard`), e.g. P̂.
 
+    Returns:
+      `hard`'s values in the dtype of `soft`, with the gradient of `soft`.
+
     Example:
     >>> s = tf.constant([[0.3, 2.0, 1.0]])
     >>> P = straight_through(hard_permutation_matrix(s), softsort_permutation_matrix(s))

@@ -195,9 +195,16 @@ def stochastic_softsort_permutation_matrix(scores, num_samples: int, seed,
                                            distance_power: float = DEFAULT_DISTANCE_POWER,
                                            direction: str = "DESCENDING", hard: bool = False,
                                            *, mask=None):
-    """Stochastic SoftSort: `softsort_permutation_matrix` `[..., S, n, n]` of
-    Gumbel-perturbed log-scores (the arguments of `stochastic_permutation_matrix` and
-    of the matrix).
+    """Stochastic SoftSort: `softsort_permutation_matrix` of Gumbel-perturbed
+    log-scores.
+
+    Args:
+      scores, num_samples, seed, direction, hard, mask: as in
+        `stochastic_permutation_matrix`.
+      tau, distance_power: as in `softsort_permutation_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
 
     Example:
     >>> P = stochastic_softsort_permutation_matrix([[0.0, 1.0, 2.0]], num_samples=2, seed=7)
@@ -214,8 +221,22 @@ def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
                                              direction: str = "DESCENDING",
                                              hard: bool = False, *, mask=None):
     """Stochastic NeuralSort (Grover et al., 2019, §4.1): `neuralsort_permutation_matrix`
-    `[..., S, n, n]` of Gumbel-perturbed log-scores (the arguments of
-    `stochastic_permutation_matrix` and of the matrix)."""
+    of Gumbel-perturbed log-scores.
+
+    Args:
+      scores, num_samples, seed, direction, hard, mask: as in
+        `stochastic_permutation_matrix`.
+      tau: as in `neuralsort_permutation_matrix`.
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`.
+
+    Example:
+    >>> P = stochastic_neuralsort_permutation_matrix([[0.0, 1.0, 2.0]], 4, seed=[3, 4],
+    ...                                              hard=True)
+    >>> P.shape, bool(tf.reduce_all(tf.reduce_sum(P, -1) == 1.0))
+    (TensorShape([1, 4, 3, 3]), True)
+    """
     return stochastic_permutation_matrix(scores, num_samples, seed, "neuralsort",
                                          direction=direction, hard=hard, mask=mask, tau=tau)
 
@@ -223,8 +244,22 @@ def stochastic_neuralsort_permutation_matrix(scores, num_samples: int, seed,
 def stochastic_sinkhorn_permutation_matrix(scores, num_samples: int, seed,
                                            direction: str = "DESCENDING", hard: bool = False,
                                            **sinkhorn_kwargs):
-    """`sinkhorn_permutation_matrix` `[..., S, n, n]` of Gumbel-perturbed log-scores (the
-    arguments of `stochastic_permutation_matrix`; `**sinkhorn_kwargs`: `mask` and those
-    of the matrix)."""
+    """Stochastic Sinkhorn: `sinkhorn_permutation_matrix` of Gumbel-perturbed
+    log-scores.
+
+    Args:
+      scores, num_samples, seed, direction, hard: as in `stochastic_permutation_matrix`.
+      **sinkhorn_kwargs: `mask` and the arguments of `sinkhorn_permutation_matrix`
+        (`epsilon`, `options`, ...).
+
+    Returns:
+      `[..., S, n, n]` in the dtype of `scores`, doubly stochastic.
+
+    Example:
+    >>> P = stochastic_sinkhorn_permutation_matrix([[0.0, 1.0, 2.0]], 2, seed=[5, 6],
+    ...                                            epsilon=0.05)
+    >>> P.shape, np.allclose(tf.reduce_sum(P, -2), 1.0, atol=1e-2)
+    (TensorShape([1, 2, 3, 3]), True)
+    """
     return stochastic_permutation_matrix(scores, num_samples, seed, "sinkhorn",
                                          direction=direction, hard=hard, **sinkhorn_kwargs)

@@ -251,6 +251,11 @@ def quantile_target_weights(quantiles, width: float | None = None,
 
     Returns:
       `(b, t)` with b of shape `[2q + 1]`.
+
+    Example:
+    >>> b, t = quantile_target_weights([0.5], width=0.2)
+    >>> b.round(6).tolist(), t
+    ([0.4, 0.2, 0.4], 0.2)
     """
     taus, _ = _checks.check_quantiles(quantiles)
     gaps = np.concatenate([[2 * taus[0]], np.diff(taus), [2 * (1 - taus[-1])]])
