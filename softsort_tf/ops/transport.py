@@ -370,8 +370,9 @@ _COMMON_ARGS_DOC = """
         the input measure, also weighting the squashing's standardisation.
       squash: how inputs are mapped into [0, 1]: 'logistic' (default), 'atan', 'robust'
         or None (the values as they are, ε in their units; for p = 2 the cost is formed
-        from the values moved onto the targets per list, so an offset costs no
-        precision; for other p float32 rounds C/ε by ≈ 1e-7·|x|^p/ε); see
+        from the values moved onto the targets per list, less a term per input, so
+        neither an offset nor a wide spread costs float32 precision (docs/options.md);
+        for other p float32 rounds C/ε by ≈ 1e-7·|x|^p/ε); see
         `softsort_tf.ops.squash`.
       targets: where the targets sit on [0, 1]: 'regular' (default, y_j = (j − 1)/(m − 1))
         or 'centres' (the centres of the target bins in mass).

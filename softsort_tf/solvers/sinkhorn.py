@@ -33,7 +33,8 @@ class SinkhornResult:
     Attributes:
       f: `[batch, n]` dual potential of the inputs.
       g: `[batch, m]` dual potential of the targets.
-      cost: `[batch, n, m]` cost matrix.
+      cost: `[batch, n, m]` cost matrix, `cost.cost_matrix` (for p = 2 less a term per
+        input: f is the potential of that cost, the plan that of |x − y|²).
       epsilon: scalar tensor, the ε the potentials solve (the plan and the gradient use
         it): the requested one, or the larger ε_t annealing had reached.
       num_iterations: `[batch]` int32, Sinkhorn iterations each row used.

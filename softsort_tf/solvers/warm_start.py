@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from softsort_tf.solvers.cost import pair_cost
+from softsort_tf.solvers.cost import cost_increment
 
 
 def exact_target_potential(x, a, y, b, power: float):
@@ -40,7 +40,7 @@ def exact_target_potential(x, a, y, b, power: float):
     k_lo = first_reaching(bounds - tol)
     k_hi = first_reaching(bounds + tol)
     x_star = 0.5 * (tf.gather(xs, k_lo, batch_dims=1) + tf.gather(xs, k_hi, batch_dims=1))
-    increments = pair_cost(x_star, y[:, 1:], power) - pair_cost(x_star, y[:, :-1], power)
+    increments = cost_increment(x_star, y[:, :-1], y[:, 1:], power)
     # The first potential is 0 (read off y, not the increments: m may be 1 at run time).
     g = tf.concat([tf.zeros_like(y[:, :1]), tf.cumsum(increments, axis=-1)], axis=-1)
     return g - tf.reduce_mean(g, axis=-1, keepdims=True)

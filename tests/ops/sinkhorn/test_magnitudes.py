@@ -128,6 +128,49 @@ def test_raw_values_with_a_large_offset_keep_float32_gradients(implicit):
     np.testing.assert_allclose(got, want, atol=2e-5)
 
 
+@pytest.mark.parametrize("spread, epsilon", [(1e2, 0.01), (1e3, 1.0), (1e4, 1.0),
+                                             (1e5, 1.0), (1e5, 100.0)])
+def test_raw_values_with_a_wide_spread_keep_float32_precision(spread, epsilon):
+    """squash=None: float32 values spread over [0, S] give the float64 ranks and top-k
+    masses to 1e-4 up to S = 1e5, and the matrices to the float32 rounding of the
+    potentials (≈ 1e-7·S/ε). The p = 2 cost is formed without the term x² of each
+    input, whose rounding grows as S² (ranks were off by 2.6e-4 at S = 100, ε = 0.01,
+    by 0.02 at S = 1e4, ε = 1 and by 0.75 at S = 1e5; matrices by up to 3.7e21)."""
+    x = np.random.RandomState(4).uniform(0.0, spread, (4, 12)).astype(np.float32)
+    kwargs = dict(squash=None, epsilon=epsilon, max_iterations=20000)
+    ops = (lambda v, t: ss.sinkhorn_rank(v, threshold=t, **kwargs),
+           lambda v, t: ss.sinkhorn_topk(v, 4, threshold=t, **kwargs),
+           lambda v, t: ss.sinkhorn_permutation_matrix(v, threshold=t, **kwargs))
+    for op, atol in zip(ops, (1e-4, 1e-4, 5e-4 + 1e-7 * spread / epsilon), strict=True):
+        got, want = op(x, 1e-6).numpy(), op(x.astype(np.float64), 1e-9).numpy()
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want, atol=atol)
+
+
+@pytest.mark.parametrize("implicit", [True, False])
+def test_raw_values_with_a_wide_spread_keep_float32_gradients(implicit):
+    """The gradient of ranks of values spread over [0, 1e4] (float32, ε = 1) is the
+    float64 one (it was off by 0.011 implicitly, by 0.63 unrolled)."""
+    rng = np.random.RandomState(5)
+    x = rng.uniform(0.0, 1e4, (3, 8)).astype(np.float32)
+    x[:, 1] = x[:, 0] + 3.0  # a pair a few ε apart
+    w = rng.randn(3, 8)
+    kwargs = {} if implicit else {"implicit_diff": None}
+
+    def grad(v):
+        v = tf.constant(v)
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            r = ss.sinkhorn_rank(v, epsilon=1.0, squash=None, threshold=1e-6,
+                                 max_iterations=20000, **kwargs)
+            loss = tf.reduce_sum(r * tf.constant(w, v.dtype))
+        return tape.gradient(loss, v).numpy()
+
+    got, want = grad(x), grad(x.astype(np.float64))
+    assert np.all(np.isfinite(got)) and np.abs(want).max() > 0.02
+    np.testing.assert_allclose(got, want, atol=2e-4)
+
+
 def test_raw_values_centre_on_the_valid_entries_only():
     """Padded entries (even huge or infinite ones) do not move the centre of a masked
     or ragged list: its outputs are those of the list alone."""
