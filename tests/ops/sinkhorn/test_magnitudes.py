@@ -107,23 +107,23 @@ def test_raw_values_are_shift_invariant_in_float64():
                                atol=1e-8)
 
 
+def _rank_gradient(x, w, **kwargs):
+    """d(Σ w ∘ sinkhorn_rank(x))/dx in the dtype of x."""
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(ss.sinkhorn_rank(x, **kwargs) * tf.constant(w, x.dtype))
+    return tape.gradient(loss, x).numpy()
+
+
 @pytest.mark.parametrize("implicit", [True, False])
 def test_raw_values_with_a_large_offset_keep_float32_gradients(implicit):
     """The gradient of ranks of c + x (float32, c = 1e4) is the float64 one."""
     rng = np.random.RandomState(2)
     x = (rng.randn(3, 8) * 3 + 1e4).astype(np.float32)
     w = rng.randn(3, 8)
-    kwargs = {} if implicit else {"implicit_diff": None}
-
-    def grad(v):
-        v = tf.constant(v)
-        with tf.GradientTape() as tape:
-            tape.watch(v)
-            r = ss.sinkhorn_rank(v, epsilon=1.0, **RAW, **kwargs)
-            loss = tf.reduce_sum(r * tf.constant(w, v.dtype))
-        return tape.gradient(loss, v).numpy()
-
-    got, want = grad(x), grad(x.astype(np.float64))
+    kwargs = dict(epsilon=1.0, **RAW, **({} if implicit else {"implicit_diff": None}))
+    got, want = _rank_gradient(x, w, **kwargs), _rank_gradient(x.astype(np.float64), w, **kwargs)
     assert np.all(np.isfinite(got)) and np.abs(want).max() > 0.1
     np.testing.assert_allclose(got, want, atol=2e-5)
 
@@ -155,18 +155,9 @@ def test_raw_values_with_a_wide_spread_keep_float32_gradients(implicit):
     x = rng.uniform(0.0, 1e4, (3, 8)).astype(np.float32)
     x[:, 1] = x[:, 0] + 3.0  # a pair a few ε apart
     w = rng.randn(3, 8)
-    kwargs = {} if implicit else {"implicit_diff": None}
-
-    def grad(v):
-        v = tf.constant(v)
-        with tf.GradientTape() as tape:
-            tape.watch(v)
-            r = ss.sinkhorn_rank(v, epsilon=1.0, squash=None, threshold=1e-6,
-                                 max_iterations=20000, **kwargs)
-            loss = tf.reduce_sum(r * tf.constant(w, v.dtype))
-        return tape.gradient(loss, v).numpy()
-
-    got, want = grad(x), grad(x.astype(np.float64))
+    kwargs = dict(epsilon=1.0, squash=None, threshold=1e-6, max_iterations=20000,
+                  **({} if implicit else {"implicit_diff": None}))
+    got, want = _rank_gradient(x, w, **kwargs), _rank_gradient(x.astype(np.float64), w, **kwargs)
     assert np.all(np.isfinite(got)) and np.abs(want).max() > 0.02
     np.testing.assert_allclose(got, want, atol=2e-4)
 
