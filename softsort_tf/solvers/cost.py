@@ -22,7 +22,7 @@ def cost_matrix(x, y, power: float = 2.0):
     x, y = x[:, :, None], y[:, None, :]
     nearest = tf.argmin(tf.abs(x - y), axis=-1, output_type=tf.int32)  # [batch, n]
     y_k = tf.stop_gradient(tf.gather(y[:, 0, :], nearest, batch_dims=1))[:, :, None]
-    return (y - y_k) * ((y + y_k) - 2.0 * x)
+    return cost_increment(x, y_k, y, power)
 
 
 def pair_cost(u, v, power: float = 2.0):
