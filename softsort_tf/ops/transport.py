@@ -222,16 +222,19 @@ class TargetMeasure:
 
 
 def on_the_targets(values, mask=None):
-    """`values` `[batch, n]` moved by a constant c per row so that the midpoint of the
-    row's finite (and, with a `[batch, n]` `mask`, valid) values sits at the midpoint
-    of the targets' span [0, 1]; unmoved in a row without such a value.
+    """`values` `[batch, n]` moved by a constant c per row so that a median of the row's
+    finite (and, with a `[batch, n]` `mask`, valid) values sits at the midpoint of the
+    targets' span [0, 1]; unmoved in a row without such a value.
 
     For the cost |x − y|² the plan and the read-outs are unchanged: (x_i − c − y_j)² =
     (x_i − y_j)² − 2c·x_i + 2c·y_j + c², a term per input and one per target, which the
     potentials f, g absorb. The cost is then computed from numbers of the size of the
-    row's spread instead of its offset, so rounding does not grow with the offset
-    (values as they are, `squash=None`: 1e4 + x in float32 is as exact as x), and a
-    row already on [0, 1] barely moves (the 'zeros' initializer starts where it did).
+    row's spread about its median instead of its offset, so rounding does not grow with
+    the offset (values as they are, `squash=None`: 1e4 + x in float32 is as exact as x),
+    nor with one far entry (the median stays with the bulk of the row, where a midpoint
+    would follow the far entry), and a row already on [0, 1] barely moves (the 'zeros'
+    initializer starts where it did). In a row spanning more than the float range's
+    half, the midpoint of its ends instead (every moved value stays finite).
     c is a constant for autodiff; the gradient is unchanged for the same reason.
     """
     big = tf.constant(values.dtype.max, values.dtype)
@@ -240,8 +243,14 @@ def on_the_targets(values, mask=None):
     inf = tf.constant(np.inf, values.dtype)
     high = tf.reduce_max(tf.where(valid, values, -inf), axis=-1, keepdims=True)
     low = tf.reduce_min(tf.where(valid, values, inf), axis=-1, keepdims=True)
+    # The lower median of the valid values (sorted first, +inf past them).
+    count = tf.reduce_sum(tf.cast(valid, tf.int32), axis=-1, keepdims=True)
+    ranked = tf.sort(tf.where(valid, values, inf), axis=-1)
+    median = tf.gather(ranked, tf.maximum(count - 1, 0) // 2, batch_dims=1)
     # The halves first: no overflow at the ends of the float range.
-    c = 0.5 * high + 0.5 * low - TARGETS_MIDPOINT
+    narrow = 0.5 * high - 0.5 * low <= 0.5 * big
+    centre = tf.where(narrow, median, 0.5 * high + 0.5 * low)
+    c = centre - TARGETS_MIDPOINT
     c = tf.stop_gradient(tf.where(tf.abs(c) <= big, c, tf.zeros_like(c)))
     return values - c
 

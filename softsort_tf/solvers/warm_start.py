@@ -43,7 +43,11 @@ def exact_target_potential(x, a, y, b, power: float):
     increments = cost_increment(x_star, y[:, :-1], y[:, 1:], power)
     # The first potential is 0 (read off y, not the increments: m may be 1 at run time).
     g = tf.concat([tf.zeros_like(y[:, :1]), tf.cumsum(increments, axis=-1)], axis=-1)
-    return g - tf.reduce_mean(g, axis=-1, keepdims=True)
+    # Anchored at the middle target, not the mean: a far input moves the potentials at
+    # its end of the grid by its own distance, and a mean would carry that into every
+    # entry (float32 then rounds the bulk's differences away).
+    middle = (tf.shape(g)[-1] - 1) // 2
+    return g - g[:, middle:middle + 1]
 
 
 _FIXED_POINT = 2.0 ** 40

@@ -162,6 +162,39 @@ def test_raw_values_with_a_wide_spread_keep_float32_gradients(implicit):
     np.testing.assert_allclose(got, want, atol=2e-4)
 
 
+@pytest.mark.parametrize("epsilon", [0.01, 0.1])
+@pytest.mark.parametrize("far", [1e4, 1e6, 1e8])
+@pytest.mark.parametrize("layout", ["high", "both ends", "zero weight"])
+def test_raw_values_with_far_entries_keep_float32_precision(layout, far, epsilon):
+    """squash=None: a bulk of spread ~1 beside entries at distance D (one above, one at
+    each end, or one of zero weight) gives the float64 ranks, top-k masses and
+    gradients. The values are centred on their median, not the midpoint of their
+    ends, and the warm start's potential is anchored at the middle target, not its
+    mean (ranks were off by 7e-3 at D = 1e4, 0.8 at 1e6 and 5 at 1e8)."""
+    rng = np.random.RandomState(6)
+    x = rng.randn(3, 8) * 0.3
+    x[:, -1] = far
+    if layout == "both ends":
+        x[:, 0] = -far
+    weights = None
+    if layout == "zero weight":
+        weights = np.ones_like(x)
+        weights[:, -1] = 0.0
+    kwargs = dict(epsilon=epsilon, squash=None, weights=weights, threshold=1e-6,
+                  max_iterations=5000)
+    for op, atol in ((ss.sinkhorn_rank, 1e-4), (lambda v, **k: ss.sinkhorn_topk(v, 3, **k),
+                                                 1e-5)):
+        got = op(x.astype(np.float32), **kwargs).numpy()
+        want = op(x, **kwargs).numpy()
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want, atol=atol)
+    w = rng.randn(3, 8)
+    got = _rank_gradient(x.astype(np.float32), w, **kwargs)
+    want = _rank_gradient(x, w, **kwargs)
+    assert np.all(np.isfinite(got)) and np.abs(want).max() > 0.1
+    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
+
+
 def test_raw_values_centre_on_the_valid_entries_only():
     """Padded entries (even huge or infinite ones) do not move the centre of a masked
     or ragged list: its outputs are those of the list alone."""
