@@ -240,11 +240,16 @@ def soft_quantile_regression_loss(y_true, y_pred, quantile: float = 0.5,
     Returns:
       `[batch]` shares in the dtype of `y_pred` (0 at padding); their sum is L.
 
-    Example:
-    >>> shares = soft_quantile_regression_loss(np.array([1.0, 2.0, 3.0, 4.0]),
-    ...                                        np.full(4, 2.5), quantile=0.5)
-    >>> shares.shape
-    TensorShape([4])
+    Example (L of a constant prediction c is smallest where c is the targets' median,
+    here between 2 and 3; at τ = 0.75 between 3 and 4):
+    >>> y = np.array([1.0, 2.0, 3.0, 4.0])
+    >>> def loss(c, tau):
+    ...     shares = soft_quantile_regression_loss(y, np.full(4, c), quantile=tau)
+    ...     return round(float(tf.reduce_sum(shares)), 1)
+    >>> [loss(c, 0.5) for c in (1.5, 2.5, 3.5)]
+    [5.9, 1.9, 5.9]
+    >>> [loss(c, 0.75) for c in (2.5, 3.5)]
+    [5.4, 1.4]
     """
     quantile = _checks.check_in_open_interval("quantile", quantile, 0.0, 1.0)
     b, width = quantile_bins(quantile, width)
