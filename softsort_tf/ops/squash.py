@@ -113,15 +113,25 @@ def standardize(x, axis: int = -1, weights=None):
     return tf.cast(z / _safe_positive(tf.sqrt(var)), x.dtype)
 
 
-def _weighted_median(x, w, axis):
-    """The lower weighted median of x along `axis` (w: normalised weights)."""
+def weighted_median(x, w, axis):
+    """The lower weighted median of x along `axis`, kept as a length-1 axis.
+
+    w: non-negative weights like x, not necessarily normalised (0/1 weights give the
+    lower median of the entries with weight 1). The first value in sorted order whose
+    cumulative weight reaches half the total; weights are summed in float32 (float64 for
+    float64 weights), so 0/1 weights count exactly up to 2^24 entries. A zero-weight
+    entry never becomes the median, whatever its value (±inf included; NaN is not
+    ordered, so it must be replaced first).
+    """
     x_t = tf.experimental.numpy.moveaxis(x, axis, -1)
     w_t = tf.experimental.numpy.moveaxis(w, axis, -1)
+    w_t = tf.cast(w_t, tf.float64 if w_t.dtype == tf.float64 else tf.float32)
     order = tf.argsort(x_t, axis=-1, stable=True)
     xs = tf.gather(x_t, order, batch_dims=x_t.shape.rank - 1)
     cum = tf.cumsum(tf.gather(w_t, order, batch_dims=x_t.shape.rank - 1), axis=-1)
-    index = tf.minimum(tf.reduce_sum(tf.cast(cum < 0.5 - 1e-12, tf.int32), axis=-1,
-                                     keepdims=True), tf.shape(x_t)[-1] - 1)
+    half = 0.5 * cum[..., -1:] * (1.0 - 1e-12)
+    index = tf.minimum(tf.reduce_sum(tf.cast(cum < half, tf.int32), axis=-1, keepdims=True),
+                       tf.shape(x_t)[-1] - 1)
     median = tf.gather(xs, index, batch_dims=x_t.shape.rank - 1)
     return tf.experimental.numpy.moveaxis(median, -1, axis)
 
@@ -141,9 +151,9 @@ def robust_zscore(x, axis: int = -1, weights=None):
     # are halved 2^24 times (exactly) so that differences cannot overflow.
     huge = tf.reduce_max(tf.abs(x64), axis=axis, keepdims=True) > 2.0 ** 1000
     u = tf.where(huge, x64 * 2.0 ** -24, x64)
-    u = u - _weighted_median(u, w, axis)
+    u = u - weighted_median(u, w, axis)
     deviation = tf.abs(u)
-    mad = _weighted_median(deviation, w, axis) * MAD_TO_STD
+    mad = weighted_median(deviation, w, axis) * MAD_TO_STD
     widest = tf.reduce_max(tf.where(has_mass, deviation, tf.zeros_like(u)), axis=axis,
                            keepdims=True)
     scale = tf.where(mad > 0, mad, widest)

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _docs, _masking
-from softsort_tf.ops.squash import check_squash, squash_values
+from softsort_tf.ops.squash import check_squash, squash_values, weighted_median
 from softsort_tf.ops.wrapper import Lists, list_operator
 from softsort_tf.options import SinkhornOptions
 from softsort_tf.solvers import sinkhorn as solver_lib
@@ -243,10 +243,7 @@ def on_the_targets(values, mask=None):
     inf = tf.constant(np.inf, values.dtype)
     high = tf.reduce_max(tf.where(valid, values, -inf), axis=-1, keepdims=True)
     low = tf.reduce_min(tf.where(valid, values, inf), axis=-1, keepdims=True)
-    # The lower median of the valid values (sorted first, +inf past them).
-    count = tf.reduce_sum(tf.cast(valid, tf.int32), axis=-1, keepdims=True)
-    ranked = tf.sort(tf.where(valid, values, inf), axis=-1)
-    median = tf.gather(ranked, tf.maximum(count - 1, 0) // 2, batch_dims=1)
+    median = weighted_median(tf.where(valid, values, inf), tf.cast(valid, values.dtype), -1)
     # The halves first: no overflow at the ends of the float range.
     narrow = 0.5 * high - 0.5 * low <= 0.5 * big
     centre = tf.where(narrow, median, 0.5 * high + 0.5 * low)

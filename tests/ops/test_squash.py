@@ -44,6 +44,29 @@ def test_weighted_standardisation(n, seed, scale):
     assert np.all(np.isfinite(s)) and np.all(s[:, n] > 0.99)
 
 
+@SETTINGS
+@given(st.integers(1, 40), seeds, st.sampled_from([0, 1]),
+       st.sampled_from([np.float16, np.float32, np.float64]))
+def test_weighted_median_of_0_1_weights_is_the_lower_median_of_the_selected(n, seed, axis,
+                                                                           dtype):
+    """0/1 weights select entries; the median is the lower median of those, along either
+    axis and in every float dtype, and unselected ±inf entries never become it."""
+    rng = np.random.RandomState(seed)
+    x = rng.randint(-5, 6, (n, 4)).astype(dtype)  # ties included
+    keep = rng.rand(n, 4) < 0.6
+    keep[rng.randint(n) if axis == 0 else 0, :] = True
+    keep[:, rng.randint(4)] = True
+    x = np.where(keep, x, np.where(rng.rand(n, 4) < 0.5, np.inf, -np.inf)).astype(dtype)
+    got = squash_lib.weighted_median(tf.constant(x), tf.constant(keep.astype(dtype)), axis)
+    got = got.numpy()
+    assert got.shape == (1, 4) if axis == 0 else got.shape == (n, 1)
+    assert np.all(np.isfinite(got))
+    for j in range(x.shape[1 - axis]):
+        line, selected = (x[:, j], keep[:, j]) if axis == 0 else (x[j], keep[j])
+        values = np.sort(line[selected])
+        assert got.flat[j] == values[(len(values) - 1) // 2]
+
+
 def test_robust_squash_is_weighted_and_differentiable():
     x = tf.constant([[0.3, -1.0, 2.0, 5.0, 1e6]], tf.float64)
     w = tf.constant([[1.0, 1.0, 1.0, 1.0, 0.0]], tf.float64)
