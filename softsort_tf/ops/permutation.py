@@ -199,21 +199,60 @@ def poison_rows(values, bad):
     return tf.where(tf.reshape(bad, shape), tf.constant(np.nan, values.dtype), values)
 
 
-def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False) -> ListResult:
+def centred_with_stand_ins(values, reach):
+    """`(keys, nan)` for `[batch, n]` rows: the finite values centred on their midrange
+    c (no gradient), each ±inf replaced by the finite stand-in ±(h + `reach`) (h the
+    finite values' half-spread, capped at a quarter of the largest float; zero
+    gradient), and `nan` `[batch]` marking the rows with a NaN (set to 0, then
+    `poison_rows`). For a relaxation whose weights across a distance of `reach` are
+    exactly 0, the stand-ins give the limit of scores growing without bound."""
+    dtype = values.dtype
+    finite = tf.math.is_finite(values)
+    nan = tf.reduce_any(tf.math.is_nan(values), axis=-1)
+    safe = tf.where(finite, values, tf.zeros([], dtype))
+    inf = tf.constant(np.inf, dtype)
+    high = tf.reduce_max(tf.where(finite, safe, -inf), axis=-1, keepdims=True)
+    low = tf.reduce_min(tf.where(finite, safe, inf), axis=-1, keepdims=True)
+    has_finite = tf.reduce_any(finite, axis=-1, keepdims=True)
+    centre = tf.stop_gradient(tf.where(has_finite, 0.5 * high + 0.5 * low, tf.zeros([], dtype)))
+    half_spread = tf.where(has_finite, high - centre, tf.zeros([], dtype))
+    far = tf.stop_gradient(tf.minimum(half_spread + tf.constant(reach, dtype),
+                                      tf.constant(0.25 * dtype.max, dtype)))
+    keys = tf.where(finite, safe - centre, tf.where(values > 0, far, -far))
+    return tf.where(nan[:, None], tf.zeros_like(keys), keys), nan
+
+
+def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False,
+             reach: float | None = None) -> ListResult:
     """`_matrix` of a relaxation `core(d, valid)` with the straight-through option, on
-    centred scores, NaN for a list with a non-finite score (`centred_finite_rows`)."""
+    centred scores. A list with a NaN is NaN. ±inf scores: with `reach` (a distance
+    across which the relaxation's weights are exactly 0, `centred_with_stand_ins`),
+    their limits; without, a NaN list (`centred_finite_rows`)."""
     direction = _checks.check_direction(direction)
     hard = check_hard(hard)
     check_log(log, hard)
 
     def relaxed_core(d, valid):
-        d, bad = centred_finite_rows(d)
+        if reach is None:
+            d, bad = centred_finite_rows(d)
+        else:
+            d, bad = centred_with_stand_ins(d, reach)
         perm = core(d, valid)
         if hard:
             perm = straight_through(_exact_permutation_2d(tf.stop_gradient(d), valid), perm)
         return poison_rows(perm, bad)
 
     return _matrix(lists, relaxed_core, direction)
+
+
+def _soft_sort_reach(tau: float, power: float, dtype) -> float:
+    """The distance d at which SoftSort's weight exp(−d^p / τ) is exactly 0 in `dtype`
+    (the compute dtype): d^p / τ beyond −log of the smallest subnormal."""
+    info = np.finfo(tf.as_dtype(dtype).as_numpy_dtype)
+    smallest = float(info.smallest_subnormal)
+    with np.errstate(over="ignore"):
+        reach = float((np.float64(1.0 - np.log(smallest)) * tau) ** (1.0 / power))
+    return min(reach, float(info.max))
 
 
 def _in_xla_context() -> bool:
@@ -333,6 +372,9 @@ def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
 
     Returns:
       P̂ `[..., n, n]` in the dtype of `scores`: rows sum to 1 (rows of padding: 0).
+      A ±inf score is the limit of a score growing without bound: the infinities of
+      one sign share their end rows evenly, the finite entries' rows are P̂ of the
+      finite entries alone (`centred_with_stand_ins`); a NaN makes its list NaN.
 
     Example:
     >>> P = softsort_permutation_matrix([[1.0, 3.0, 2.0]], tau=0.1)
@@ -344,7 +386,7 @@ def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
     tau = _checks.check_positive("tau", tau)
     power = _checks.check_positive("distance_power", distance_power)
     return _relaxed(scores, lambda s, valid: _soft_sort_core(s, tau, power, valid, log),
-                    direction, hard, log)
+                    direction, hard, log, reach=_soft_sort_reach(tau, power, scores.dtype))
 
 
 def _abs_row_sums(s, weights=None):

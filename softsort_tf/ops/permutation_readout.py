@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _masking
@@ -79,7 +80,9 @@ def permute_values(perm, values, *, mask=None):
 
     Returns:
       `[..., n]` (the broadcast leading shape), in the floating dtype of `values`
-      (that of `perm` for integer values).
+      (that of `perm` for integer values). A ±inf value is read as itself: a row with
+      mass on it is ±inf (on both +inf and −inf: NaN), the other rows are P̂ @ x of the
+      finite values; infinite values get zero gradient.
 
     Example:
     >>> from softsort_tf.ops.permutation import hard_permutation_matrix
@@ -109,7 +112,24 @@ def permute_values(perm, values, *, mask=None):
         for _ in range(values.shape.rank - mask.shape.rank if mask.shape.rank > 1 else 0):
             mask = mask[..., None, :]
     values = _masked_values(values, mask)
-    return tf.cast(tf.linalg.matvec(perm, values), out_dtype)
+    return tf.cast(_matvec_with_infinities(perm, values), out_dtype)
+
+
+def _matvec_with_infinities(perm, values):
+    """P̂ @ x with ±inf values read as themselves: a row putting mass on +inf (−inf) is
+    +inf (−inf), on both NaN, and the other rows are P̂ @ x of the finite values (no
+    0 · inf = NaN); the infinite values get zero gradient. One product of P̂ with the
+    finite values and the indicators of +inf and −inf."""
+    dtype = values.dtype
+    zero = tf.zeros([], dtype)
+    columns = tf.stack([tf.where(tf.math.is_inf(values), zero, values),
+                        tf.cast(tf.equal(values, np.inf), dtype),
+                        tf.cast(tf.equal(values, -np.inf), dtype)], axis=-1)
+    out = tf.linalg.matmul(perm, columns)
+    finite, up, down = out[..., 0], out[..., 1] > 0, out[..., 2] > 0
+    inf = tf.constant(np.inf, dtype)
+    return tf.where(up, tf.where(down, tf.constant(np.nan, dtype), inf),
+                    tf.where(down, -inf, finite))
 
 
 def ranks_from_permutation(perm, zero_based: bool = False, *, mask=None):
