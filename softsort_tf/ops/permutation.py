@@ -200,12 +200,14 @@ def poison_rows(values, bad):
 
 
 def centred_with_stand_ins(values, reach):
-    """`(keys, nan)` for `[batch, n]` rows: the finite values centred on their midrange
-    c (no gradient), each ±inf replaced by the finite stand-in ±(h + `reach`) (h the
-    finite values' half-spread, capped at a quarter of the largest float; zero
-    gradient), and `nan` `[batch]` marking the rows with a NaN (set to 0, then
-    `poison_rows`). For a relaxation whose weights across a distance of `reach` are
-    exactly 0, the stand-ins give the limit of scores growing without bound."""
+    """`(keys, nan, finite)` for `[batch, n]` rows: the finite values centred on their
+    midrange c (no gradient), each ±inf replaced by the finite stand-in ±(h + reach)
+    (h the finite values' half-spread, capped at a quarter of the largest float; zero
+    gradient), `nan` `[batch]` marking the rows with a NaN (set to 0, then
+    `poison_rows`) and `finite` the finite entries. `reach`: a number, or a function of
+    h (`[batch, 1]`) giving one per row. For a relaxation whose weights across a
+    distance of `reach` are exactly 0, the stand-ins give the limit of scores growing
+    without bound."""
     dtype = values.dtype
     finite = tf.math.is_finite(values)
     nan = tf.reduce_any(tf.math.is_nan(values), axis=-1)
@@ -216,28 +218,30 @@ def centred_with_stand_ins(values, reach):
     has_finite = tf.reduce_any(finite, axis=-1, keepdims=True)
     centre = tf.stop_gradient(tf.where(has_finite, 0.5 * high + 0.5 * low, tf.zeros([], dtype)))
     half_spread = tf.where(has_finite, high - centre, tf.zeros([], dtype))
-    far = tf.stop_gradient(tf.minimum(half_spread + tf.constant(reach, dtype),
+    reach = reach(half_spread) if callable(reach) else tf.constant(reach, dtype)
+    far = tf.stop_gradient(tf.minimum(half_spread + reach,
                                       tf.constant(0.25 * dtype.max, dtype)))
     keys = tf.where(finite, safe - centre, tf.where(values > 0, far, -far))
-    return tf.where(nan[:, None], tf.zeros_like(keys), keys), nan
+    return tf.where(nan[:, None], tf.zeros_like(keys), keys), nan, finite
 
 
 def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False,
              reach: float | None = None) -> ListResult:
-    """`_matrix` of a relaxation `core(d, valid)` with the straight-through option, on
-    centred scores. A list with a NaN is NaN. ±inf scores: with `reach` (a distance
-    across which the relaxation's weights are exactly 0, `centred_with_stand_ins`),
-    their limits; without, a NaN list (`centred_finite_rows`)."""
+    """`_matrix` of a relaxation `core(d, valid, finite)` with the straight-through
+    option, on centred scores. A list with a NaN is NaN. ±inf scores: with `reach` (a
+    distance across which the relaxation's weights are exactly 0,
+    `centred_with_stand_ins`), their limits, the core told the `finite` entries; without,
+    a NaN list (`centred_finite_rows`, `finite` None)."""
     direction = _checks.check_direction(direction)
     hard = check_hard(hard)
     check_log(log, hard)
 
     def relaxed_core(d, valid):
         if reach is None:
-            d, bad = centred_finite_rows(d)
+            (d, bad), finite = centred_finite_rows(d), None
         else:
-            d, bad = centred_with_stand_ins(d, reach)
-        perm = core(d, valid)
+            d, bad, finite = centred_with_stand_ins(d, reach)
+        perm = core(d, valid, finite)
         if hard:
             perm = straight_through(_exact_permutation_2d(tf.stop_gradient(d), valid), perm)
         return poison_rows(perm, bad)
@@ -245,14 +249,37 @@ def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False,
     return _matrix(lists, relaxed_core, direction)
 
 
+def _vanishing_exponent(dtype) -> float:
+    """L such that exp(−L) is exactly 0 in `dtype`: 1 beyond −log of its smallest
+    subnormal."""
+    info = np.finfo(tf.as_dtype(dtype).as_numpy_dtype)
+    return float(1.0 - np.log(np.float64(info.smallest_subnormal)))
+
+
 def _soft_sort_reach(tau: float, power: float, dtype) -> float:
     """The distance d at which SoftSort's weight exp(−d^p / τ) is exactly 0 in `dtype`
-    (the compute dtype): d^p / τ beyond −log of the smallest subnormal."""
-    info = np.finfo(tf.as_dtype(dtype).as_numpy_dtype)
-    smallest = float(info.smallest_subnormal)
+    (the compute dtype)."""
     with np.errstate(over="ignore"):
-        reach = float((np.float64(1.0 - np.log(smallest)) * tau) ** (1.0 / power))
-    return min(reach, float(info.max))
+        reach = float((np.float64(_vanishing_exponent(dtype)) * tau) ** (1.0 / power))
+    return min(reach, float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).max))
+
+
+def _neural_sort_reach(tau: float, n, dtype):
+    """The distance at which NeuralSort's weights across it are exactly 0, per row of
+    half-spread h (`[batch, 1]`): 8·n·h + 2·L·τ (L: `_vanishing_exponent`); in the
+    units u = s / M of `_neural_sort_core` (M in [h, 2h]) a stand-in is then beyond
+    4n + L·τ/M, and every logit of a row's finite entries is within 4n of the others
+    (|u| <= 1), so the stand-ins' logits trail by at least L·τ/M before the factor M/τ."""
+    vanish = 2.0 * _vanishing_exponent(dtype) * tau
+
+    def reach(half_spread):
+        dtype_ = half_spread.dtype
+        count = tf.cast(n, dtype_)
+        quarter = 0.25 * float(dtype_.max)  # as `centred_with_stand_ins` caps the stand-ins
+        return tf.minimum(8.0 * count * half_spread + tf.constant(min(vanish, quarter), dtype_),
+                          tf.constant(quarter, dtype_))
+
+    return reach
 
 
 def _in_xla_context() -> bool:
@@ -385,7 +412,7 @@ def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
     """
     tau = _checks.check_positive("tau", tau)
     power = _checks.check_positive("distance_power", distance_power)
-    return _relaxed(scores, lambda s, valid: _soft_sort_core(s, tau, power, valid, log),
+    return _relaxed(scores, lambda s, valid, _: _soft_sort_core(s, tau, power, valid, log),
                     direction, hard, log, reach=_soft_sort_reach(tau, power, scores.dtype))
 
 
@@ -398,9 +425,8 @@ def _abs_row_sums(s, weights=None):
     @tf.custom_gradient
     def row_sums(s):
         dist = tf.abs(s[:, :, None] - s[:, None, :])
-        if weights is not None:
-            dist = dist * weights[:, None, :]
-        a_sum = tf.reduce_sum(dist, axis=-1)
+        a_sum = (tf.reduce_sum(dist, axis=-1) if weights is None
+                 else tf.linalg.matvec(dist, weights))
 
         def grad(upstream):
             greater = tf.cast(s[:, :, None] > s[:, None, :], s.dtype)  # σ = greater − greaterᵀ
@@ -418,15 +444,21 @@ def _abs_row_sums(s, weights=None):
     return row_sums(s)
 
 
-def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
+def _neural_sort_core(s, tau: float, valid=None, log: bool = False, finite=None):
     """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory: the logits
-    of s / M (M the power of two at or above max |s|), shifted to a maximum of 0, times
-    M / τ capped at the largest float (huge scores or a tiny τ give a one-hot row, not
-    NaN). With `valid`: over the valid entries, rows i >= n_valid 0."""
+    of s / M (M the power of two at or above max |s| of the `finite` entries), shifted
+    to a maximum of 0, times M / τ capped at the largest float (huge scores or a tiny τ
+    give a one-hot row, not NaN). With `valid`: over the valid entries, rows i >= n_valid
+    0. With `finite` (bool `[batch, n]`, the others stand-ins of ±inf far beyond,
+    `centred_with_stand_ins`): A_s·1 sums over the finite entries and the coefficient of
+    row i is that of row i − n₊ of the finite list alone (n₊ the +inf stand-ins), so the
+    finite entries' rows are those of the finite list, the stand-ins' weights 0 (their
+    logits trail by far more than the finite entries' spread)."""
     n = tf.shape(s)[-1]
     dtype = s.dtype
     info = np.finfo(dtype.as_numpy_dtype)
-    largest = tf.stop_gradient(tf.reduce_max(tf.abs(s), axis=-1, keepdims=True))
+    magnitude = tf.abs(s) if finite is None else tf.where(finite, tf.abs(s), tf.zeros([], dtype))
+    largest = tf.stop_gradient(tf.reduce_max(magnitude, axis=-1, keepdims=True))
     positive = tf.logical_and(largest > 0, tf.math.is_finite(largest))
     top_exponent = float(info.maxexp - 1)  # 2^top_exponent is the largest power of two
     exponent = tf.math.ceil(tf.math.log(tf.where(positive, largest, tf.ones_like(largest)))
@@ -438,13 +470,24 @@ def _neural_sort_core(s, tau: float, valid=None, log: bool = False):
                      scale)
     u = s / scale
     positions = tf.cast(tf.range(1, n + 1), dtype)[None, :]  # i = 1..n
-    if valid is None:
+    counted = valid if finite is None else (
+        finite if valid is None else tf.logical_and(valid, finite))
+    if counted is None:
         a_sum = _abs_row_sums(u)  # A_s·1 as a [batch, n] vector
         length = tf.cast(n, dtype)
     else:
-        weights = tf.cast(valid, dtype)
+        # Stand-ins stay below the largest float / (16 n): logits and sums stay finite.
+        cap = tf.constant(info.max / 16.0, dtype) / tf.cast(n, dtype)
+        u = tf.clip_by_value(u, -cap, cap)
+        weights = tf.cast(counted, dtype)
         a_sum = _abs_row_sums(u, weights)
-        length = tf.reduce_sum(weights, axis=-1, keepdims=True)  # n_valid per row
+        length = tf.reduce_sum(weights, axis=-1, keepdims=True)  # n_fin per row
+        if finite is not None:  # the +inf stand-ins come first: n₊ rows earlier
+            ahead = tf.logical_and(tf.logical_not(finite), s > 0)
+            if valid is not None:
+                ahead = tf.logical_and(ahead, valid)
+            length = length + 2.0 * tf.reduce_sum(tf.cast(ahead, dtype), axis=-1,
+                                                  keepdims=True)
     coeff = length + 1.0 - 2.0 * positions  # n + 1 − 2i
     logits = coeff[:, :, None] * u[:, None, :] - a_sum[:, None, :]
     largest_float = float(info.max)
@@ -478,7 +521,8 @@ def neuralsort_permutation_matrix(scores, tau: float = DEFAULT_TAU, direction: s
         when sorted neighbours differ by much more than τ / 2.
 
     Returns:
-      P̂ `[..., n, n]` in the dtype of `scores` (rows of padding: 0).
+      P̂ `[..., n, n]` in the dtype of `scores` (rows of padding: 0). ±inf scores are
+      their limits and NaN poisons its list, as in `softsort_permutation_matrix`.
 
     Example:
     >>> P = neuralsort_permutation_matrix([[1.0, 3.0, 2.0]], tau=0.1)
@@ -488,8 +532,9 @@ def neuralsort_permutation_matrix(scores, tau: float = DEFAULT_TAU, direction: s
            [1., 0., 0.]], dtype=float32)
     """
     tau = _checks.check_positive("tau", tau)
-    return _relaxed(scores, lambda s, valid: _neural_sort_core(s, tau, valid, log), direction,
-                    hard, log)
+    return _relaxed(scores, lambda s, valid, finite: _neural_sort_core(s, tau, valid, log, finite),
+                    direction, hard, log,
+                    reach=_neural_sort_reach(tau, scores.n, scores.dtype))
 
 
 # The families whose operations are read off these matrices (`softsort_tf.ops.family`).

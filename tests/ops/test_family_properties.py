@@ -256,7 +256,7 @@ def _limit(op, row, out_finite, k=3, taus=(0.25, 0.5, 0.8), mass=1.0):
 
 # The (family, operation) pairs whose lists with a ±inf score are NaN (docs/api.md,
 # "Non-finite scores"); the others take the limits.
-NAN_ON_INFINITY = {(method, op) for method in ("sinkhorn", "neuralsort", "sorting_network")
+NAN_ON_INFINITY = {(method, op) for method in ("sinkhorn", "sorting_network")
                    for op in ("rank", "sort", "topk", "quantile", "matrix")
                    } | {("permutahedron", "sort")}
 
