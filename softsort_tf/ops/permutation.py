@@ -203,26 +203,26 @@ def centred_with_stand_ins(values, reach):
     """`(keys, nan, finite)` for `[batch, n]` rows: the finite values centred on their
     midrange c (no gradient), each ±inf replaced by the finite stand-in ±(h + reach)
     (h the finite values' half-spread, capped at a quarter of the largest float; zero
-    gradient), `nan` `[batch]` marking the rows with a NaN (set to 0, then
+    gradient), `nan` `[batch]` marking the rows with a NaN (their keys finite, for
     `poison_rows`) and `finite` the finite entries. `reach`: a number, or a function of
     h (`[batch, 1]`) giving one per row. For a relaxation whose weights across a
     distance of `reach` are exactly 0, the stand-ins give the limit of scores growing
     without bound."""
     dtype = values.dtype
     finite = tf.math.is_finite(values)
-    nan = tf.reduce_any(tf.math.is_nan(values), axis=-1)
-    safe = tf.where(finite, values, tf.zeros([], dtype))
     inf = tf.constant(np.inf, dtype)
-    high = tf.reduce_max(tf.where(finite, safe, -inf), axis=-1, keepdims=True)
-    low = tf.reduce_min(tf.where(finite, safe, inf), axis=-1, keepdims=True)
-    has_finite = tf.reduce_any(finite, axis=-1, keepdims=True)
-    centre = tf.stop_gradient(tf.where(has_finite, 0.5 * high + 0.5 * low, tf.zeros([], dtype)))
-    half_spread = tf.where(has_finite, high - centre, tf.zeros([], dtype))
+    high = tf.reduce_max(tf.where(finite, values, -inf), axis=-1, keepdims=True)
+    low = tf.reduce_min(tf.where(finite, values, inf), axis=-1, keepdims=True)
+    has_finite = high >= low
+    zero = tf.zeros([], dtype)
+    centre = tf.stop_gradient(tf.where(has_finite, 0.5 * high + 0.5 * low, zero))
+    half_spread = tf.where(has_finite, high - centre, zero)
     reach = reach(half_spread) if callable(reach) else tf.constant(reach, dtype)
     far = tf.stop_gradient(tf.minimum(half_spread + reach,
                                       tf.constant(0.25 * dtype.max, dtype)))
-    keys = tf.where(finite, safe - centre, tf.where(values > 0, far, -far))
-    return tf.where(nan[:, None], tf.zeros_like(keys), keys), nan, finite
+    # NaN: neither finite nor > 0, so −far (finite); its row is poisoned by the caller.
+    keys = tf.where(finite, values - centre, tf.where(values > 0, far, -far))
+    return keys, tf.reduce_any(tf.math.is_nan(values), axis=-1), finite
 
 
 def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False,
