@@ -266,10 +266,11 @@ def _soft_sort_reach(tau: float, power: float, dtype) -> float:
 
 def _neural_sort_reach(tau: float, n, dtype):
     """The distance at which NeuralSort's weights across it are exactly 0, per row of
-    half-spread h (`[batch, 1]`): 8·n·h + 2·L·τ (L: `_vanishing_exponent`); in the
-    units u = s / M of `_neural_sort_core` (M in [h, 2h]) a stand-in is then beyond
-    4n + L·τ/M, and every logit of a row's finite entries is within 4n of the others
-    (|u| <= 1), so the stand-ins' logits trail by at least L·τ/M before the factor M/τ."""
+    half-spread h (`[batch, 1]`): 8·n·h + 2·L·τ (L: `_vanishing_exponent`). In the
+    units u = s / M of `_neural_sort_core` (M in [h, 2h]; 1 for h = 0) a stand-in is
+    then beyond 4n·h/M + L·τ/M, and the logits of a row's finite entries lie within
+    4n·h/M of each other (|u| <= h/M), so the stand-ins' logits trail by at least L·τ/M
+    before the factor M/τ."""
     vanish = 2.0 * _vanishing_exponent(dtype) * tau
 
     def reach(half_spread):

@@ -91,6 +91,27 @@ def test_matrix_is_the_limit(method, power, big, direction):
 
 
 @pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+@pytest.mark.parametrize("tau", [1e-3, 1.0])
+def test_lists_without_spread(method, dtype, tau):
+    """One finite entry, or several equal ones, among infinities (no spread to measure
+    the gap by): the infinities' rows and the finite block exactly, at a small τ too."""
+    rows = np.array([[inf, 0.7, -inf, inf, -inf, -inf], [-inf, 2.0, 2.0, inf, 2.0, -inf]])
+    got = _finite(tf.cast(_matrix_at(tf.constant(rows, dtype), method, tau),
+                          tf.float64).numpy())
+    for row, perm in zip(rows, got, strict=True):
+        fin = np.isfinite(row)
+        alone = _matrix_at(tf.constant(row[fin][None], dtype), method, tau).numpy()[0]
+        np.testing.assert_allclose(perm, _blocks(row, alone, inf), rtol=0, atol=1e-6)
+
+
+def _matrix_at(x, method, tau):
+    fn = (ss.softsort_permutation_matrix if method == "softsort"
+          else ss.neuralsort_permutation_matrix)
+    return fn(x, tau=tau)
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
 def test_reduced_precision_matches_float64(dtype, method):
     """float16/bfloat16/float32 scores with ±inf: the float64 matrix to the dtype's
