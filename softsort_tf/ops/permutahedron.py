@@ -44,12 +44,12 @@ supported (a `mask` argument raises a ValueError); pass the valid entries only.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from softsort_tf import _checks, _masking
 from softsort_tf.ops import family
 from softsort_tf.ops.lapsum import _stable_argsort
+from softsort_tf.ops.permutation import finite_midrange
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = ["permutahedron_rank", "permutahedron_sort"]
@@ -250,11 +250,7 @@ def _centre(x2d, finite):
     """A per-row reference (the midrange of the finite entries, no gradient): the ranks
     do not depend on it and the sorted values move with it, so the projection is
     computed on numbers of the size of the scores' differences."""
-    safe_max = tf.where(finite, x2d, tf.fill(tf.shape(x2d), tf.constant(-np.inf, x2d.dtype)))
-    safe_min = tf.where(finite, x2d, tf.fill(tf.shape(x2d), tf.constant(np.inf, x2d.dtype)))
-    top, bottom = tf.reduce_max(safe_max, -1, True), tf.reduce_min(safe_min, -1, True)
-    ok = tf.math.is_finite(top)
-    return tf.stop_gradient(tf.where(ok, 0.5 * top + 0.5 * bottom, tf.zeros_like(top)))
+    return finite_midrange(x2d, finite)[0]
 
 
 def _descending_order(z):

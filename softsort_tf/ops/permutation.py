@@ -199,6 +199,21 @@ def poison_rows(values, bad):
     return tf.where(tf.reshape(bad, shape), tf.constant(np.nan, values.dtype), values)
 
 
+def finite_midrange(values, finite):
+    """`(centre, half_spread)` `[batch, 1]` of the `finite` entries (bool `[batch, n]`)
+    of each row of `values`: their midrange (no gradient) and half their spread; 0 and
+    0 for a row without one. Relaxations of differences are computed on `values − centre`,
+    at the size of the differences, not of the offset."""
+    dtype = values.dtype
+    inf = tf.constant(np.inf, dtype)
+    high = tf.reduce_max(tf.where(finite, values, -inf), axis=-1, keepdims=True)
+    low = tf.reduce_min(tf.where(finite, values, inf), axis=-1, keepdims=True)
+    has_finite = high >= low
+    zero = tf.zeros([], dtype)
+    centre = tf.stop_gradient(tf.where(has_finite, 0.5 * high + 0.5 * low, zero))
+    return centre, tf.stop_gradient(tf.where(has_finite, high - centre, zero))
+
+
 def centred_with_stand_ins(values, reach):
     """`(keys, nan, finite)` for `[batch, n]` rows: the finite values centred on their
     midrange c (no gradient), each ±inf replaced by the finite stand-in ±(h + reach)
@@ -210,13 +225,7 @@ def centred_with_stand_ins(values, reach):
     without bound."""
     dtype = values.dtype
     finite = tf.math.is_finite(values)
-    inf = tf.constant(np.inf, dtype)
-    high = tf.reduce_max(tf.where(finite, values, -inf), axis=-1, keepdims=True)
-    low = tf.reduce_min(tf.where(finite, values, inf), axis=-1, keepdims=True)
-    has_finite = high >= low
-    zero = tf.zeros([], dtype)
-    centre = tf.stop_gradient(tf.where(has_finite, 0.5 * high + 0.5 * low, zero))
-    half_spread = tf.where(has_finite, high - centre, zero)
+    centre, half_spread = finite_midrange(values, finite)
     reach = reach(half_spread) if callable(reach) else tf.constant(reach, dtype)
     far = tf.stop_gradient(tf.minimum(half_spread + reach,
                                       tf.constant(0.25 * dtype.max, dtype)))
@@ -225,22 +234,18 @@ def centred_with_stand_ins(values, reach):
     return keys, tf.reduce_any(tf.math.is_nan(values), axis=-1), finite
 
 
-def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool = False,
-             reach: float | None = None) -> ListResult:
+def _relaxed(lists: Lists, core, direction: str, hard: bool, log: bool, reach) -> ListResult:
     """`_matrix` of a relaxation `core(d, valid, finite)` with the straight-through
-    option, on centred scores. A list with a NaN is NaN. ±inf scores: with `reach` (a
-    distance across which the relaxation's weights are exactly 0,
-    `centred_with_stand_ins`), their limits, the core told the `finite` entries; without,
-    a NaN list (`centred_finite_rows`, `finite` None)."""
+    option, on centred scores with ±inf replaced by stand-ins beyond `reach` (a distance
+    across which the relaxation's weights are exactly 0: their limits,
+    `centred_with_stand_ins`), the core told the `finite` entries; a list with a NaN is
+    NaN."""
     direction = _checks.check_direction(direction)
     hard = check_hard(hard)
     check_log(log, hard)
 
     def relaxed_core(d, valid):
-        if reach is None:
-            (d, bad), finite = centred_finite_rows(d), None
-        else:
-            d, bad, finite = centred_with_stand_ins(d, reach)
+        d, bad, finite = centred_with_stand_ins(d, reach)
         perm = core(d, valid, finite)
         if hard:
             perm = straight_through(_exact_permutation_2d(tf.stop_gradient(d), valid), perm)
@@ -417,25 +422,20 @@ def softsort_permutation_matrix(scores, tau: float = DEFAULT_TAU,
                     direction, hard, log, reach=_soft_sort_reach(tau, power, scores.dtype))
 
 
-def _abs_row_sums(s, weights=None):
-    """(A_s·w)_j = Σ_k w_k |s_j − s_k| for `[batch, n]` scores (w = 1 by default; 0/1
-    weights sum over the valid entries), in O(n²) time and memory. The gradient,
-    g_m Σ_k w_k σ_mk + w_m Σ_j σ_mj g_j with σ_jk = sign(s_j − s_k), takes σ from exact
-    comparisons (as `_soft_sort_rows`); `weights` get no gradient."""
+def _abs_row_sums(s, weights):
+    """(A_s·w)_j = Σ_k w_k |s_j − s_k| for `[batch, n]` scores and 0/1 `weights` (the
+    entries summed over), in O(n²) time and memory. The gradient, g_m Σ_k w_k σ_mk +
+    w_m Σ_j σ_mj g_j with σ_jk = sign(s_j − s_k), takes σ from exact comparisons (as
+    `_soft_sort_rows`); `weights` get no gradient."""
 
     @tf.custom_gradient
     def row_sums(s):
-        dist = tf.abs(s[:, :, None] - s[:, None, :])
-        a_sum = (tf.reduce_sum(dist, axis=-1) if weights is None
-                 else tf.linalg.matvec(dist, weights))
+        a_sum = tf.linalg.matvec(tf.abs(s[:, :, None] - s[:, None, :]), weights)
 
         def grad(upstream):
             greater = tf.cast(s[:, :, None] > s[:, None, :], s.dtype)  # σ = greater − greaterᵀ
             spread = (tf.linalg.matvec(greater, upstream)
                       - tf.linalg.matvec(greater, upstream, transpose_a=True))
-            if weights is None:
-                sign_sums = tf.reduce_sum(greater, axis=-1) - tf.reduce_sum(greater, axis=-2)
-                return upstream * sign_sums + spread
             sign_sums = (tf.linalg.matvec(greater, weights)
                          - tf.linalg.matvec(greater, weights, transpose_a=True))
             return upstream * sign_sums + weights * spread
@@ -445,20 +445,20 @@ def _abs_row_sums(s, weights=None):
     return row_sums(s)
 
 
-def _neural_sort_core(s, tau: float, valid=None, log: bool = False, finite=None):
+def _neural_sort_core(s, tau: float, valid, log: bool, finite):
     """NeuralSort on `[batch, n]` scores, DESCENDING, in O(n²) time and memory: the logits
     of s / M (M the power of two at or above max |s| of the `finite` entries), shifted
     to a maximum of 0, times M / τ capped at the largest float (huge scores or a tiny τ
-    give a one-hot row, not NaN). With `valid`: over the valid entries, rows i >= n_valid
-    0. With `finite` (bool `[batch, n]`, the others stand-ins of ±inf far beyond,
-    `centred_with_stand_ins`): A_s·1 sums over the finite entries and the coefficient of
+    give a one-hot row, not NaN). With `valid` (or None): over the valid entries, rows
+    i >= n_valid 0. `finite` (bool `[batch, n]`; the others are stand-ins of ±inf far
+    beyond, `centred_with_stand_ins`): A_s·1 sums over the finite entries and the coefficient of
     row i is that of row i − n₊ of the finite list alone (n₊ the +inf stand-ins), so the
     finite entries' rows are those of the finite list, the stand-ins' weights 0 (their
     logits trail by far more than the finite entries' spread)."""
     n = tf.shape(s)[-1]
     dtype = s.dtype
     info = np.finfo(dtype.as_numpy_dtype)
-    magnitude = tf.abs(s) if finite is None else tf.where(finite, tf.abs(s), tf.zeros([], dtype))
+    magnitude = tf.where(finite, tf.abs(s), tf.zeros([], dtype))
     largest = tf.stop_gradient(tf.reduce_max(magnitude, axis=-1, keepdims=True))
     positive = tf.logical_and(largest > 0, tf.math.is_finite(largest))
     top_exponent = float(info.maxexp - 1)  # 2^top_exponent is the largest power of two
@@ -471,24 +471,17 @@ def _neural_sort_core(s, tau: float, valid=None, log: bool = False, finite=None)
                      scale)
     u = s / scale
     positions = tf.cast(tf.range(1, n + 1), dtype)[None, :]  # i = 1..n
-    counted = valid if finite is None else (
-        finite if valid is None else tf.logical_and(valid, finite))
-    if counted is None:
-        a_sum = _abs_row_sums(u)  # A_s·1 as a [batch, n] vector
-        length = tf.cast(n, dtype)
-    else:
-        # Stand-ins stay below the largest float / (16 n): logits and sums stay finite.
-        cap = tf.constant(info.max / 16.0, dtype) / tf.cast(n, dtype)
-        u = tf.clip_by_value(u, -cap, cap)
-        weights = tf.cast(counted, dtype)
-        a_sum = _abs_row_sums(u, weights)
-        length = tf.reduce_sum(weights, axis=-1, keepdims=True)  # n_fin per row
-        if finite is not None:  # the +inf stand-ins come first: n₊ rows earlier
-            ahead = tf.logical_and(tf.logical_not(finite), s > 0)
-            if valid is not None:
-                ahead = tf.logical_and(ahead, valid)
-            length = length + 2.0 * tf.reduce_sum(tf.cast(ahead, dtype), axis=-1,
-                                                  keepdims=True)
+    counted = finite if valid is None else tf.logical_and(valid, finite)
+    # Stand-ins stay below the largest float / (16 n): logits and sums stay finite.
+    cap = tf.constant(info.max / 16.0, dtype) / tf.cast(n, dtype)
+    u = tf.clip_by_value(u, -cap, cap)
+    weights = tf.cast(counted, dtype)
+    a_sum = _abs_row_sums(u, weights)  # A_s·1 over the finite valid entries, [batch, n]
+    # n_fin, plus 2 n₊: the +inf stand-ins come first, n₊ rows earlier.
+    ahead = tf.logical_and(tf.logical_not(finite), s > 0)
+    if valid is not None:
+        ahead = tf.logical_and(ahead, valid)
+    length = tf.reduce_sum(weights + 2.0 * tf.cast(ahead, dtype), axis=-1, keepdims=True)
     coeff = length + 1.0 - 2.0 * positions  # n + 1 − 2i
     logits = coeff[:, :, None] * u[:, None, :] - a_sum[:, None, :]
     largest_float = float(info.max)
