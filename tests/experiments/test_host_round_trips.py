@@ -2,12 +2,17 @@
 Python function (`tf.py_function`/`tf.numpy_function`) inside the step of the
 large-MNIST sorting model (Sinkhorn with its convergence check and LapSum, the two
 families with host-side choices) nor of the stochastic median regressor (Gumbel
-sampling), so a GPU step never waits for the host. About 30 s of CPU (three traces)."""
+sampling), so a GPU step never waits for the host.
+
+The optimizer's and metrics' variables are built first from a validation batch, as
+`training.fit_resumable` does before `fit`: the step is then traced once, as the binaries
+trace it (a first trace that creates variables would be traced a second time)."""
 
 import pytest
 import tensorflow as tf
 
 from softsort_tf.experiments import large_mnist as experiment
+from softsort_tf.experiments import training
 
 HOST_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 CASES = [("sort", "sinkhorn", False), ("sort", "lapsum", False), ("median", "neuralsort", True)]
@@ -27,7 +32,8 @@ def test_training_step_has_no_host_round_trip(task, method, stochastic):
                                          batch_size=2, num_val_sequences=2,
                                          num_test_sequences=2).finalize()
     model = experiment.build_model(config)
-    train_dataset, _, _ = experiment.make_datasets(config)
+    train_dataset, val_ds, _ = experiment.make_datasets(config)
+    assert training.build_training_state(model, val_ds)
     batch = next(iter(train_dataset(0)))
     graph = tf.function(model.train_step).get_concrete_function(batch).graph
     types = _op_types(graph)
