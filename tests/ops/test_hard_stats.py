@@ -2,6 +2,7 @@
 operators: `rankdata`, `weighted_quantile`, `interval_mean` and `pearson_correlation`
 against numpy/scipy, under XLA, and on padded lists."""
 
+import functools
 
 import numpy as np
 import pytest
@@ -105,6 +106,13 @@ def test_pearson_correlation_and_constant_rows():
     np.testing.assert_array_equal(tape.gradient(corr, const).numpy(), 0.0)
 
 
+@functools.cache
+def _rankdata_xla():
+    """`ss.rankdata` traced once for an unknown n (one XLA program per input shape)."""
+    return tf.function(ss.rankdata, jit_compile=True,
+                       input_signature=[tf.TensorSpec([None, None])])
+
+
 @pytest.mark.parametrize("n", [1, 2, 7, 300])
 def test_rankdata_equals_scipy_with_ties_eager_and_xla(n):
     """Ties averaged as scipy; one sort and segment sums, so XLA compiles it for an
@@ -113,9 +121,7 @@ def test_rankdata_equals_scipy_with_ties_eager_and_xla(n):
     x = rng.integers(0, max(2, n // 3), size=(3, n)).astype(np.float32)
     expected = scipy.stats.rankdata(x, axis=-1)
     np.testing.assert_allclose(ss.rankdata(x).numpy(), expected)
-    xla = tf.function(ss.rankdata, jit_compile=True,
-                      input_signature=[tf.TensorSpec([None, None])])
-    np.testing.assert_allclose(xla(x).numpy(), expected)
+    np.testing.assert_allclose(_rankdata_xla()(x).numpy(), expected)
 
 
 @settings(max_examples=20, deadline=None)

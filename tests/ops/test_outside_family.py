@@ -127,13 +127,19 @@ def test_rank_losses_train_with_it():
         gradient = tape.gradient(value, y_pred)
         assert np.isfinite(value.numpy()) and np.all(np.isfinite(gradient.numpy()))
         assert np.any(gradient.numpy() != 0)
-    # A few steps of gradient descent on the scores alone order them like the labels.
+    # A few steps of gradient descent on the scores alone order them like the labels
+    # (the step traced once, its graph run at every step).
     optimizer, smooth = keras.optimizers.SGD(1.0), ss.SpearmanLoss(method=NAME,
                                                                     temperature=0.2)
-    for _ in range(100):
+
+    @tf.function
+    def step():
         with tf.GradientTape() as tape:
             value = smooth(y_true, y_pred)
         optimizer.apply_gradients([(tape.gradient(value, y_pred), y_pred)])
+
+    for _ in range(100):
+        step()
     for row in range(2):
         rho = stats.spearmanr(y_true[row], y_pred.numpy()[row]).statistic
         assert rho > 0.99, rho

@@ -9,12 +9,18 @@ import os
 import numpy as np
 import pytest
 import scipy.optimize
-import scipy.special
 import scipy.stats
 import tensorflow as tf
 from operator_cases import weighted_gradient_check
 
 from softsort_tf.ops import permutahedron as P
+
+
+def _logsumexp(v):
+    """log Σ exp(v) of a finite vector (scipy.special.logsumexp's value, without its
+    general handling of infinities and signs: 20 times faster on a few entries)."""
+    top = v.max()
+    return top + np.log(np.sum(np.exp(v - top)))
 
 
 def isotonic_decreasing(s, w, kl):
@@ -24,7 +30,7 @@ def isotonic_decreasing(s, w, kl):
 
     def value(b):
         if kl:
-            return scipy.special.logsumexp(s[b]) - scipy.special.logsumexp(w[b])
+            return _logsumexp(s[b]) - _logsumexp(w[b])
         return np.mean(s[b] - w[b])
 
     changed = True

@@ -11,7 +11,13 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy_references import np_perm_matrix
-from operator_cases import MATRIX_OPERATORS, embed_block, matrix_and_gradient, padded_batches
+from operator_cases import (
+    MATRIX_OPERATORS,
+    batched_jacobians,
+    embed_block,
+    matrix_and_gradient,
+    padded_batches,
+)
 
 import softsort_tf as ss
 
@@ -99,13 +105,14 @@ def test_neural_sort_matches_numpy_formula(lead, n, direction, seed, tau):
 
 
 def test_xla_formulation_of_soft_sort_matches_numpy():
+    """Each distance power compiled by XLA (all three in one program) against numpy."""
     s = np.random.RandomState(3).randn(4, 9)
-    for power in (1.0, 2.0, 0.7):
-        out = tf.function(lambda x, p=power: ss.softsort_permutation_matrix(x, tau=0.2,
-                                                                          distance_power=p),
-                          jit_compile=True)(tf.constant(s))
+    powers = (1.0, 2.0, 0.7)
+    outs = tf.function(lambda x: [ss.softsort_permutation_matrix(x, tau=0.2, distance_power=p)
+                                  for p in powers], jit_compile=True)(tf.constant(s))
+    for power, out in zip(powers, outs, strict=True):
         np.testing.assert_allclose(out.numpy(), np_soft_sort(s, 0.2, power, "DESCENDING"),
-                                   rtol=1e-10, atol=1e-12)
+                                   rtol=1e-10, atol=1e-12, err_msg=f"power {power}")
 
 
 @SETTINGS
@@ -208,17 +215,20 @@ def test_hard_is_exact_forward_and_relaxed_backward(method):
     ("neuralsort", dict(tau=2.0, direction="ASCENDING")),
 ])
 def test_gradients_match_finite_differences(op, kwargs):
-    x = tf.constant(np.random.RandomState(4).randn(2, 5))
-    weights = tf.constant(np.random.RandomState(5).randn(2, 5, 5))
+    """The full Jacobian against central differences, as `tf.test.compute_gradient`
+    gives them, from one batched call (the rows are independent lists)."""
+    x = np.random.RandomState(4).randn(2, 5)
+    weights = np.random.RandomState(5).randn(2, 5, 5)
 
-    def f(s):
+    def f(s, w):
         perm = OPS[op](s, **kwargs)
-        return tf.stack([tf.reduce_sum(perm * weights, axis=[-1, -2]),
+        return tf.stack([tf.reduce_sum(perm * w, axis=[-1, -2]),
                          tf.reduce_sum(perm[..., 0, :] * s, axis=-1)], axis=-1)
 
-    theoretical, numerical = tf.test.compute_gradient(f, [x], delta=1e-6)
-    assert np.abs(theoretical[0]).max() > 1e-2
-    np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-6)
+    theoretical, numerical = batched_jacobians(f, [x, weights], delta=1e-6)
+    assert theoretical.shape == numerical.shape == (4, 10)
+    assert np.abs(theoretical).max() > 1e-2
+    np.testing.assert_allclose(theoretical, numerical, atol=1e-6)
 
 
 XLA_CASES = {

@@ -84,11 +84,11 @@ READOUTS = {
 
 def _readout_and_gradients(fn, x, values, mask, weights):
     x, values = tf.constant(x), tf.constant(values)
-    with tf.GradientTape(persistent=True) as tape:
+    with tf.GradientTape() as tape:
         tape.watch([x, values])
         out = fn(x, values, mask)
         total = tf.reduce_sum(tf.constant(weights) * out)
-    grads = [tape.gradient(total, t) for t in (x, values)]
+    grads = tape.gradient(total, [x, values])  # one backward pass for both
     return out.numpy(), [np.zeros(x.shape) if g is None else g.numpy() for g in grads]
 
 

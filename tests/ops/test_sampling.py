@@ -159,9 +159,10 @@ def test_stochastic_matrix_is_the_masked_matrix_of_the_perturbed_valid_scores(me
     assert np.all(np.isfinite(perm)) and np.all(perturbed[:, :, ~mask[0]][0] == 0)
     for r in range(2):
         valid = mask[r]
+        # The samples' unpadded lists, as one batch of `samples` independent lists.
+        ref = ss.permutation_matrix(perturbed[r][:, valid], method, tau=TAU).numpy()
         for k in range(samples):
-            ref = ss.permutation_matrix(perturbed[r, k, valid][None], method, tau=TAU).numpy()
-            np.testing.assert_allclose(perm[r, k], embed_block(ref[0], valid), rtol=1e-12,
+            np.testing.assert_allclose(perm[r, k], embed_block(ref[k], valid), rtol=1e-12,
                                        atol=1e-14)
 
 
