@@ -17,6 +17,7 @@ from operator_cases import (
 )
 
 import softsort_tf as ss
+from softsort_tf.experiments import training
 
 EPS = 1e-7
 
@@ -220,7 +221,9 @@ def test_model_fit_learns_to_sort():
     hidden value is linear in their features: one tower (its own scorer and layer) per
     layer of SORTING_LAYERS in one model, fitted and evaluated once (one trace, not one
     per layer); the towers share no weight, so each learns from its own loss alone
-    (Adam's steps are per variable), checked each."""
+    (Adam's steps are per variable), checked each. The loss trackers and the optimizer's
+    slots are built from one batch first (`build_training_state`), so that the first
+    `evaluate` traces its step once, not a second time for the variables it creates."""
     keras.utils.set_random_seed(0)
     x, order = sorting_data(0, 384)
     x_test, order_test = sorting_data(1, 256)
@@ -234,6 +237,7 @@ def test_model_fit_learns_to_sort():
                   metrics={name: [ss.ExactPermutationAccuracy(),
                                   ss.ElementwisePermutationAccuracy()] for name in names})
     targets, test_targets = ({name: o for name in names} for o in (order, order_test))
+    assert training.build_training_state(model, (x[:32], {name: order[:32] for name in names}))
     before = model.evaluate(x_test, test_targets, verbose=0, return_dict=True)
     history = model.fit(x, targets, batch_size=32, epochs=5, verbose=0).history
     after = model.evaluate(x_test, test_targets, verbose=0, return_dict=True)
