@@ -132,11 +132,12 @@ def _first_batch(x, y, sample_weight, batch_size):
     other inputs (generators, PyDatasets)."""
     if isinstance(x, tf.data.Dataset):
         return x
-    leaves = tf.nest.flatten((x, y, sample_weight))
+    leaves = [v for v in tf.nest.flatten((x, y, sample_weight)) if v is not None]
     if not leaves or not all(isinstance(v, (np.ndarray, tf.Tensor)) for v in leaves):
         return None
     size = batch_size or 32
-    return tf.nest.map_structure(lambda v: v[:size], (x, y, sample_weight))
+    return tf.nest.map_structure(lambda v: None if v is None else v[:size],
+                                 (x, y, sample_weight))
 
 
 @pytest.fixture(autouse=True)
