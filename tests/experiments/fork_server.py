@@ -33,7 +33,6 @@ import importlib
 import json
 import os
 import runpy
-import select
 import signal
 import sys
 import time
@@ -88,28 +87,15 @@ def _child(case: dict, stdout_path: str, stderr_path: str) -> None:
 
 def _wait(pid: int, timeout: float) -> tuple[int, float] | None:
     """The exit code and CPU seconds (user + system) of the child `pid`, None if it
-    still runs after `timeout` seconds. Woken by the child's exit (a pidfd) where the
-    system has them, else polling every 50 ms."""
+    still runs after `timeout` seconds."""
     deadline = time.time() + timeout
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
-            left = deadline - time.time()
-            if left <= 0:
-                return None
-            if pidfd is None:
-                time.sleep(min(0.05, left))
-            else:
-                select.select([pidfd], [], [], left)
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+        if time.time() >= deadline:
+            return None
+        time.sleep(0.05)
 
 
 def main() -> None:
