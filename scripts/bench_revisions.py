@@ -9,12 +9,20 @@ rounds, and each round's new/base ratio is taken pair by pair, so that a drift o
 machine's speed falls on both. Per process and configuration: one untimed call
 (tracing, XLA compilation), then the median of `--repeats` timings of 10 calls.
 
+`--case=new_lengths` times instead what a caller of one list length at a time meets:
+eager forward + backward calls on `[batch, n]` for each n of `--ns` in turn (each a new
+shape: traces and XLA compiles included), the seconds of the whole sweep, then of the
+same sweep again (every shape seen).
+
 Usage:
   python scripts/bench_revisions.py --base=c44bce7~1 --methods=softsort,neuralsort \\
       --ns=8,64,512 --rounds=3
+  python scripts/bench_revisions.py --base=HEAD~1 --case=new_lengths \\
+      --methods=permutahedron --ns=20,23,26,29,32,40,50,60 --rounds=3
 
-Prints a Markdown table: the median time of each revision (ms per call) and the
-median, min and max of the paired ratios new/base (> 1: the new revision is slower).
+Prints a Markdown table: the median time of each revision (ms per call, or seconds per
+sweep) and the median, min and max of the paired ratios new/base (> 1: the new revision
+is slower).
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ flags.DEFINE_integer("budget", 2048, "batch = max(1, budget // n) lists per call
 flags.DEFINE_float("temperature", 0.1, "The families' temperature.")
 flags.DEFINE_integer("rounds", 3, "Alternating rounds (pairs of processes).")
 flags.DEFINE_integer("repeats", 15, "Timings of 10 calls per configuration.")
+flags.DEFINE_enum("case", "steady", ["steady", "new_lengths"],
+                  "'steady': ms per call of one compiled shape; 'new_lengths': seconds "
+                  "of eager calls on each n of --ns in turn, then again.")
 flags.DEFINE_string("child", None, "Internal: time the package at this root, print JSON.")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +67,25 @@ def _child(root: str) -> None:
 
     import softsort_tf as ss
     times = {}
+    if FLAGS.case == "new_lengths":
+        for method in FLAGS.methods:
+            def step(x, method=method):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    r = ss.soft_rank(x, method, temperature=FLAGS.temperature)
+                    loss = tf.reduce_sum(r * r)
+                return tape.gradient(loss, x).numpy()
+
+            xs = [tf.constant(np.random.default_rng(n).normal(
+                size=[max(1, FLAGS.budget // int(n)), int(n)]).astype(np.float32))
+                for n in FLAGS.ns]
+            for sweep in ("first", "again"):
+                start = time.perf_counter()
+                for x in xs:
+                    step(x)
+                times[f"{method}|{sweep}"] = time.perf_counter() - start
+        print("RESULT " + json.dumps(times))
+        return
     for method, n, xla in _configs():
         batch = max(1, FLAGS.budget // n)
         x = tf.constant(np.random.default_rng(0).normal(size=[batch, n]).astype(np.float32))
@@ -84,7 +114,7 @@ def _run(root: str) -> dict:
     args = [sys.executable, os.path.abspath(__file__), f"--child={root}",
             f"--methods={','.join(FLAGS.methods)}", f"--ns={','.join(FLAGS.ns)}",
             f"--budget={FLAGS.budget}", f"--temperature={FLAGS.temperature}",
-            f"--repeats={FLAGS.repeats}"]
+            f"--repeats={FLAGS.repeats}", f"--case={FLAGS.case}"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
@@ -113,6 +143,22 @@ def main(argv):
         finally:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_root],
                            check=False)
+    if FLAGS.case == "new_lengths":
+        print(f"base {base_rev}, new {new_rev} (working tree); {FLAGS.rounds} rounds; "
+              f"seconds of eager forward + backward calls on n = {','.join(FLAGS.ns)} "
+              f"in turn\n")
+        print("| method | sweep | base s | new s | new / base (median, min–max) |")
+        print("|---|---|---|---|---|")
+        for method in FLAGS.methods:
+            for sweep in ("first", "again"):
+                key = f"{method}|{sweep}"
+                base = [b[key] for b, _ in rounds]
+                new = [nw[key] for _, nw in rounds]
+                ratios = sorted(nw / b for b, nw in zip(base, new, strict=True))
+                print(f"| {method} | {sweep} | {statistics.median(base):.2f} "
+                      f"| {statistics.median(new):.2f} | {statistics.median(ratios):.2f} "
+                      f"({ratios[0]:.2f}–{ratios[-1]:.2f}) |")
+        return
     print(f"base {base_rev}, new {new_rev} (working tree); {FLAGS.rounds} rounds; "
           f"ms per forward + backward call\n")
     print("| method | n | batch | mode | base | new | new / base (median, min–max) |")

@@ -152,6 +152,42 @@ def test_xla_equals_eager_dynamic_n():
         np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
 
 
+def test_new_lengths_and_batch_sizes_reuse_one_compiled_pav(monkeypatch):
+    """Outside an XLA caller, the compiled PAV is called on lists padded to the next
+    power of two (at least 8) of the batch size and of the length, so that lists of new
+    lengths and batch sizes reuse its compiled program; the values are those of the
+    unpadded lists, by the reference, eagerly and in a graph of unknown shape. Under XLA
+    the program has the lists' own shape."""
+    shapes = []
+    for name, pav in (("_pav_l2", P._pav_l2), ("_pav_kl", P._pav_kl)):
+        def spy(a, c, rows, length, pav=pav):
+            shapes.append(tuple(a.shape))
+            return pav(a, c, rows, length)
+        monkeypatch.setattr(P, name, spy)
+    rng = np.random.default_rng(11)
+    graph = tf.function(lambda x: [P.permutahedron_rank(x, "kl", 0.3),
+                                   P.permutahedron_sort(x, "l2", 0.3)],
+                        input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    for batch, n in [(1, 1), (3, 9), (5, 16), (8, 13), (2, 2)]:
+        x = rng.normal(size=[batch, n])
+        for rank, sort in (P.permutahedron_rank(x, "kl", 0.3),
+                           P.permutahedron_sort(x, "l2", 0.3)), graph(tf.constant(x)):
+            assert np.all(np.isfinite(rank.numpy())) and np.all(np.isfinite(sort.numpy()))
+            np.testing.assert_allclose(rank.numpy(), [ref_rank(r, 0.3, True) for r in x],
+                                       rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(sort.numpy(), [ref_sort(r, 0.3, False) for r in x],
+                                       rtol=1e-12, atol=1e-12)
+    # Eager calls show their padded shapes; the graph's one trace has unknown ones, its
+    # padding is `_bucket` of the run-time sizes.
+    assert set(shapes) == {(8, 8), (8, 16), (None, None)}, shapes
+    buckets = [int(P._bucket(tf.constant(k))) for k in range(0, 70)]
+    assert buckets == [max(8, 1 << max(k - 1, 0).bit_length()) for k in range(0, 70)]
+    shapes.clear()
+    xla = tf.function(lambda x: P.permutahedron_rank(x, "l2", 0.3), jit_compile=True)
+    xla(tf.constant(rng.normal(size=[3, 9])))
+    assert shapes == [(3, 9)]
+
+
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
 def test_reduced_precision(dtype):
     x = tf.cast(tf.constant([[0.5, -1.0, 2.0, 0.25]]), dtype)
