@@ -76,7 +76,7 @@ def _child(root: str) -> None:
                     loss = tf.reduce_sum(r * r)
                 return tape.gradient(loss, x).numpy()
 
-            xs = [tf.constant(np.random.default_rng(n).normal(
+            xs = [tf.constant(np.random.default_rng(int(n)).normal(
                 size=[max(1, FLAGS.budget // int(n)), int(n)]).astype(np.float32))
                 for n in FLAGS.ns]
             for sweep in ("first", "again"):

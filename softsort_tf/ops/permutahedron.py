@@ -415,13 +415,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     array([[1., 2., 5.]], dtype=float32)
     """
     x2d, view, kl, strength = _prepare(x, regularization, regularization_strength, direction)
-    # Non-finite scores (the package's rule, `softsort_tf._masking`): the projection
-    # keeps the sum of the values ('l2'), so as a score grows without bound every sorted
-    # value moves with it: a list with ±inf or NaN sorts to NaN (computed on 0's, zero
-    # gradient).
-    finite_x = tf.math.is_finite(x2d)
-    bad_rows = tf.reduce_any(tf.logical_not(finite_x), axis=-1)
-    x2d = tf.where(bad_rows[:, None], tf.zeros_like(x2d), x2d)
+    x2d, finite_x, bad_rows, limit = _sort_limits(x2d, kl, strength)
     centre = _centre(x2d, finite_x)
     x2d = x2d - centre
 
@@ -459,10 +453,55 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
 
         return out, grad
 
-    out = _poisoned(sort(x2d) + centre, bad_rows)
+    out = tf.where(bad_rows[:, None], limit, sort(x2d) + centre)
     if view is not None and direction_is_descending(direction):
         out = -out
     return ListResult(out, "sorted")
+
+
+def _sort_limits(x2d, kl: bool, strength):
+    """Non-finite scores of the ascending sort of `x2d` `[b, n]`: their limits as
+    scores grow without bound (the package's rule, `softsort_tf._masking`).
+
+    PAV pools a block holding a ±inf score with every other block ('l2': the block mean
+    of ρ/ε + θ↑ is ±inf at the end of the order that must hold the extreme value; 'kl':
+    a −inf score makes LSE(−θ) = +inf in its block, and so −inf values before every
+    other), so the whole list follows it: 'l2' lists with +inf (−inf) entries sort to
+    +inf (−inf) everywhere, with both to NaN; 'kl' lists with a −inf entry sort to −inf.
+    A +inf score under 'kl' only adds e^{−∞} = 0 to the LSE of its block, which it
+    joins: a list with finite entries has a finite limit, computed with each +inf
+    replaced by a finite stand-in far enough above the other scores to be pooled and to
+    add exactly 0 (a list of +inf alone: +inf).
+
+    Returns `(x2d, finite, bad_rows, limit)`: the scores to compute on (0 in the `bad_rows`
+    `[b]`, whose result is `limit` `[b, 1]`, ±inf or NaN, zero gradient), and the finite
+    entries."""
+    finite = tf.math.is_finite(x2d)
+    dtype = x2d.dtype
+    nan = tf.reduce_any(tf.math.is_nan(x2d), axis=-1)
+    pos = tf.reduce_any(tf.equal(x2d, tf.constant(float("inf"), dtype)), axis=-1)
+    neg = tf.reduce_any(tf.equal(x2d, tf.constant(-float("inf"), dtype)), axis=-1)
+    inf = tf.fill(tf.shape(nan), tf.constant(float("inf"), dtype))
+    if kl:
+        # A list of +inf entries alone moves with them: +inf.
+        alone = tf.logical_and(pos, tf.logical_not(tf.reduce_any(finite, axis=-1)))
+        bad_rows = tf.logical_or(nan, tf.logical_or(neg, alone))
+        limit = tf.where(nan, inf * 0.0, tf.where(neg, -inf, inf))
+        # The stand-in: pooled (its singleton value 1/ε + far exceeds any block's,
+        # at most n/ε + log n + the finite scores' spread) and e^{−(far − spread)} = 0.
+        _, half_spread = finite_midrange(x2d, finite)
+        n = tf.cast(tf.shape(x2d)[-1], dtype)
+        far = tf.minimum(2 * half_spread + n / tf.cast(strength, dtype) + tf.math.log(n)
+                         + 800.0, tf.constant(0.25 * dtype.max, dtype))
+        high = tf.reduce_max(tf.where(finite, x2d, -inf[:, None]), axis=-1, keepdims=True)
+        x2d = tf.where(tf.logical_and(pos[:, None], tf.logical_not(finite)),
+                       tf.stop_gradient(high + far), x2d)
+    else:
+        bad_rows = tf.logical_or(nan, tf.logical_or(pos, neg))
+        limit = tf.where(tf.logical_or(nan, tf.logical_and(pos, neg)), inf * 0.0,
+                         tf.where(pos, inf, -inf))
+    x2d = tf.where(bad_rows[:, None], tf.zeros_like(x2d), x2d)
+    return x2d, finite, bad_rows, limit[:, None]
 
 
 def direction_is_descending(direction: str) -> bool:

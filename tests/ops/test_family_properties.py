@@ -260,8 +260,11 @@ def _limit(op, row, out_finite, k=3, taus=(0.25, 0.5, 0.8), mass=1.0):
 # The (family, operation) pairs whose lists with a ±inf score are NaN (docs/api.md,
 # "Non-finite scores"); the others take the limits.
 NAN_ON_INFINITY = {(method, op) for method in ("sinkhorn", "sorting_network")
-                   for op in ("rank", "sort", "topk", "quantile", "matrix")
-                   } | {("permutahedron", "sort")}
+                   for op in ("rank", "sort", "topk", "quantile", "matrix")}
+# The pairs whose limit moves the whole list with its infinities (the permutahedron
+# sort's projection pools an infinite score with every entry): infinities of one sign
+# give that infinity throughout, of both signs NaN.
+WHOLE_LIST_LIMIT = {("permutahedron", "sort")}
 
 
 @pytest.mark.parametrize("method, op", CASES)
@@ -291,6 +294,12 @@ def test_non_finite_scores(method, op):
         if np.all(np.isnan(out[i])):
             continue
         fin = np.isfinite(rows[i])
+        if (method, op) in WHOLE_LIST_LIMIT:
+            signs = {np.sign(v) for v in rows[i][~fin]}
+            assert len(signs) == 1, f"row {i}: infinities of both signs must give NaN"
+            np.testing.assert_array_equal(out[i], np.full(len(rows[i]), signs.pop() * inf))
+            limits += 1
+            continue
         if op == "topk":  # the finite entries get the top-(k − n₊) of their list
             k_fin = 3 - np.sum(rows[i] == inf)
             alone = (np.ones(fin.sum()) if k_fin >= fin.sum() else
@@ -315,7 +324,9 @@ def test_non_finite_scores(method, op):
         np.testing.assert_allclose(out[i], _limit(op, rows[i], alone, mass=mass), atol=1e-9,
                                    err_msg=f"row {i}: neither the limits nor NaN")
         limits += 1
-    if (method, op) not in NAN_ON_INFINITY:  # the limits in both rows
+    if (method, op) in WHOLE_LIST_LIMIT:  # one sign in row 2, both in row 3
+        assert limits == 1, out
+    elif (method, op) not in NAN_ON_INFINITY:  # the limits in both rows
         assert limits == 2, out
 
 

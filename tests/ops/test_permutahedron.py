@@ -255,13 +255,17 @@ def test_non_finite_scores(reg):
     isolated block at the end of the order (+inf ranked n, ties averaged) while the
     finite entries get the projection of their own list onto the ρ values left between
     (for 'l2': their ranks + the number of −inf entries); a NaN makes its list NaN
-    (0.3 was ranked above 0.7). The sort's limit moves every value (the projection
-    keeps the sum), so a list with ±inf sorts to NaN, as one with a NaN. Other lists
-    are untouched; gradients are finite, zero at the non-finite entries and in the NaN
-    lists."""
+    (0.3 was ranked above 0.7). The sort's limits: PAV pools a ±inf score's block with
+    every other, so under 'l2' a list with +inf (−inf) entries sorts to +inf (−inf)
+    throughout, with both to NaN; under 'kl' a −inf entry makes the list −inf, and +inf
+    entries beside finite ones give the finite limit, that of the reference at a large
+    finite score (reached there: the same at 1e3 and 1e4, gradient included).
+    Other lists are untouched; gradients are finite, zero at the non-finite entries, in
+    the NaN lists and in the lists whose sort is infinite throughout."""
     inf = np.inf
     x = np.array([[0.3, np.nan, 2.0, 0.7, -0.1], [0.3, -1.2, inf, 0.7, -0.1],
-                  [-inf, -1.2, inf, 0.7, inf], [0.3, -1.2, 2.0, 0.7, -0.1]])
+                  [-inf, -1.2, inf, 0.7, inf], [0.3, -1.2, 2.0, 0.7, -0.1],
+                  [0.3, -inf, 2.0, 0.7, -inf], [inf] * 5])
     eps = 0.3
     xt = tf.constant(x)
     with tf.GradientTape(persistent=True) as tape:
@@ -271,9 +275,9 @@ def test_non_finite_scores(reg):
         losses = [tf.reduce_sum(tf.where(tf.math.is_finite(o), tf.sin(o), 0.0))
                   for o in (rank, sort)]
     rank, sort = rank.numpy(), sort.numpy()
-    assert np.all(np.isnan(rank[0])) and np.all(np.isnan(sort[:3]))
+    assert np.all(np.isnan(rank[0])) and np.all(np.isnan(sort[0]))
     kl = reg == "kl"
-    for i in (1, 2):
+    for i in (1, 2, 4, 5):
         row = x[i]
         fin = np.isfinite(row)
         n_neg, n_pos = np.sum(row == -inf), np.sum(row == inf)
@@ -291,10 +295,37 @@ def test_non_finite_scores(reg):
         np.testing.assert_allclose(rank[i], want, atol=1e-12)
     np.testing.assert_allclose(rank[3], ref_rank(x[3], eps, kl), atol=1e-12)
     np.testing.assert_allclose(sort[3], ref_sort(x[3], eps, kl), atol=1e-12)
+    # The infinite sorts: +inf lists (row 5), −inf lists (row 4), and row 2 (both).
+    assert np.all(sort[5] == inf) and np.all(sort[4] == -inf)
+    if kl:
+        assert np.all(sort[2] == -inf)
+        far = []
+        for big in (1e3, 1e4):
+            row = tf.constant(np.where(x[1] == inf, big, x[1])[None])
+            with tf.GradientTape() as far_tape:
+                far_tape.watch(row)
+                out = P.permutahedron_sort(row, reg, eps)
+                far_loss = tf.reduce_sum(tf.sin(out))
+            far.append((out.numpy()[0], far_tape.gradient(far_loss, row).numpy()[0]))
+            np.testing.assert_allclose(far[-1][0], ref_sort(row.numpy()[0], eps, True),
+                                       atol=1e-12)
+        # The same at 1e3 and 1e4 (up to rounding: the midrange moves with the score).
+        np.testing.assert_allclose(far[0][0], far[1][0], atol=1e-11)
+        np.testing.assert_allclose(sort[1], far[1][0], atol=1e-11)
+        assert np.all(np.isfinite(sort[1]))
+    else:
+        assert np.all(sort[1] == inf) and np.all(np.isnan(sort[2]))
     for loss in losses:
         g = tape.gradient(loss, xt).numpy()
         assert np.all(np.isfinite(g))
         assert np.all(g[~np.isfinite(x)] == 0) and np.all(g[0] == 0)
+    g = tape.gradient(losses[1], xt).numpy()
+    assert np.all(g[[2, 4, 5]] == 0)
+    if kl:
+        np.testing.assert_allclose(g[1], far[1][1], atol=1e-11)
+        assert np.all(far[1][1][x[1] == inf] == 0) and np.any(g[1] != 0)
+    else:
+        assert np.all(g[1] == 0)
 
 
 @pytest.mark.parametrize("regularization", ["l2", "kl"])
