@@ -177,16 +177,31 @@ def _bucket(size):
     return tf.maximum(m + 1, _MIN_BUCKET)
 
 
-def _run_pav(pav, a, c):
-    """`pav` on `[b, n]` pairs (a, c): on the pairs themselves inside an XLA program
-    (which has one shape), else on the pairs padded to the buckets of b and n and
-    sliced back."""
-    rows, length = tf.shape(a)[0], tf.shape(a)[1]
+def _padded(pav):
+    """`pav` on `[b, n]` pairs padded to the buckets of b and n, sliced back: one graph
+    function (its few ops run as one call eagerly; traced again once, for any shape)."""
+
+    def run(a, c):
+        rows, length = tf.shape(a)[0], tf.shape(a)[1]
+        pad = [[0, _bucket(rows) - rows], [0, _bucket(length) - length]]
+        out = pav(tf.pad(a, pad), tf.pad(c, pad), rows, length)
+        return tuple(tf.slice(t, [0, 0], [rows, length]) for t in out)
+
+    return tf.function(run, autograph=False, reduce_retracing=True)
+
+
+_padded_pav_l2, _padded_pav_kl = _padded(_pav_l2), _padded(_pav_kl)
+
+
+def _run_pav(kl: bool, a, c):
+    """The PAV of `[b, n]` pairs (a, c) (`_pav`): on the pairs themselves inside an XLA
+    program (which has one shape), else padded to the buckets of b and n."""
     if _in_xla_context():
-        return pav(a, c, rows, length)
-    pad = [[0, _bucket(rows) - rows], [0, _bucket(length) - length]]
-    out = pav(tf.pad(a, pad), tf.pad(c, pad), rows, length)
-    return tuple(t[:rows, :length] for t in out)
+        return (_pav_kl if kl else _pav_l2)(a, c, tf.shape(a)[0], tf.shape(a)[1])
+    out = (_padded_pav_kl if kl else _padded_pav_l2)(a, c)
+    for t in out:
+        t.set_shape(a.shape)
+    return out
 
 
 def _isotonic(s, w, kl: bool):
@@ -195,9 +210,9 @@ def _isotonic(s, w, kl: bool):
     s = tf.stop_gradient(s)
     w = tf.stop_gradient(w)
     if kl:
-        block, ba, bc = _run_pav(_pav_kl, s, w)
+        block, ba, bc = _run_pav(True, s, w)
     else:
-        block, ba, bc = _run_pav(_pav_l2, s - w, tf.ones_like(s))
+        block, ba, bc = _run_pav(False, s - w, tf.ones_like(s))
     values = _value(ba, bc, kl)
     v = tf.gather(values, block, batch_dims=1)
     lse_s = tf.gather(ba, block, batch_dims=1) if kl else None

@@ -158,31 +158,41 @@ def test_new_lengths_and_batch_sizes_reuse_one_compiled_pav(monkeypatch):
     lengths and batch sizes reuse its compiled program; the values are those of the
     unpadded lists, by the reference, eagerly and in a graph of unknown shape. Under XLA
     the program has the lists' own shape."""
-    shapes = []
-    for name, pav in (("_pav_l2", P._pav_l2), ("_pav_kl", P._pav_kl)):
-        def spy(a, c, rows, length, pav=pav):
-            shapes.append(tuple(a.shape))
-            return pav(a, c, rows, length)
-        monkeypatch.setattr(P, name, spy)
+    seen = {False: [], True: []}
+    for kl, pav in ((False, P._pav_l2), (True, P._pav_kl)):
+        def spy(a, c, rows, length, pav=pav, shapes=seen[kl]):
+            # The shape the compiled program runs on, recorded when it runs.
+            record = tf.py_function(lambda s: shapes.append(s.numpy().tolist()) or 0,
+                                    [tf.shape(a)], tf.int32)
+            with tf.control_dependencies([record]):
+                return pav(tf.identity(a), c, rows, length)
+
+        monkeypatch.setattr(P, "_padded_pav_kl" if kl else "_padded_pav_l2", P._padded(spy))
     rng = np.random.default_rng(11)
     graph = tf.function(lambda x: [P.permutahedron_rank(x, "kl", 0.3),
                                    P.permutahedron_sort(x, "l2", 0.3)],
                         input_signature=[tf.TensorSpec([None, None], tf.float64)])
-    for batch, n in [(1, 1), (3, 9), (5, 16), (8, 13), (2, 2)]:
+    for batch, n, padded in [(1, 1, [8, 8]), (3, 9, [8, 16]), (5, 16, [8, 16]),
+                             (9, 13, [16, 16]), (2, 33, [8, 64])]:
         x = rng.normal(size=[batch, n])
         for rank, sort in (P.permutahedron_rank(x, "kl", 0.3),
                            P.permutahedron_sort(x, "l2", 0.3)), graph(tf.constant(x)):
+            assert rank.shape == sort.shape == (batch, n)
             assert np.all(np.isfinite(rank.numpy())) and np.all(np.isfinite(sort.numpy()))
             np.testing.assert_allclose(rank.numpy(), [ref_rank(r, 0.3, True) for r in x],
                                        rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(sort.numpy(), [ref_sort(r, 0.3, False) for r in x],
                                        rtol=1e-12, atol=1e-12)
-    # Eager calls show their padded shapes; the graph's one trace has unknown ones, its
-    # padding is `_bucket` of the run-time sizes.
-    assert set(shapes) == {(8, 8), (8, 16), (None, None)}, shapes
+            assert seen[True].pop() == seen[False].pop() == padded
     buckets = [int(P._bucket(tf.constant(k))) for k in range(0, 70)]
     assert buckets == [max(8, 1 << max(k - 1, 0).bit_length()) for k in range(0, 70)]
-    shapes.clear()
+    shapes = []
+
+    def xla_spy(a, c, rows, length, pav=P._pav_l2):
+        shapes.append(tuple(a.shape))
+        return pav(a, c, rows, length)
+
+    monkeypatch.setattr(P, "_pav_l2", xla_spy)
     xla = tf.function(lambda x: P.permutahedron_rank(x, "l2", 0.3), jit_compile=True)
     xla(tf.constant(rng.normal(size=[3, 9])))
     assert shapes == [(3, 9)]
