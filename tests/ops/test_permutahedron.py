@@ -198,6 +198,23 @@ def test_new_lengths_and_batch_sizes_reuse_one_compiled_pav(monkeypatch):
     assert shapes == [(3, 9)]
 
 
+def test_an_empty_batch_gives_empty_results():
+    """A batch of no lists (a last, empty shard of a distributed batch, say) gives empty
+    ranks, sorts and gradients, eagerly and in a graph of unknown shape (the compiled
+    PAV had failed on a zero-size shape)."""
+    graph = tf.function(lambda x: [P.permutahedron_rank(x, "kl", 0.3),
+                                   P.permutahedron_sort(x, "l2", 0.3)],
+                        input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    x = tf.zeros([0, 5])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outs = [P.permutahedron_rank(x, "l2", 0.3), P.permutahedron_sort(x, "kl", 0.3)]
+        loss = sum(tf.reduce_sum(o) for o in outs)
+    assert [o.shape for o in outs] == [(0, 5), (0, 5)]
+    assert tape.gradient(loss, x).shape == (0, 5)
+    assert [o.shape for o in graph(x)] == [(0, 5), (0, 5)]
+
+
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
 def test_reduced_precision(dtype):
     x = tf.cast(tf.constant([[0.5, -1.0, 2.0, 0.25]]), dtype)
