@@ -197,7 +197,12 @@ def _run_pav(kl: bool, a, c):
     """The PAV of `[b, n]` pairs (a, c) (`_pav`): on the pairs themselves inside an XLA
     program (which has one shape), else padded to the buckets of b and n."""
     if _in_xla_context():
-        return (_pav_kl if kl else _pav_l2)(a, c, tf.shape(a)[0], tf.shape(a)[1])
+        # One shape per program: no buckets, but at least one row and entry (XLA
+        # compiles the loop's body, which slices a row, even where it never runs).
+        rows, length = tf.shape(a)[0], tf.shape(a)[1]
+        pad = [[0, tf.maximum(1 - rows, 0)], [0, tf.maximum(1 - length, 0)]]
+        out = (_pav_kl if kl else _pav_l2)(tf.pad(a, pad), tf.pad(c, pad), rows, length)
+        return tuple(tf.slice(t, [0, 0], [rows, length]) for t in out)
     out = (_padded_pav_kl if kl else _padded_pav_l2)(a, c)
     for t in out:
         t.set_shape(a.shape)

@@ -200,11 +200,14 @@ def test_new_lengths_and_batch_sizes_reuse_one_compiled_pav(monkeypatch):
 
 def test_an_empty_batch_gives_empty_results():
     """A batch of no lists (a last, empty shard of a distributed batch, say) gives empty
-    ranks, sorts and gradients, eagerly and in a graph of unknown shape (the compiled
-    PAV had failed on a zero-size shape)."""
-    graph = tf.function(lambda x: [P.permutahedron_rank(x, "kl", 0.3),
-                                   P.permutahedron_sort(x, "l2", 0.3)],
-                        input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    ranks, sorts and gradients, eagerly, in a graph of unknown shape and under XLA (the
+    compiled PAV had failed on a zero-size shape)."""
+    def both(x):
+        return [P.permutahedron_rank(x, "kl", 0.3), P.permutahedron_sort(x, "l2", 0.3)]
+
+    spec = [tf.TensorSpec([None, None], tf.float32)]
+    graph = tf.function(both, input_signature=spec)
+    xla = tf.function(both, input_signature=spec, jit_compile=True)
     x = tf.zeros([0, 5])
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -212,7 +215,7 @@ def test_an_empty_batch_gives_empty_results():
         loss = sum(tf.reduce_sum(o) for o in outs)
     assert [o.shape for o in outs] == [(0, 5), (0, 5)]
     assert tape.gradient(loss, x).shape == (0, 5)
-    assert [o.shape for o in graph(x)] == [(0, 5), (0, 5)]
+    assert [o.shape for o in graph(x)] == [o.shape for o in xla(x)] == [(0, 5), (0, 5)]
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
