@@ -173,7 +173,7 @@ def test_new_lengths_and_batch_sizes_reuse_one_compiled_pav(monkeypatch):
                                    P.permutahedron_sort(x, "l2", 0.3)],
                         input_signature=[tf.TensorSpec([None, None], tf.float64)])
     for batch, n, padded in [(1, 1, [8, 8]), (3, 9, [8, 16]), (5, 16, [8, 16]),
-                             (9, 13, [16, 16]), (2, 33, [8, 64])]:
+                             (9, 13, [16, 16])]:
         x = rng.normal(size=[batch, n])
         for rank, sort in (P.permutahedron_rank(x, "kl", 0.3),
                            P.permutahedron_sort(x, "l2", 0.3)), graph(tf.constant(x)):
