@@ -66,23 +66,24 @@ def _child(root: str) -> None:
     import tensorflow as tf
 
     import softsort_tf as ss
+
+    def forward_backward(x, method):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            r = ss.soft_rank(x, method, temperature=FLAGS.temperature)
+            loss = tf.reduce_sum(r * r)
+        return tape.gradient(loss, x)
+
     times = {}
     if FLAGS.case == "new_lengths":
         for method in FLAGS.methods:
-            def step(x, method=method):
-                with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    r = ss.soft_rank(x, method, temperature=FLAGS.temperature)
-                    loss = tf.reduce_sum(r * r)
-                return tape.gradient(loss, x).numpy()
-
             xs = [tf.constant(np.random.default_rng(int(n)).normal(
                 size=[max(1, FLAGS.budget // int(n)), int(n)]).astype(np.float32))
                 for n in FLAGS.ns]
             for sweep in ("first", "again"):
                 start = time.perf_counter()
                 for x in xs:
-                    step(x)
+                    forward_backward(x, method).numpy()
                 times[f"{method}|{sweep}"] = time.perf_counter() - start
         print("RESULT " + json.dumps(times))
         return
@@ -90,13 +91,8 @@ def _child(root: str) -> None:
         batch = max(1, FLAGS.budget // n)
         x = tf.constant(np.random.default_rng(0).normal(size=[batch, n]).astype(np.float32))
 
-        @tf.function(jit_compile=xla)
-        def step(x, method=method):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                r = ss.soft_rank(x, method, temperature=FLAGS.temperature)
-                loss = tf.reduce_sum(r * r)
-            return tape.gradient(loss, x)
+        step = tf.function(lambda x, method=method: forward_backward(x, method),
+                           jit_compile=xla)
 
         step(x).numpy()
         runs = []
@@ -119,6 +115,16 @@ def _run(root: str) -> dict:
     out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
+
+
+def _paired(rounds, key: str, digits: int) -> str:
+    """The table cells of `key`: the median of each revision over the rounds, and the
+    median, min and max of the rounds' ratios new/base."""
+    base = [b[key] for b, _ in rounds]
+    new = [nw[key] for _, nw in rounds]
+    ratios = sorted(nw / b for b, nw in zip(base, new, strict=True))
+    return (f"{statistics.median(base):.{digits}f} | {statistics.median(new):.{digits}f} "
+            f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})")
 
 
 def main(argv):
@@ -151,26 +157,15 @@ def main(argv):
         print("|---|---|---|---|---|")
         for method in FLAGS.methods:
             for sweep in ("first", "again"):
-                key = f"{method}|{sweep}"
-                base = [b[key] for b, _ in rounds]
-                new = [nw[key] for _, nw in rounds]
-                ratios = sorted(nw / b for b, nw in zip(base, new, strict=True))
-                print(f"| {method} | {sweep} | {statistics.median(base):.2f} "
-                      f"| {statistics.median(new):.2f} | {statistics.median(ratios):.2f} "
-                      f"({ratios[0]:.2f}–{ratios[-1]:.2f}) |")
+                print(f"| {method} | {sweep} | {_paired(rounds, f'{method}|{sweep}', 2)} |")
         return
     print(f"base {base_rev}, new {new_rev} (working tree); {FLAGS.rounds} rounds; "
           f"ms per forward + backward call\n")
     print("| method | n | batch | mode | base | new | new / base (median, min–max) |")
     print("|---|---|---|---|---|---|---|")
     for method, n, xla in _configs():
-        key = f"{method}|{n}|{int(xla)}"
-        base = [b[key] for b, _ in rounds]
-        new = [nw[key] for _, nw in rounds]
-        ratios = sorted(nw / b for b, nw in zip(base, new, strict=True))
         print(f"| {method} | {n} | {max(1, FLAGS.budget // n)} | {'XLA' if xla else 'graph'} "
-              f"| {statistics.median(base):.3f} | {statistics.median(new):.3f} "
-              f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}) |")
+              f"| {_paired(rounds, f'{method}|{n}|{int(xla)}', 3)} |")
 
 
 if __name__ == "__main__":
