@@ -51,7 +51,11 @@ import tensorflow as tf
 from softsort_tf import _checks, _masking
 from softsort_tf.ops import family
 from softsort_tf.ops.lapsum import _stable_argsort
-from softsort_tf.ops.permutation import _in_xla_context, finite_midrange
+from softsort_tf.ops.permutation import (
+    _in_xla_context,
+    centred_with_stand_ins,
+    finite_midrange,
+)
 from softsort_tf.ops.wrapper import ListResult, Lists, list_operator
 
 __all__ = ["permutahedron_rank", "permutahedron_sort"]
@@ -177,32 +181,29 @@ def _bucket(size):
     return tf.maximum(m + 1, _MIN_BUCKET)
 
 
-def _padded(pav):
-    """`pav` on `[b, n]` pairs padded to the buckets of b and n, sliced back: one graph
-    function (its few ops run as one call eagerly; traced again once, for any shape)."""
-
-    def run(a, c):
-        rows, length = tf.shape(a)[0], tf.shape(a)[1]
-        pad = [[0, _bucket(rows) - rows], [0, _bucket(length) - length]]
-        out = pav(tf.pad(a, pad), tf.pad(c, pad), rows, length)
-        return tuple(tf.slice(t, [0, 0], [rows, length]) for t in out)
-
-    return tf.function(run, autograph=False, reduce_retracing=True)
+def _on_padded(pav, a, c, size):
+    """`pav` on `[b, n]` pairs (a, c) padded to `size(b)` rows of `size(n)` entries (its
+    loops bounded by b and n), sliced back."""
+    rows, length = tf.shape(a)[0], tf.shape(a)[1]
+    pad = [[0, size(rows) - rows], [0, size(length) - length]]
+    out = pav(tf.pad(a, pad), tf.pad(c, pad), rows, length)
+    return tuple(tf.slice(t, [0, 0], [rows, length]) for t in out)
 
 
-_padded_pav_l2, _padded_pav_kl = _padded(_pav_l2), _padded(_pav_kl)
+# Outside XLA: one graph function (its few ops run as one call eagerly; traced again
+# once, for any shape) that pads to the buckets.
+_padded_pav_l2, _padded_pav_kl = (
+    tf.function(lambda a, c, kl=kl: _on_padded(_pav_kl if kl else _pav_l2, a, c, _bucket),
+                autograph=False, reduce_retracing=True) for kl in (False, True))
 
 
 def _run_pav(kl: bool, a, c):
-    """The PAV of `[b, n]` pairs (a, c) (`_pav`): on the pairs themselves inside an XLA
-    program (which has one shape), else padded to the buckets of b and n."""
+    """The PAV of `[b, n]` pairs (a, c) (`_pav`): inside an XLA program (which has one
+    shape) on the pairs themselves, but with at least one row and entry (XLA compiles
+    the loop's body, which slices a row, even where it never runs); else padded to the
+    buckets of b and n."""
     if _in_xla_context():
-        # One shape per program: no buckets, but at least one row and entry (XLA
-        # compiles the loop's body, which slices a row, even where it never runs).
-        rows, length = tf.shape(a)[0], tf.shape(a)[1]
-        pad = [[0, tf.maximum(1 - rows, 0)], [0, tf.maximum(1 - length, 0)]]
-        out = (_pav_kl if kl else _pav_l2)(tf.pad(a, pad), tf.pad(c, pad), rows, length)
-        return tuple(tf.slice(t, [0, 0], [rows, length]) for t in out)
+        return _on_padded(_pav_kl if kl else _pav_l2, a, c, lambda s: tf.maximum(s, 1))
     out = (_padded_pav_kl if kl else _padded_pav_l2)(a, c)
     for t in out:
         t.set_shape(a.shape)
@@ -435,9 +436,16 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     array([[1., 2., 5.]], dtype=float32)
     """
     x2d, view, kl, strength = _prepare(x, regularization, regularization_strength, direction)
-    x2d, finite_x, bad_rows, limit = _sort_limits(x2d, kl, strength)
+    bad_rows, limit = _sort_limits(x2d, kl)
+    # Each +inf beside finite scores under 'kl' becomes a stand-in (the other non-finite
+    # entries are in `bad_rows`), far enough above them to be pooled (its singleton
+    # value 1/ε + θ exceeds any block's, at most n/ε + log n + their half-spread) and to
+    # add e^{−(θ − half-spread)} = 0 to its block's LSE: the limit, as `_sort_limits`.
+    n = tf.cast(tf.shape(x2d)[-1], x2d.dtype)
+    reach = n / strength + tf.math.log(n) + 800.0
+    keys, _, finite_x = centred_with_stand_ins(x2d, lambda half_spread: reach)
     centre = _centre(x2d, finite_x)
-    x2d = x2d - centre
+    x2d = tf.where(bad_rows[:, None], tf.zeros_like(keys), keys)
 
     @tf.custom_gradient
     def sort(x2d):
@@ -479,7 +487,7 @@ def permutahedron_sort(x, regularization: str = "l2", regularization_strength: f
     return ListResult(out, "sorted")
 
 
-def _sort_limits(x2d, kl: bool, strength):
+def _sort_limits(x2d, kl: bool):
     """Non-finite scores of the ascending sort of `x2d` `[b, n]`: their limits as
     scores grow without bound (the package's rule, `softsort_tf._masking`).
 
@@ -489,39 +497,26 @@ def _sort_limits(x2d, kl: bool, strength):
     other), so the whole list follows it: 'l2' lists with +inf (−inf) entries sort to
     +inf (−inf) everywhere, with both to NaN; 'kl' lists with a −inf entry sort to −inf.
     A +inf score under 'kl' only adds e^{−∞} = 0 to the LSE of its block, which it
-    joins: a list with finite entries has a finite limit, computed with each +inf
-    replaced by a finite stand-in far enough above the other scores to be pooled and to
-    add exactly 0 (a list of +inf alone: +inf).
+    joins: a list with finite entries has a finite limit (computed by the caller with a
+    stand-in for each +inf), a list of +inf alone is +inf.
 
-    Returns `(x2d, finite, bad_rows, limit)`: the scores to compute on (0 in the `bad_rows`
-    `[b]`, whose result is `limit` `[b, 1]`, ±inf or NaN, zero gradient), and the finite
-    entries."""
-    finite = tf.math.is_finite(x2d)
+    Returns `(bad_rows, limit)`: the lists `[b]` whose result is `limit` `[b, 1]` (±inf
+    or NaN, zero gradient)."""
     dtype = x2d.dtype
     nan = tf.reduce_any(tf.math.is_nan(x2d), axis=-1)
     pos = tf.reduce_any(tf.equal(x2d, tf.constant(float("inf"), dtype)), axis=-1)
     neg = tf.reduce_any(tf.equal(x2d, tf.constant(-float("inf"), dtype)), axis=-1)
     inf = tf.fill(tf.shape(nan), tf.constant(float("inf"), dtype))
     if kl:
-        # A list of +inf entries alone moves with them: +inf.
-        alone = tf.logical_and(pos, tf.logical_not(tf.reduce_any(finite, axis=-1)))
+        alone = tf.logical_and(pos, tf.logical_not(
+            tf.reduce_any(tf.math.is_finite(x2d), axis=-1)))
         bad_rows = tf.logical_or(nan, tf.logical_or(neg, alone))
         limit = tf.where(nan, inf * 0.0, tf.where(neg, -inf, inf))
-        # The stand-in: pooled (its singleton value 1/ε + far exceeds any block's,
-        # at most n/ε + log n + the finite scores' spread) and e^{−(far − spread)} = 0.
-        _, half_spread = finite_midrange(x2d, finite)
-        n = tf.cast(tf.shape(x2d)[-1], dtype)
-        far = tf.minimum(2 * half_spread + n / tf.cast(strength, dtype) + tf.math.log(n)
-                         + 800.0, tf.constant(0.25 * dtype.max, dtype))
-        high = tf.reduce_max(tf.where(finite, x2d, -inf[:, None]), axis=-1, keepdims=True)
-        x2d = tf.where(tf.logical_and(pos[:, None], tf.logical_not(finite)),
-                       tf.stop_gradient(high + far), x2d)
     else:
         bad_rows = tf.logical_or(nan, tf.logical_or(pos, neg))
         limit = tf.where(tf.logical_or(nan, tf.logical_and(pos, neg)), inf * 0.0,
                          tf.where(pos, inf, -inf))
-    x2d = tf.where(bad_rows[:, None], tf.zeros_like(x2d), x2d)
-    return x2d, finite, bad_rows, limit[:, None]
+    return bad_rows, limit[:, None]
 
 
 def direction_is_descending(direction: str) -> bool:
